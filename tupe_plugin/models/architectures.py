@@ -1,0 +1,51 @@
+"""Named architectures: every paper row (DESIGN §6) in every size; any flag on the command line wins."""
+
+from fairseq.models import register_model_architecture
+from fairseq.utils import safe_getattr
+
+from .tupe_roberta import base_architecture
+
+SIZES = {
+    # layers, embed dim, heads, FFN dim
+    "tiny": (2, 128, 4, 512),
+    "medium": (8, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+NO_POSITION = dict(abs_pos="none", rel_pos="none", untied_pos="none", cls_reset="none")
+
+POSITION_PRESETS = {
+    "bert_a": dict(NO_POSITION, abs_pos="learned"),
+    "bert_r": dict(NO_POSITION, abs_pos="learned", rel_pos="t5"),
+    "tupe_a": dict(NO_POSITION, untied_pos="tupe", cls_reset="paper"),
+    "tupe_r": dict(NO_POSITION, rel_pos="t5", untied_pos="tupe", cls_reset="paper"),
+    "tupe_a_tie_cls": dict(NO_POSITION, untied_pos="tupe"),
+    "bert_a_d": dict(NO_POSITION, untied_pos="four-term"),
+}
+
+
+def _preset(position, size):
+    layers, embed_dim, heads, ffn_dim = SIZES[size]
+
+    def architecture(args):
+        args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
+        args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", embed_dim)
+        args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
+        args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn_dim)
+        for flag, value in POSITION_PRESETS[position].items():
+            setattr(args, flag, safe_getattr(args, flag, value))
+        base_architecture(args)
+
+    architecture.__name__ = f"{position}_{size}"
+    architecture.__doc__ = f"{position} position encoding, {size} size {SIZES[size]}"
+    return architecture
+
+
+ARCHITECTURES = {}
+for _position in POSITION_PRESETS:
+    for _size in SIZES:
+        _name = f"{_position}_{_size}"
+        ARCHITECTURES[_name] = register_model_architecture("tupe_roberta", _name)(
+            _preset(_position, _size)
+        )

@@ -1,0 +1,39 @@
+"""Checks of the position-encoding flags: combinations that make no sense fail at build time, naming the flags."""
+
+
+class PositionFlagError(ValueError):
+    """A position-encoding flag (or combination of flags) that cannot be built."""
+
+
+def check_position_flags(args):
+    errors = []
+    embed_dim, heads = args.encoder_embed_dim, args.encoder_attention_heads
+    if heads < 1 or embed_dim < 1 or embed_dim % heads:
+        errors.append(
+            f"--encoder-embed-dim {embed_dim} must be a positive multiple of "
+            f"--encoder-attention-heads {heads}"
+        )
+    if args.max_positions < 1:
+        errors.append(f"--max-positions must be positive, got {args.max_positions}")
+    if args.abs_pos != "none" and args.untied_pos != "none":
+        errors.append(
+            f"--abs-pos {args.abs_pos} adds positions to the input while --untied-pos "
+            f"{args.untied_pos} models them in attention; choose one absolute encoding "
+            "(TUPE: --abs-pos none --untied-pos tupe; BERT-A: --abs-pos learned --untied-pos none)"
+        )
+    if args.cls_reset != "none" and args.untied_pos != "tupe":
+        errors.append(
+            f"--cls-reset {args.cls_reset} needs --untied-pos tupe: theta_1/theta_2 are built "
+            "with TUPE's U^Q/U^K (seed 001 §3.3)"
+        )
+    if args.rel_pos == "t5":
+        buckets, distance = args.rel_pos_buckets, args.rel_pos_max_distance
+        if buckets < 4 or buckets % 2:
+            errors.append(f"--rel-pos-buckets must be even and >= 4, got {buckets}")
+        elif distance <= buckets // 4:
+            errors.append(
+                f"--rel-pos-max-distance ({distance}) must exceed the exact-distance buckets "
+                f"per direction (--rel-pos-buckets / 4 = {buckets // 4})"
+            )
+    if errors:
+        raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))

@@ -1,0 +1,1 @@
+"""Position encodings and attention: plain torch modules, no fairseq registry code."""

@@ -1,0 +1,55 @@
+"""A BERT encoder layer (post-LN, or pre-LN with ``normalize_before``) around PositionalSelfAttention."""
+
+from fairseq import utils
+from fairseq.modules import LayerNorm
+from torch import nn
+
+from .attention import PositionalSelfAttention
+
+
+class PositionalEncoderLayer(nn.Module):
+    def __init__(
+        self,
+        embed_dim,
+        ffn_embed_dim,
+        num_heads,
+        dropout=0.1,
+        attention_dropout=0.1,
+        activation_dropout=0.0,
+        activation_fn="gelu",
+        normalize_before=False,
+    ):
+        super().__init__()
+        self.normalize_before = normalize_before
+        self.self_attn = PositionalSelfAttention(embed_dim, num_heads, attention_dropout)
+        self.self_attn_layer_norm = LayerNorm(embed_dim)
+        self.fc1 = nn.Linear(embed_dim, ffn_embed_dim)
+        self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)
+        self.final_layer_norm = LayerNorm(embed_dim)
+        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self.dropout = nn.Dropout(dropout)
+        self.activation_dropout = nn.Dropout(activation_dropout)
+
+    def _residual_block(self, x, layer_norm, block):
+        residual = x
+        if self.normalize_before:
+            x = layer_norm(x)
+        x, extra = block(x)
+        x = residual + self.dropout(x)
+        if not self.normalize_before:
+            x = layer_norm(x)
+        return x, extra
+
+    def _feed_forward(self, x):
+        x = self.activation_dropout(self.activation_fn(self.fc1(x)))
+        return self.fc2(x), None
+
+    def forward(self, x, term, attn_mask=None, need_weights=False):
+        """x: (B, T, C). Returns the layer output and, with ``need_weights``, its attention."""
+        x, attn = self._residual_block(
+            x,
+            self.self_attn_layer_norm,
+            lambda h: self.self_attn(h, term, attn_mask, need_weights),
+        )
+        x, _ = self._residual_block(x, self.final_layer_norm, self._feed_forward)
+        return x, attn

@@ -1,0 +1,94 @@
+"""The BERT-style encoder stack: word embeddings (+ absolute PE), then layers that share one PositionalTerm."""
+
+import torch
+from fairseq.modules import LayerNorm
+from torch import nn
+
+from .absolute_position import build_absolute_position
+from .encoder_layer import PositionalEncoderLayer
+from .positional_term import SharedPositionalTerm
+
+
+class PositionalTransformerEncoder(nn.Module):
+    """Encodes right-padded token batches; the content-free term is built once per forward.
+
+    Hidden states are kept batch-first; ``inner_states`` are returned (T, B, C) as fairseq's
+    RoBERTa does.
+    """
+
+    def __init__(self, args, embed_tokens):
+        super().__init__()
+        embed_dim = args.encoder_embed_dim
+        self.padding_idx = embed_tokens.padding_idx
+        self.max_positions = args.max_positions
+        self.embed_tokens = embed_tokens
+        self.embed_positions = build_absolute_position(args.abs_pos, args.max_positions, embed_dim)
+        self.layernorm_embedding = LayerNorm(embed_dim) if args.layernorm_embedding else None
+        self.dropout = nn.Dropout(args.dropout)
+        self.positional_term = SharedPositionalTerm(
+            embed_dim,
+            args.encoder_attention_heads,
+            args.max_positions,
+            untied=args.untied_pos,
+            rel_pos=args.rel_pos,
+            cls_reset=args.cls_reset,
+            rel_pos_buckets=args.rel_pos_buckets,
+            rel_pos_max_distance=args.rel_pos_max_distance,
+        )
+        self.layers = nn.ModuleList(
+            PositionalEncoderLayer(
+                embed_dim,
+                args.encoder_ffn_embed_dim,
+                args.encoder_attention_heads,
+                dropout=args.dropout,
+                attention_dropout=args.attention_dropout,
+                activation_dropout=args.activation_dropout,
+                activation_fn=args.activation_fn,
+                normalize_before=args.encoder_normalize_before,
+            )
+            for _ in range(args.encoder_layers)
+        )
+        self.layer_norm = LayerNorm(embed_dim) if args.encoder_normalize_before else None
+
+    def embed(self, src_tokens, token_embeddings=None):
+        x = self.embed_tokens(src_tokens) if token_embeddings is None else token_embeddings
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(src_tokens.size(1))
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        return self.dropout(x)
+
+    def padding_mask(self, src_tokens):
+        """(B, T) True at padding, or None; refuses left-padded input (positions count from token 0)."""
+        mask = src_tokens.eq(self.padding_idx)
+        if not mask.any():
+            return None
+        if mask[:, 0].any():
+            raise ValueError(
+                "a sequence starts with padding: the plugin counts positions from the first token "
+                "and needs right-padded batches (fairseq's masked_lm / sentence_prediction "
+                "default; with translation-style data pass --left-pad-source False)"
+            )
+        return mask
+
+    def forward(self, src_tokens, return_all_hiddens=False, need_attn=False, token_embeddings=None):
+        """Returns (features (B, T, C), inner_states list of (T, B, C) or None, attn list or None)."""
+        padding_mask = self.padding_mask(src_tokens)
+        x = self.embed(src_tokens, token_embeddings)
+        if padding_mask is not None:
+            x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
+        term = self.positional_term(src_tokens.size(1))
+        attn_mask = term.attention_mask(padding_mask, x.dtype)
+        inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
+        attentions = [] if need_attn else None
+        for layer in self.layers:
+            x, attn = layer(x, term, attn_mask, need_weights=need_attn)
+            if return_all_hiddens:
+                inner_states.append(x.transpose(0, 1))
+            if need_attn:
+                attentions.append(attn)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+            if return_all_hiddens:
+                inner_states[-1] = x.transpose(0, 1)
+        return x, inner_states, attentions

@@ -1,0 +1,146 @@
+"""The content-free part of the attention logits, built once per forward and shared by all layers.
+
+This is the one place that turns the position flags into what attention consumes (seed 001 Eq.
+7-11, §4.3). Terms that are low-rank products are handed over in factored form so that each layer
+keeps a fused attention kernel:
+
+* TUPE untied absolute term (Eq. 7): per head, ``q_extra = p U^Q_h`` and ``k_extra = p U^K_h`` are
+  appended to the word query/key; with the shared scale 1/sqrt(2 d_h) the kernel computes exactly
+  ``(x W^Q)(x W^K)^T / sqrt(2 d_h) + (p U^Q)(p U^K)^T / sqrt(2 d_h)``.
+* [CLS] reset (Eq. 9): row 0 becomes theta_1 and column 0 (rows i != 0) theta_2. Two more
+  dimensions do it: one that is 1 in every query but the [CLS] one and theta_2 in the [CLS] key,
+  one that is theta_1 in the [CLS] query and 1 in every key (thetas before the shared scale, which
+  the kernel applies); the positional parts of
+  the [CLS] query and key are zeroed. (theta_1 is constant along its row, so it has no effect
+  after the softmax; it is kept for fidelity to the equation and for the analysis pictures.)
+* BERT-A^d (§4.3): ``(xW^Q + pU^Q)(xW^K + pU^K)^T / sqrt(4 d_h)`` — the four terms of the
+  ablation — is handed over as ``q_shift``/``k_shift`` added to the word query/key.
+* The T5 bucket bias (Eq. 5 / 8 / 11) is not low-rank: it is a dense (H, T, T) ``bias``; under the
+  reset its row 0 and column 0 are zeroed, because the reset replaces the whole content-free term.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .relative_position import T5RelativeBias
+from .untied_position import UntiedPositionalCorrelation
+
+UNTIED_CHOICES = ("none", "tupe", "four-term")
+CLS_RESET_CHOICES = ("none", "paper")
+KERNEL_HEAD_DIM_MULTIPLE = 8
+
+
+@dataclass
+class PositionalTerm:
+    """What every layer's attention adds to its logits; tensors are per head, shape (H, T, .)."""
+
+    scale: float
+    q_extra: Optional[torch.Tensor] = None
+    k_extra: Optional[torch.Tensor] = None
+    q_shift: Optional[torch.Tensor] = None
+    k_shift: Optional[torch.Tensor] = None
+    bias: Optional[torch.Tensor] = None
+
+    def dense(self):
+        """The content-free logits as one (H, T, T) matrix (for analysis and tests)."""
+        parts = []
+        for q, k in ((self.q_extra, self.k_extra), (self.q_shift, self.k_shift)):
+            if q is not None:
+                parts.append(torch.einsum("hid,hjd->hij", q, k) * self.scale)
+        if self.bias is not None:
+            parts.append(self.bias)
+        return sum(parts) if parts else None
+
+    def attention_mask(self, key_padding_mask, dtype):
+        """The mask handed to every layer's fused attention, built once per forward.
+
+        ``key_padding_mask`` is (B, T), True at padding. Returns None, a boolean (B, 1, 1, T) mask
+        (True = attend) or a float (1 or B, H, T, T) additive mask with padded keys at the most
+        negative value of ``dtype``.
+        """
+        if self.bias is None:
+            if key_padding_mask is None:
+                return None
+            return ~key_padding_mask[:, None, None, :]
+        mask = self.bias.to(dtype)[None]
+        if key_padding_mask is not None:
+            mask = mask.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(dtype).min)
+        return mask
+
+
+class SharedPositionalTerm(nn.Module):
+    """Builds the :class:`PositionalTerm` from the flags --untied-pos, --rel-pos and --cls-reset."""
+
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        max_positions,
+        untied="none",
+        rel_pos="none",
+        cls_reset="none",
+        rel_pos_buckets=32,
+        rel_pos_max_distance=128,
+    ):
+        super().__init__()
+        self.head_dim = embed_dim // num_heads
+        self.untied = untied
+        self.cls_reset = cls_reset != "none"
+        self.scale = {"none": 1.0, "tupe": 0.5, "four-term": 0.25}[untied] ** 0.5 / math.sqrt(
+            self.head_dim
+        )
+        self.untied_position = (
+            UntiedPositionalCorrelation(max_positions, embed_dim, num_heads, self.cls_reset)
+            if untied != "none"
+            else None
+        )
+        self.relative_bias = (
+            T5RelativeBias(num_heads, rel_pos_buckets, rel_pos_max_distance)
+            if rel_pos == "t5"
+            else None
+        )
+
+    def forward(self, seq_len):
+        term = PositionalTerm(scale=self.scale)
+        if self.untied_position is not None:
+            q_pos, k_pos = self.untied_position.projections(seq_len)
+            if self.untied == "four-term":
+                term.q_shift, term.k_shift = q_pos, k_pos
+            elif self.cls_reset:
+                term.q_extra, term.k_extra = self._reset_factors(q_pos, k_pos)
+            else:
+                term.q_extra, term.k_extra = q_pos, k_pos
+            if term.q_extra is not None:
+                term.q_extra, term.k_extra = self._pad_to_kernel_width(term.q_extra, term.k_extra)
+        if self.relative_bias is not None:
+            bias = self.relative_bias(seq_len)
+            if self.cls_reset:
+                keep = torch.ones(seq_len, seq_len, dtype=bias.dtype, device=bias.device)
+                keep[0, :] = 0
+                keep[:, 0] = 0
+                bias = bias * keep
+            term.bias = bias
+        return term
+
+    def _reset_factors(self, q_pos, k_pos):
+        """Factors whose product is Eq. 9's reset of the untied term (see the module docstring)."""
+        num_heads, seq_len, _ = q_pos.shape
+        is_cls = torch.zeros(seq_len, 1, dtype=q_pos.dtype, device=q_pos.device)
+        is_cls[0] = 1
+        not_cls = 1 - is_cls
+        theta = self.untied_position.cls_thetas().to(q_pos.dtype)
+        theta_1 = theta[:, 0, None, None] * is_cls
+        theta_2 = theta[:, 1, None, None] * is_cls
+        q_extra = torch.cat([q_pos * not_cls, not_cls.expand(num_heads, -1, -1), theta_1], -1)
+        k_extra = torch.cat([k_pos * not_cls, theta_2, torch.ones_like(theta_2)], -1)
+        return q_extra, k_extra
+
+    def _pad_to_kernel_width(self, q_extra, k_extra):
+        width = self.head_dim + q_extra.size(-1)
+        pad = -width % KERNEL_HEAD_DIM_MULTIPLE
+        return F.pad(q_extra, (0, pad)), F.pad(k_extra, (0, pad))
