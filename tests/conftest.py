@@ -1,0 +1,66 @@
+import argparse
+import os
+import sys
+
+import pytest
+import torch
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY
+
+import tupe_plugin  # noqa: F401  (registers the model and archs)
+from tupe_plugin.models import TupeRobertaModel
+from tupe_plugin.models.architectures import POSITION_PRESETS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+VENV_BIN = os.path.dirname(sys.executable)
+PRESETS = sorted(POSITION_PRESETS)
+
+
+class _Task:
+    def __init__(self, dictionary, max_positions):
+        self.source_dictionary = dictionary
+        self._max_positions = max_positions
+
+    def max_positions(self):
+        return self._max_positions
+
+
+def make_dictionary(size=40):
+    dictionary = Dictionary()
+    for i in range(size):
+        dictionary.add_symbol(f"w{i}")
+    dictionary.add_symbol("<mask>")
+    return dictionary
+
+
+def build_model(arch, dictionary=None, max_positions=32, **overrides):
+    """Build a plugin model the way fairseq-train does: preset, then build_model; dropout off."""
+    overrides.setdefault("dropout", 0.0)
+    overrides.setdefault("attention_dropout", 0.0)
+    args = argparse.Namespace(arch=arch, max_positions=max_positions, **overrides)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    dictionary = dictionary or make_dictionary()
+    return TupeRobertaModel.build_model(args, _Task(dictionary, max_positions))
+
+
+def random_tokens(dictionary, lengths, seed=0):
+    """Right-padded batch starting with <s>, one row per length."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.full((len(lengths), max(lengths)), dictionary.pad())
+    for row, length in enumerate(lengths):
+        tokens[row, 0] = dictionary.bos()
+        tokens[row, 1:length] = torch.randint(
+            dictionary.nspecial, len(dictionary), (length - 1,), generator=generator
+        )
+    return tokens
+
+
+@pytest.fixture
+def dictionary():
+    return make_dictionary()
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

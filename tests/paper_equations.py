@@ -1,0 +1,139 @@
+"""Plain, step-by-step twin of the plugin's encoder, written from the papers' equations.
+
+Nothing here calls the plugin's attention, positional-term or bucket code: it reads the model's
+parameters and loops over heads, computing each logit term of seed 001 Eq. 3-11 (and the §4.3
+BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def t5_bucket(distance_key_minus_query, num_buckets=32, max_distance=128):
+    """T5's bidirectional bucket of one integer offset, in plain Python."""
+    half = num_buckets // 2
+    n = -distance_key_minus_query
+    bucket = half if n < 0 else 0
+    n = abs(n)
+    exact = half // 2
+    if n < exact:
+        return bucket + n
+    large = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (half - exact))
+    return bucket + min(large, half - 1)
+
+
+def layer_norm(x, module):
+    return F.layer_norm(x, x.shape[-1:], module.weight, module.bias, module.eps)
+
+
+def content_free_correlation(encoder, seq_len, head):
+    """v_ij of seed 001 §3.2 for one head, after reset_theta (Eq. 9), or None (BERT-A)."""
+    term = encoder.positional_term
+    head_dim = encoder.layers[0].self_attn.head_dim
+    rows = slice(head * head_dim, (head + 1) * head_dim)
+    v = torch.zeros(seq_len, seq_len)
+    used = False
+    untied = term.untied_position
+    if untied is not None and term.untied == "tupe":
+        p = layer_norm(untied.embed_positions.weight[:seq_len], untied.layer_norm)
+        pq = p @ untied.q_proj.weight[rows].t()
+        pk = p @ untied.k_proj.weight[rows].t()
+        v = v + (pq @ pk.t()) / math.sqrt(2 * head_dim)
+        used = True
+    if term.relative_bias is not None:
+        table = term.relative_bias.relative_attention_bias.weight
+        bias = torch.stack(
+            [
+                torch.stack(
+                    [
+                        table[t5_bucket(j - i, term.relative_bias.num_buckets,
+                                        term.relative_bias.max_distance), head]
+                        for j in range(seq_len)
+                    ]
+                )
+                for i in range(seq_len)
+            ]
+        )
+        v = v + bias
+        used = True
+    if untied is not None and untied.cls_vectors is not None:
+        thetas = []
+        for vector in untied.cls_vectors:
+            p = layer_norm(vector, untied.layer_norm)
+            thetas.append(
+                (p @ untied.q_proj.weight[rows].t()) @ (p @ untied.k_proj.weight[rows].t())
+                / math.sqrt(2 * head_dim)
+            )
+        reset = torch.zeros_like(v)
+        for i in range(seq_len):
+            for j in range(seq_len):
+                if i == 0:
+                    reset[i, j] = thetas[0]
+                elif j == 0:
+                    reset[i, j] = thetas[1]
+                else:
+                    reset[i, j] = v[i, j]
+        v = reset
+    return v if used else None
+
+
+def attention_layer(encoder, layer, x, padding_mask):
+    """One layer's multi-head attention output for x (B, T, C), head by head."""
+    attn = layer.self_attn
+    batch, seq_len, embed_dim = x.shape
+    head_dim = attn.head_dim
+    w, b = attn.in_proj.weight, attn.in_proj.bias
+    term = encoder.positional_term
+    heads = []
+    for h in range(attn.num_heads):
+        rows = slice(h * head_dim, (h + 1) * head_dim)
+        q = x @ w[:embed_dim][rows].t() + b[:embed_dim][rows]
+        k = x @ w[embed_dim : 2 * embed_dim][rows].t() + b[embed_dim : 2 * embed_dim][rows]
+        v = x @ w[2 * embed_dim :][rows].t() + b[2 * embed_dim :][rows]
+        if term.untied == "four-term":
+            untied = term.untied_position
+            p = layer_norm(untied.embed_positions.weight[:seq_len], untied.layer_norm)
+            pq = p @ untied.q_proj.weight[rows].t()
+            pk = p @ untied.k_proj.weight[rows].t()
+            logits = (
+                q @ k.transpose(1, 2) + q @ pk.t() + (pq @ k.transpose(1, 2)) + pq @ pk.t()
+            ) / math.sqrt(4 * head_dim)
+        elif term.untied == "tupe":
+            logits = q @ k.transpose(1, 2) / math.sqrt(2 * head_dim)
+        else:
+            logits = q @ k.transpose(1, 2) / math.sqrt(head_dim)
+        correlation = content_free_correlation(encoder, seq_len, h)
+        if correlation is not None:
+            logits = logits + correlation
+        if padding_mask is not None:
+            logits = logits.masked_fill(padding_mask[:, None, :], float("-inf"))
+        heads.append(torch.softmax(logits, -1) @ v)
+    out = torch.cat(heads, -1)
+    return out @ attn.out_proj.weight.t() + attn.out_proj.bias
+
+
+def encoder_features(encoder, src_tokens):
+    """The encoder's final hidden states (B, T, C) with dropout off (seed 001 Eq. 3 input)."""
+    padding_mask = src_tokens.eq(encoder.padding_idx)
+    x = encoder.embed_tokens.weight[src_tokens]
+    if encoder.embed_positions is not None:
+        x = x + encoder.embed_positions.weight[: src_tokens.size(1)]
+    if encoder.layernorm_embedding is not None:
+        x = layer_norm(x, encoder.layernorm_embedding)
+    x = x * (~padding_mask).unsqueeze(-1).float()
+    for layer in encoder.layers:
+        pre = layer.normalize_before
+        h = layer_norm(x, layer.self_attn_layer_norm) if pre else x
+        x = x + attention_layer(encoder, layer, h, padding_mask)
+        if not pre:
+            x = layer_norm(x, layer.self_attn_layer_norm)
+        h = layer_norm(x, layer.final_layer_norm) if pre else x
+        h = F.gelu(h @ layer.fc1.weight.t() + layer.fc1.bias) @ layer.fc2.weight.t() + layer.fc2.bias
+        x = x + h
+        if not pre:
+            x = layer_norm(x, layer.final_layer_norm)
+    if encoder.layer_norm is not None:
+        x = layer_norm(x, encoder.layer_norm)
+    return x

@@ -1,0 +1,67 @@
+import pytest
+import torch
+
+from conftest import PRESETS, build_model, random_tokens
+from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
+from tupe_plugin.models.position_flags import PositionFlagError
+
+PAPER_ROWS = {
+    "bert_a": ("learned", "none", "none", "none"),
+    "bert_r": ("learned", "t5", "none", "none"),
+    "tupe_a": ("none", "none", "tupe", "paper"),
+    "tupe_r": ("none", "t5", "tupe", "paper"),
+    "tupe_a_tie_cls": ("none", "none", "tupe", "none"),
+    "bert_a_d": ("none", "none", "four-term", "none"),
+}
+
+
+def test_every_paper_row_is_registered_in_every_size():
+    expected = {f"{row}_{size}" for row in PAPER_ROWS for size in SIZES}
+    assert expected <= set(ARCHITECTURES)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_set_the_paper_rows_flags(preset, dictionary):
+    args = build_model(f"{preset}_tiny", dictionary).args
+    assert (args.abs_pos, args.rel_pos, args.untied_pos, args.cls_reset) == PAPER_ROWS[preset]
+
+
+def test_command_line_flags_override_a_preset(dictionary):
+    model = build_model("tupe_r_tiny", dictionary, encoder_layers=3, rel_pos="none")
+    assert len(model.encoder.sentence_encoder.layers) == 3
+    assert model.encoder.sentence_encoder.positional_term.relative_bias is None
+
+
+def test_sizes_match_the_design_table(dictionary):
+    model = build_model("bert_a_medium", dictionary)
+    encoder = model.encoder.sentence_encoder
+    attn = encoder.layers[0].self_attn
+    assert (len(encoder.layers), attn.num_heads * attn.head_dim, attn.num_heads,
+            encoder.layers[0].fc1.out_features) == SIZES["medium"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (dict(abs_pos="learned"), "--abs-pos learned .* --untied-pos tupe"),
+        (dict(untied_pos="none", rel_pos="t5"), "--cls-reset paper needs --untied-pos tupe"),
+        (dict(rel_pos_buckets=7), "--rel-pos-buckets must be even"),
+        (dict(rel_pos_max_distance=4), "--rel-pos-max-distance"),
+        (dict(encoder_attention_heads=3), "multiple of --encoder-attention-heads"),
+        (dict(encoder_attention_heads=0), "multiple of --encoder-attention-heads"),
+    ],
+)
+def test_flag_combinations_that_make_no_sense_raise_a_clear_error(flags, message, dictionary):
+    with pytest.raises(PositionFlagError, match=message):
+        build_model("tupe_r_tiny", dictionary, **flags)
+
+
+@pytest.mark.parametrize("size", ["medium", pytest.param("base", marks=pytest.mark.slow),
+                                  pytest.param("large", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_size_builds_and_runs_one_forward(preset, size, dictionary):
+    model = build_model(f"{preset}_{size}", dictionary).eval()
+    with torch.no_grad():
+        logits, _ = model(random_tokens(dictionary, [12, 7]))
+    assert logits.shape == (2, 12, len(dictionary))
+    assert torch.isfinite(logits).all()

@@ -1,0 +1,52 @@
+"""The fused path against the step-by-step paper equations (tests/paper_equations.py)."""
+
+import pytest
+import torch
+
+from conftest import PRESETS, build_model, random_tokens
+from paper_equations import encoder_features
+
+LENGTHS = [7, 5, 3]
+
+
+def _features_and_grads(model, tokens, features_fn, weights):
+    model.zero_grad()
+    features = features_fn(tokens)
+    (features * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return features.detach(), grads
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("normalize_before", [False, True])
+def test_forward_and_gradients_equal_the_paper_equations(preset, normalize_before, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary, encoder_normalize_before=normalize_before)
+    tokens = random_tokens(dictionary, LENGTHS)
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
+    encoder = model.encoder.sentence_encoder
+
+    fused, fused_grads = _features_and_grads(
+        model, tokens, lambda t: model(t, features_only=True)[0], weights
+    )
+    plain, plain_grads = _features_and_grads(
+        model, tokens, lambda t: encoder_features(encoder, t), weights
+    )
+
+    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
+    assert fused_grads.keys() == plain_grads.keys()
+    for name in plain_grads:
+        torch.testing.assert_close(
+            fused_grads[name], plain_grads[name], atol=1e-5, rtol=1e-4, msg=name
+        )
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_explicit_attention_path_equals_the_fused_path(preset, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary)
+    tokens = random_tokens(dictionary, LENGTHS)
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    fused = model(tokens, features_only=True)[0]
+    explicit, extra = model(tokens, features_only=True, need_attn=True)
+    torch.testing.assert_close(fused * keep, explicit * keep, atol=1e-5, rtol=1e-5)
+    assert len(extra["attn"]) == model.args.encoder_layers

@@ -1,0 +1,59 @@
+import pytest
+import torch
+
+from conftest import PRESETS, build_model, random_tokens
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("layers", [2, 5])
+def test_positional_term_is_built_once_per_forward_whatever_the_depth(preset, layers, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary, encoder_layers=layers)
+    calls = []
+    model.encoder.sentence_encoder.positional_term.register_forward_hook(
+        lambda *_: calls.append(1)
+    )
+    model(random_tokens(dictionary, [8, 5]))
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("preset", ["tupe_a", "tupe_r"])
+def test_cls_reset_sets_exactly_row_0_and_column_0(preset, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary)
+    positional = model.encoder.sentence_encoder.positional_term
+    seq_len = 10
+    reset = positional(seq_len).dense()
+    positional.cls_reset = False
+    untouched = positional(seq_len).dense()
+    thetas = positional.untied_position.cls_thetas() * positional.scale
+
+    changed = (reset - untouched).abs() > 0
+    expected = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    expected[0, :] = True
+    expected[:, 0] = True
+    assert torch.equal(changed.any(0), expected)
+    torch.testing.assert_close(reset[:, 0, :], thetas[:, :1].expand(-1, seq_len))
+    torch.testing.assert_close(reset[:, 1:, 0], thetas[:, 1:].expand(-1, seq_len - 1))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_position_tables_are_shared_by_all_layers(preset, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary, encoder_layers=3)
+    layer_names = [n for n, _ in model.named_parameters() if ".layers." in n]
+    assert not [n for n in layer_names if "pos" in n or "relative" in n]
+
+
+def test_tupe_scales_word_and_position_terms_by_one_over_sqrt_2_dh(dictionary):
+    model = build_model("tupe_a_tiny", dictionary)
+    head_dim = 128 // 4
+    assert model.encoder.sentence_encoder.positional_term(4).scale == pytest.approx(
+        (2 * head_dim) ** -0.5
+    )
+    bert = build_model("bert_a_tiny", dictionary)
+    assert bert.encoder.sentence_encoder.positional_term(4).scale == pytest.approx(head_dim ** -0.5)
+
+
+def test_learned_table_longer_input_names_max_positions(dictionary):
+    for arch in ("bert_a_tiny", "tupe_a_tiny"):
+        model = build_model(arch, dictionary, max_positions=8)
+        with pytest.raises(ValueError, match="--max-positions"):
+            model(random_tokens(dictionary, [9]))

@@ -1,0 +1,37 @@
+import torch
+
+from tupe_plugin.modules.relative_position import relative_position_bucket
+
+# Per direction (32 buckets, max distance 128): 8 exact distances, then log-spaced buckets whose
+# lower edges are 8 * 16 ** (k / 8) for k = 1..7, rounded up: 12, 16, 23, 32, 46, 64, 91.
+HAND_TABLE = [(0, 7, None), (8, 11, 8), (12, 15, 9), (16, 22, 10), (23, 31, 11), (32, 45, 12),
+              (46, 63, 13), (64, 90, 14), (91, 200, 15)]
+
+
+def hand_bucket(distance):
+    for low, high, bucket in HAND_TABLE:
+        if low <= distance <= high:
+            return distance if bucket is None else bucket
+    raise AssertionError(distance)
+
+
+def test_keys_before_or_at_the_query_use_the_lower_half():
+    distances = torch.arange(0, 201)
+    got = relative_position_bucket(-distances).tolist()
+    assert got == [hand_bucket(d) for d in range(201)]
+
+
+def test_keys_after_the_query_use_the_upper_half():
+    distances = torch.arange(1, 201)
+    got = relative_position_bucket(distances).tolist()
+    assert got == [16 + hand_bucket(d) for d in range(1, 201)]
+
+
+def test_bucket_16_never_occurs_for_ordinary_offsets():
+    assert 16 not in relative_position_bucket(torch.arange(-300, 301)).tolist()
+
+
+def test_result_is_a_long_tensor_of_the_input_shape():
+    relative = torch.arange(-5, 5).view(2, 5)
+    out = relative_position_bucket(relative)
+    assert out.dtype == torch.long and out.shape == relative.shape
