@@ -1,0 +1,99 @@
+"""Saving, loading and the RoBERTa hub interface (encode / extract_features / predict)."""
+
+import os
+import shutil
+
+import pytest
+import sentencepiece as spm
+import torch
+from fairseq import checkpoint_utils
+
+from cli import run_fairseq
+from conftest import PRESETS, SHARED_DATA, build_model, random_tokens
+from tupe_plugin.models import TupeRobertaModel
+
+SST2 = os.path.join(SHARED_DATA, "glue", "SST-2", "train.tsv")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_save_then_load_gives_identical_outputs(preset, dictionary, tmp_path):
+    model = build_model(f"{preset}_tiny", dictionary).eval()
+    path = tmp_path / "model.pt"
+    torch.save({"args": model.args, "model": model.state_dict()}, path)
+    state = torch.load(path)
+    loaded = build_model(state["args"].arch, dictionary, **{
+        k: v for k, v in vars(state["args"]).items() if k != "arch"
+    }).eval()
+    loaded.load_state_dict(state["model"], strict=True)
+    tokens = random_tokens(dictionary, [10, 6])
+    with torch.no_grad():
+        assert torch.equal(model(tokens)[0], loaded(tokens)[0])
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory):
+    """A tiny TUPE-R trained for 2 updates on SST-2 sentences with a sentencepiece vocabulary."""
+    if not os.path.isfile(SST2):
+        raise FileNotFoundError(f"{SST2} missing: tests need ../shared/data beside the repo")
+    root = tmp_path_factory.mktemp("hub")
+    with open(SST2, encoding="utf-8") as f:
+        sentences = [line.split("\t")[0] for line in list(f)[1:1201]]
+    (root / "raw.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(root / "raw.txt"), model_prefix=str(root / "spm"), vocab_size=300,
+        model_type="unigram", minloglevel=2,
+    )
+    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    encoded = [" ".join(processor.encode(s, out_type=str)) for s in sentences]
+    (root / "train.bpe").write_text("\n".join(encoded[:1000]) + "\n", encoding="utf-8")
+    (root / "valid.bpe").write_text("\n".join(encoded[1000:]) + "\n", encoding="utf-8")
+    data = root / "data-bin"
+    run_fairseq("preprocess", "--only-source", "--trainpref", root / "train.bpe",
+                "--validpref", root / "valid.bpe", "--destdir", data, "--workers", 1)
+    shutil.copy(root / "spm.model", data / "sentencepiece.bpe.model")
+    run_fairseq(
+        "train", data, "--user-dir", "tupe_plugin", "--task", "masked_lm",
+        "--criterion", "masked_lm", "--arch", "tupe_r_tiny", "--tokens-per-sample", 64,
+        "--batch-size", 8, "--max-update", 2, "--optimizer", "adam", "--lr", 1e-3,
+        "--save-dir", root / "checkpoints", "--cpu", "--no-epoch-checkpoints",
+    )
+    return root
+
+
+def test_hub_encode_extract_features_and_predict(pretrained_dir):
+    hub = TupeRobertaModel.from_pretrained(
+        str(pretrained_dir / "checkpoints"), "checkpoint_last.pt",
+        str(pretrained_dir / "data-bin"),
+    ).eval()
+    tokens = hub.encode("a gripping , funny film", "not at all")
+    assert tokens[0] == hub.task.source_dictionary.bos()
+    assert hub.task.source_dictionary.unk() not in tokens.tolist()
+
+    features = hub.extract_features(tokens)
+    assert features.shape == (1, len(tokens), 128)
+    layers = hub.extract_features(tokens, return_all_hiddens=True)
+    assert len(layers) == 3 and torch.equal(layers[-1], features)
+
+    hub.register_classification_head("sentiment", num_classes=2)
+    assert hub.predict("sentiment", tokens).shape == (1, 2)
+
+
+def test_hub_without_a_sentencepiece_model_says_where_it_looked(pretrained_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="sentencepiece_model=PATH"):
+        TupeRobertaModel.from_pretrained(str(pretrained_dir / "checkpoints"),
+                                         "checkpoint_last.pt", str(tmp_path))
+
+
+def test_hub_output_equals_the_training_checkpoint_model(pretrained_dir):
+    checkpoint = str(pretrained_dir / "checkpoints" / "checkpoint_last.pt")
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides={"data": str(pretrained_dir / "data-bin")}
+    )
+    hub = TupeRobertaModel.from_pretrained(
+        str(pretrained_dir / "checkpoints"), "checkpoint_last.pt",
+        str(pretrained_dir / "data-bin"),
+    ).eval()
+    tokens = hub.encode("an engaging story")
+    with torch.no_grad():
+        expected = models[0].eval()(tokens[None], features_only=True)[0]
+    torch.testing.assert_close(hub.extract_features(tokens), expected)

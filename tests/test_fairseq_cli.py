@@ -1,0 +1,79 @@
+"""fairseq-preprocess -> fairseq-train -> fairseq-validate through the real command-line tools."""
+
+import math
+import os
+
+import pytest
+
+from cli import logged_losses, run_fairseq, train_inner_losses
+from conftest import PRESETS, SHARED_DATA
+
+WIKITEXT = os.path.join(SHARED_DATA, "wikitext-2", "wiki.valid.tokens")
+
+
+def train_args(data, save_dir, arch, updates, *extra):
+    return [
+        data, "--user-dir", "tupe_plugin", "--task", "masked_lm", "--criterion", "masked_lm",
+        "--arch", arch, "--tokens-per-sample", 64, "--batch-size", 8, "--max-update", updates,
+        "--optimizer", "adam", "--lr", 1e-3, "--save-dir", save_dir, "--cpu", "--seed", 1,
+        "--log-format", "simple", "--log-interval", 1, "--num-workers", 0,
+        "--no-epoch-checkpoints", *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def wikitext_bin(tmp_path_factory):
+    """The first lines of WikiText-2 valid (train) and the next ones (valid), binarized."""
+    if not os.path.isfile(WIKITEXT):
+        raise FileNotFoundError(f"{WIKITEXT} missing: tests need ../shared/data beside the repo")
+    root = tmp_path_factory.mktemp("wikitext")
+    with open(WIKITEXT, encoding="utf-8") as f:
+        lines = f.readlines()
+    (root / "train.txt").write_text("".join(lines[:300]), encoding="utf-8")
+    (root / "valid.txt").write_text("".join(lines[300:400]), encoding="utf-8")
+    run_fairseq(
+        "preprocess", "--only-source", "--trainpref", root / "train.txt",
+        "--validpref", root / "valid.txt", "--destdir", root / "bin", "--workers", 1,
+    )
+    return root / "bin"
+
+
+def test_train_validate_and_resume_tupe_r(wikitext_bin, tmp_path):
+    save_dir = tmp_path / "checkpoints"
+    tensorboard = tmp_path / "tensorboard"
+    first = run_fairseq(
+        "train", *train_args(wikitext_bin, save_dir, "tupe_r_tiny", 4,
+                             "--save-interval-updates", 2, "--tensorboard-logdir", tensorboard)
+    )
+    assert len(train_inner_losses(first)) == 4
+    assert (save_dir / "checkpoint_last.pt").is_file()
+    assert list(tensorboard.rglob("events.out.tfevents.*"))
+
+    validated = run_fairseq(
+        "validate", wikitext_bin, "--user-dir", "tupe_plugin", "--path",
+        save_dir / "checkpoint_last.pt", "--task", "masked_lm", "--batch-size", 8, "--cpu",
+    )
+    (loss,) = logged_losses(validated, "valid")
+    assert math.isfinite(loss)
+
+    resumed = run_fairseq("train", *train_args(wikitext_bin, save_dir, "tupe_r_tiny", 6))
+    assert "Loaded checkpoint" in resumed and "@ 4 updates" in resumed
+    assert len(train_inner_losses(resumed)) == 2
+
+
+def test_user_dir_may_be_the_installed_package_path(wikitext_bin, tmp_path):
+    import tupe_plugin
+
+    package_dir = os.path.dirname(tupe_plugin.__file__)
+    out = run_fairseq(
+        "train", *train_args(wikitext_bin, tmp_path, "bert_a_tiny", 1)[:-1],
+        "--user-dir", package_dir, "--no-epoch-checkpoints", cwd=tmp_path,
+    )
+    assert len(train_inner_losses(out)) == 1
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_architecture_trains_and_validates(preset, wikitext_bin, tmp_path):
+    out = run_fairseq("train", *train_args(wikitext_bin, tmp_path, f"{preset}_tiny", 2))
+    losses = train_inner_losses(out) + logged_losses(out, "valid")
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
