@@ -51,8 +51,7 @@ def build(tmp_path, text, *flags, name="corpus"):
 
 @pytest.fixture
 def spm_corpus(tmp_path):
-    corpus = build(tmp_path, documents_text(60), "--valid-fraction", "0.1", "--test-fraction", "0.1")
-    return corpus
+    return build(tmp_path, documents_text(60), "--valid-fraction", "0.1", "--test-fraction", "0.1")
 
 
 def test_every_document_lands_in_exactly_one_split(tmp_path):
@@ -139,6 +138,15 @@ def test_stdlib_skip_list_leaves_out_tests_and_idle():
     files = build_corpus.stdlib_files(build_corpus.sysconfig.get_paths()["stdlib"])
     parts = {part for path in files for part in path.parts}
     assert files and not parts & {"test", "idlelib", "site-packages"}
+
+
+def test_stdlib_corpus_is_short_unique_prose_lines():
+    documents = build_corpus.stdlib_documents(max_words=48)
+    lines = [line for document in documents for line in document]
+    assert len(documents) > 1000
+    assert len(lines) == len(set(lines))
+    assert max(len(line.split()) for line in lines) <= 48
+    assert not any(">>>" in line for line in lines)
 
 
 def test_missing_corpus_file_error_names_the_file(tmp_path, capsys):

@@ -1,0 +1,55 @@
+# Install, test and demo tupe-plugin.  Run `make help` for the targets.
+#
+# Everything runs from the virtualenv in .venv, created with `python3 -m venv`
+# when missing.  torch is pinned in every pip command: left unpinned, pip
+# resolves a CUDA build plus gigabytes of nvidia wheels.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 sentencepiece tensorboard matplotlib pytest hypothesis
+
+# Demo settings, passed to examples/demo.sh (see its header).
+CORPUS ?=
+ARCH ?= tupe_r_tiny
+UPDATES ?= 400
+WORKDIR ?= demo
+DEMO_OUTPUTS := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp checkpoints tensorboard \
+	train.log valid.log
+
+.PHONY: help install test test-slow demo clean distclean
+
+help:
+	@echo "make install     create .venv and install the plugin and its dependencies"
+	@echo "make test        fast test suite (tests not marked slow)"
+	@echo "make test-slow   tests marked slow"
+	@echo "make demo        pre-train a tiny model on CPU end to end (examples/demo.sh);"
+	@echo "                 settings: CORPUS=file ARCH=$(ARCH) UPDATES=$(UPDATES) WORKDIR=$(WORKDIR)"
+	@echo "make clean       remove the demo outputs in WORKDIR"
+	@echo "make distclean   clean, and remove .venv"
+
+install: $(STAMP)
+
+$(STAMP): setup.py Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install $(REQUIREMENTS)
+	$(BIN)/pip install --no-deps -e .
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q tests -m "not slow"
+
+# pytest exits with 5 when no test is selected: no slow tests is not a failure.
+test-slow: install
+	$(BIN)/python -m pytest -q tests -m slow || test $$? -eq 5
+
+demo: install
+	CORPUS="$(CORPUS)" ARCH="$(ARCH)" UPDATES="$(UPDATES)" WORKDIR="$(WORKDIR)" bash examples/demo.sh
+
+clean:
+	rm -rf $(addprefix $(WORKDIR)/,$(DEMO_OUTPUTS))
+	rmdir $(WORKDIR) 2>/dev/null || true
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Train a sentencepiece model on a corpus and encode its splits into pieces.
+
+Reads ``train.txt`` (and ``valid.txt``, ``test.txt`` when present) from
+``--corpus-dir`` as written by ``scripts/build_corpus.py``, trains a
+sentencepiece model on ``train.txt`` and writes to ``--output-dir``:
+
+- ``spm.model``, ``spm.vocab``: the sentencepiece model;
+- ``train.bpe``, ``valid.bpe``, ``test.bpe``: the splits as space-separated
+  pieces, line for line (blank lines stay blank), ready for
+  ``fairseq-preprocess --only-source``.  A line of more than ``--max-pieces``
+  pieces is cut into several lines, so that every line fits one
+  ``masked_lm`` block (``--tokens-per-sample`` minus ``<s>`` and ``</s>``).
+
+Training is deterministic for a given corpus, seed and thread count.  To let
+fairseq encode raw text with the same model, pass
+``--bpe sentencepiece --sentencepiece-model OUTPUT_DIR/spm.model``.
+
+Example::
+
+    python scripts/train_spm.py --corpus-dir demo/corpus --output-dir demo/spm
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import sentencepiece as spm
+
+logger = logging.getLogger("train_spm")
+
+SPLITS = ("train", "valid", "test")
+
+
+def train(train_file, model_prefix, vocab_size, model_type, input_sentence_size, seed, threads):
+    """Train a sentencepiece model; returns the path of the ``.model`` file.
+
+    ``vocab_size`` is a soft limit, so a small corpus gets a smaller vocabulary
+    instead of an error.
+    """
+    spm.set_random_generator_seed(seed)
+    spm.SentencePieceTrainer.train(
+        input=str(train_file),
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        hard_vocab_limit=False,
+        num_threads=threads,
+        minloglevel=2,
+    )
+    return model_prefix.with_suffix(".model")
+
+
+def cut(pieces, max_pieces):
+    """Split one encoded line into lines of at most ``max_pieces`` pieces."""
+    if not pieces:
+        return [[]]
+    return [pieces[start : start + max_pieces] for start in range(0, len(pieces), max_pieces)]
+
+
+def encode_file(processor, source, target, max_pieces):
+    """Write ``source`` as space-separated pieces to ``target``.
+
+    Returns the number of pieces and the number of lines that were cut.
+    """
+    lines = source.read_text(encoding="utf-8").splitlines()
+    encoded = processor.encode(lines, out_type=str)
+    with target.open("w", encoding="utf-8") as out:
+        for pieces in encoded:
+            for chunk in cut(pieces, max_pieces):
+                out.write(" ".join(chunk) + "\n")
+    return sum(len(pieces) for pieces in encoded), sum(len(pieces) > max_pieces for pieces in encoded)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--corpus-dir", type=Path, required=True, help="folder with train.txt (valid.txt, test.txt)"
+    )
+    parser.add_argument(
+        "--output-dir", type=Path, required=True, help="folder for spm.model and the .bpe files"
+    )
+    parser.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size (default 8000)")
+    parser.add_argument(
+        "--model-type", choices=("unigram", "bpe"), default="unigram", help="default unigram"
+    )
+    parser.add_argument(
+        "--input-sentence-size",
+        type=int,
+        default=100000,
+        help="train on at most this many lines of train.txt, sampled with --seed (default 100000)",
+    )
+    parser.add_argument(
+        "--max-pieces",
+        type=int,
+        default=126,
+        help="longest encoded line; longer lines are cut (default 126: --tokens-per-sample 128 "
+        "minus <s> and </s>)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of the line sampling (default 1)")
+    parser.add_argument("--threads", type=int, default=2, help="training threads (default 2)")
+    args = parser.parse_args(argv)
+    if args.vocab_size < 8:
+        parser.error(f"--vocab-size must be at least 8, got {args.vocab_size}")
+    if args.max_pieces < 1:
+        parser.error(f"--max-pieces must be at least 1, got {args.max_pieces}")
+    train_file = args.corpus_dir / "train.txt"
+    if not train_file.is_file():
+        parser.error(
+            f"--corpus-dir: {train_file} not found; build it with scripts/build_corpus.py "
+            f"--output-dir {args.corpus_dir}"
+        )
+    if not train_file.read_text(encoding="utf-8").strip():
+        parser.error(f"--corpus-dir: {train_file} is empty; rebuild the corpus")
+    return args
+
+
+def main(argv=None):
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = parse_args(argv)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    model_file = train(
+        args.corpus_dir / "train.txt",
+        args.output_dir / "spm",
+        args.vocab_size,
+        args.model_type,
+        args.input_sentence_size,
+        args.seed,
+        args.threads,
+    )
+    processor = spm.SentencePieceProcessor(model_file=str(model_file))
+    logger.info("trained %s: %s, %d pieces", model_file, args.model_type, processor.get_piece_size())
+    for split in SPLITS:
+        source = args.corpus_dir / f"{split}.txt"
+        if not source.is_file():
+            continue
+        target = args.output_dir / f"{split}.bpe"
+        pieces, cut_lines = encode_file(processor, source, target, args.max_pieces)
+        logger.info("%s: %d pieces, %d long lines cut", target, pieces, cut_lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
