@@ -1,7 +1,7 @@
 import pytest
 import torch
-
 from conftest import PRESETS, build_model, random_tokens
+
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
 from tupe_plugin.models.position_flags import PositionFlagError
 

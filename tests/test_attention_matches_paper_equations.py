@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from conftest import PRESETS, build_model, random_tokens
 from paper_equations import encoder_features
 

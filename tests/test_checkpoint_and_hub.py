@@ -6,10 +6,10 @@ import shutil
 import pytest
 import sentencepiece as spm
 import torch
-from fairseq import checkpoint_utils
-
 from cli import run_fairseq
 from conftest import PRESETS, SHARED_DATA, build_model, random_tokens
+from fairseq import checkpoint_utils
+
 from tupe_plugin.models import TupeRobertaModel
 
 SST2 = os.path.join(SHARED_DATA, "glue", "SST-2", "train.tsv")

@@ -4,7 +4,6 @@ import math
 import os
 
 import pytest
-
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import PRESETS, SHARED_DATA
 

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from conftest import PRESETS, build_model, random_tokens
 
 

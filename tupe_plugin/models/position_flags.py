@@ -1,4 +1,4 @@
-"""Checks of the position-encoding flags: combinations that make no sense fail at build time, naming the flags."""
+"""Checks of the position flags: combinations that make no sense fail at build time, naming the flags."""
 
 
 class PositionFlagError(ValueError):

@@ -12,8 +12,8 @@ import os
 from fairseq import hub_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
-from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.models.roberta.hub_interface import RobertaHubInterface
+from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..modules.absolute_position import ABS_POS_CHOICES

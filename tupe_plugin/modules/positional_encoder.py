@@ -1,6 +1,5 @@
-"""The BERT-style encoder stack: word embeddings (+ absolute PE), then layers that share one PositionalTerm."""
+"""BERT-style encoder stack: word embeddings (+ absolute PE), then layers sharing one PositionalTerm."""
 
-import torch
 from fairseq.modules import LayerNorm
 from torch import nn
 
