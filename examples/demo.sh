@@ -10,7 +10,7 @@
 #   CORPUS      a UTF-8 text file to train on (default: the docstrings of the
 #               Python standard library, built locally, no download)
 #   ARCH        fairseq --arch (default tupe_r_tiny: 2 layers, d 128, 4 heads)
-#   UPDATES     number of training updates (default 400)
+#   UPDATES     number of training updates, at least 10 (default 400)
 #   WORKDIR     folder for everything the demo writes (default: demo/ in the
 #               repository)
 #   TRAIN_ARGS  extra fairseq-train flags, e.g. TRAIN_ARGS='--dropout 0.2'
@@ -40,7 +40,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 [[ -x $PYTHON ]] || die "no Python at $PYTHON: run 'make install' first, or set PYTHON="
 BIN=$(dirname "$PYTHON")
-[[ $UPDATES =~ ^[1-9][0-9]*$ ]] || die "UPDATES must be a positive integer, got '$UPDATES'"
+[[ $UPDATES =~ ^[0-9]+$ ]] && (( UPDATES >= 10 )) ||
+    die "UPDATES must be a whole number of at least 10 (the log interval), got '$UPDATES'"
 read -r -a EXTRA_TRAIN_ARGS <<< "$TRAIN_ARGS"
 
 CORPUS_DIR=$WORKDIR/corpus
@@ -150,7 +151,7 @@ if not math.isfinite(valid) or valid >= first.value:
 print(f"OK: the validation loss is {first.value - valid:.3f} bits below the first training loss")
 EOF
 cat <<EOF
-time:        $(( SECONDS - START )) s: data $(( PREPARED - START )) s, training $(( TRAINED - PREPARED )) s, validation $(( VALIDATED - TRAINED )) s
+time:        $(( SECONDS - START )) s (data $(( PREPARED - START )), training $(( TRAINED - PREPARED )), validation $(( VALIDATED - TRAINED )))
 checkpoint:  $SAVE_DIR/checkpoint_last.pt
 logs:        $TRAIN_LOG, $VALID_LOG
 tensorboard: $TENSORBOARD_DIR  (view with: $BIN/tensorboard --logdir $TENSORBOARD_DIR)

@@ -237,7 +237,8 @@ def parse_args(argv):
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the split hash (default 1)")
     args = parser.parse_args(argv)
-    for flag, fraction in (("--valid-fraction", args.valid_fraction), ("--test-fraction", args.test_fraction)):
+    fractions = {"--valid-fraction": args.valid_fraction, "--test-fraction": args.test_fraction}
+    for flag, fraction in fractions.items():
         if not 0 < fraction < 0.5:
             parser.error(f"{flag} must be between 0 and 0.5, got {fraction}")
     if args.max_words < 1:
