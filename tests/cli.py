@@ -26,3 +26,14 @@ def logged_losses(output, subset):
 
 def train_inner_losses(output):
     return [float(v) for v in re.findall(r"train_inner .*? loss=([0-9.]+|inf|nan)", output)]
+
+
+def train_args(data, save_dir, arch, updates, *extra):
+    """A short masked-LM fairseq-train command line for the plugin."""
+    return [
+        data, "--user-dir", "tupe_plugin", "--task", "masked_lm", "--criterion", "masked_lm",
+        "--arch", arch, "--tokens-per-sample", 64, "--batch-size", 8, "--max-update", updates,
+        "--optimizer", "adam", "--lr", 1e-3, "--save-dir", save_dir, "--cpu", "--seed", 1,
+        "--log-format", "simple", "--log-interval", 1, "--num-workers", 0,
+        "--no-epoch-checkpoints", *extra,
+    ]

@@ -17,6 +17,14 @@ VENV_BIN = os.path.dirname(sys.executable)
 PRESETS = sorted(POSITION_PRESETS)
 
 
+def shared_data(*parts):
+    """Path of a file under ../shared/data; a clear error when the checkout lacks it."""
+    path = os.path.join(SHARED_DATA, *parts)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} missing: the tests read ../shared/data beside the repository")
+    return path
+
+
 class _Task:
     def __init__(self, dictionary, max_positions):
         self.source_dictionary = dictionary

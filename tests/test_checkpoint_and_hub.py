@@ -1,19 +1,15 @@
 """Saving, loading and the RoBERTa hub interface (encode / extract_features / predict)."""
 
-import os
 import shutil
 
 import pytest
 import sentencepiece as spm
 import torch
-from cli import run_fairseq
-from conftest import PRESETS, SHARED_DATA, build_model, random_tokens
+from cli import run_fairseq, train_args
+from conftest import PRESETS, build_model, random_tokens, shared_data
 from fairseq import checkpoint_utils
 
 from tupe_plugin.models import TupeRobertaModel
-
-SST2 = os.path.join(SHARED_DATA, "glue", "SST-2", "train.tsv")
-
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_save_then_load_gives_identical_outputs(preset, dictionary, tmp_path):
@@ -33,10 +29,8 @@ def test_save_then_load_gives_identical_outputs(preset, dictionary, tmp_path):
 @pytest.fixture(scope="module")
 def pretrained_dir(tmp_path_factory):
     """A tiny TUPE-R trained for 2 updates on SST-2 sentences with a sentencepiece vocabulary."""
-    if not os.path.isfile(SST2):
-        raise FileNotFoundError(f"{SST2} missing: tests need ../shared/data beside the repo")
     root = tmp_path_factory.mktemp("hub")
-    with open(SST2, encoding="utf-8") as f:
+    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
         sentences = [line.split("\t")[0] for line in list(f)[1:1201]]
     (root / "raw.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
     spm.SentencePieceTrainer.train(
@@ -51,12 +45,7 @@ def pretrained_dir(tmp_path_factory):
     run_fairseq("preprocess", "--only-source", "--trainpref", root / "train.bpe",
                 "--validpref", root / "valid.bpe", "--destdir", data, "--workers", 1)
     shutil.copy(root / "spm.model", data / "sentencepiece.bpe.model")
-    run_fairseq(
-        "train", data, "--user-dir", "tupe_plugin", "--task", "masked_lm",
-        "--criterion", "masked_lm", "--arch", "tupe_r_tiny", "--tokens-per-sample", 64,
-        "--batch-size", 8, "--max-update", 2, "--optimizer", "adam", "--lr", 1e-3,
-        "--save-dir", root / "checkpoints", "--cpu", "--no-epoch-checkpoints",
-    )
+    run_fairseq("train", *train_args(data, root / "checkpoints", "tupe_r_tiny", 2))
     return root
 
 

@@ -4,29 +4,15 @@ import math
 import os
 
 import pytest
-from cli import logged_losses, run_fairseq, train_inner_losses
-from conftest import PRESETS, SHARED_DATA
-
-WIKITEXT = os.path.join(SHARED_DATA, "wikitext-2", "wiki.valid.tokens")
-
-
-def train_args(data, save_dir, arch, updates, *extra):
-    return [
-        data, "--user-dir", "tupe_plugin", "--task", "masked_lm", "--criterion", "masked_lm",
-        "--arch", arch, "--tokens-per-sample", 64, "--batch-size", 8, "--max-update", updates,
-        "--optimizer", "adam", "--lr", 1e-3, "--save-dir", save_dir, "--cpu", "--seed", 1,
-        "--log-format", "simple", "--log-interval", 1, "--num-workers", 0,
-        "--no-epoch-checkpoints", *extra,
-    ]
+from cli import logged_losses, run_fairseq, train_args, train_inner_losses
+from conftest import PRESETS, shared_data
 
 
 @pytest.fixture(scope="module")
 def wikitext_bin(tmp_path_factory):
     """The first lines of WikiText-2 valid (train) and the next ones (valid), binarized."""
-    if not os.path.isfile(WIKITEXT):
-        raise FileNotFoundError(f"{WIKITEXT} missing: tests need ../shared/data beside the repo")
     root = tmp_path_factory.mktemp("wikitext")
-    with open(WIKITEXT, encoding="utf-8") as f:
+    with open(shared_data("wikitext-2", "wiki.valid.tokens"), encoding="utf-8") as f:
         lines = f.readlines()
     (root / "train.txt").write_text("".join(lines[:300]), encoding="utf-8")
     (root / "valid.txt").write_text("".join(lines[300:400]), encoding="utf-8")
