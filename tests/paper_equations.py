@@ -1,8 +1,9 @@
 """Plain, step-by-step twin of the plugin's encoder, written from the papers' equations.
 
-Nothing here calls the plugin's attention, positional-term or bucket code: it reads the model's
-parameters and loops over heads, computing each logit term of seed 001 Eq. 3-11 (and the §4.3
-BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry.
+Nothing here calls the plugin's attention, positional-term, bucket or sinusoid code: it reads the
+model's parameters and loops over heads, computing each logit term of seed 001 Eq. 3-11 (and the
+§4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
+seed 000 Table 1 element by element and the Shaw vectors of seed 000 Eq. 4 pair by pair.
 """
 
 import math
@@ -22,6 +23,30 @@ def t5_bucket(distance_key_minus_query, num_buckets=32, max_distance=128):
         return bucket + n
     large = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (half - exact))
     return bucket + min(large, half - 1)
+
+
+def sinusoid(position, frequencies):
+    """[.., sin(w_i x), cos(w_i x), ..] for one integer position (seed 000 Table 1)."""
+    values = []
+    for w in frequencies:
+        values += [torch.sin(w * position), torch.cos(w * position)]
+    return torch.stack(values)
+
+
+def absolute_position(encoder, t):
+    module = encoder.embed_positions
+    if hasattr(module, "sinusoid"):
+        return sinusoid(t, module.sinusoid.frequencies)
+    return module.weight[t]
+
+
+def shaw_vector(encoder, distance):
+    """a_{clip(distance, -K, K)} of seed 000 Eq. 4."""
+    shaw = encoder.positional_term.shaw
+    clipped = max(-shaw.max_distance, min(shaw.max_distance, distance))
+    if hasattr(shaw, "sinusoid"):
+        return sinusoid(clipped, shaw.sinusoid.frequencies)
+    return shaw.weight[clipped + shaw.max_distance]
 
 
 def layer_norm(x, module):
@@ -107,9 +132,27 @@ def attention_layer(encoder, layer, x, padding_mask):
         correlation = content_free_correlation(encoder, seq_len, h)
         if correlation is not None:
             logits = logits + correlation
+        shaw = term.shaw
+        if shaw is not None:
+            scale = (logits.new_tensor(q.size(-1)) * {"tupe": 2, "four-term": 4}.get(
+                term.untied, 1)) ** -0.5
+            a = [[shaw_vector(encoder, j - i) for j in range(seq_len)] for i in range(seq_len)]
+            key_term = torch.stack([
+                torch.stack([q[:, i] @ a[i][j] for j in range(seq_len)], -1)
+                for i in range(seq_len)
+            ], 1)
+            logits = logits + key_term * scale
         if padding_mask is not None:
             logits = logits.masked_fill(padding_mask[:, None, :], float("-inf"))
-        heads.append(torch.softmax(logits, -1) @ v)
+        probs = torch.softmax(logits, -1)
+        out = probs @ v
+        if shaw is not None and term.shaw_values:
+            value_term = torch.stack([
+                sum(probs[:, i, j, None] * a[i][j] for j in range(seq_len))
+                for i in range(seq_len)
+            ], 1)
+            out = out + value_term
+        heads.append(out)
     out = torch.cat(heads, -1)
     return out @ attn.out_proj.weight.t() + attn.out_proj.bias
 
@@ -119,7 +162,7 @@ def encoder_features(encoder, src_tokens):
     padding_mask = src_tokens.eq(encoder.padding_idx)
     x = encoder.embed_tokens.weight[src_tokens]
     if encoder.embed_positions is not None:
-        x = x + encoder.embed_positions.weight[: src_tokens.size(1)]
+        x = x + torch.stack([absolute_position(encoder, t) for t in range(src_tokens.size(1))])
     if encoder.layernorm_embedding is not None:
         x = layer_norm(x, encoder.layernorm_embedding)
     x = x * (~padding_mask).unsqueeze(-1).float()

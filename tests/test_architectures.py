@@ -12,7 +12,24 @@ PAPER_ROWS = {
     "tupe_r": ("none", "t5", "tupe", "paper"),
     "tupe_a_tie_cls": ("none", "none", "tupe", "none"),
     "bert_a_d": ("none", "none", "four-term", "none"),
+    # seed 000, Tables 2 and 3
+    "bert_nope": ("none", "none", "none", "none"),
+    "bert_sin_ape": ("sinusoidal", "none", "none", "none"),
+    "bert_lsin_ape": ("learnable-sinusoidal", "none", "none", "none"),
+    "bert_rpe": ("none", "shaw-learned", "none", "none"),
+    "bert_sin_rpe": ("none", "shaw-sinusoidal", "none", "none"),
+    "bert_lsin_rpe": ("none", "shaw-learnable-sinusoidal", "none", "none"),
+    "bert_a_rpe": ("learned", "shaw-learned", "none", "none"),
+    "bert_a_sin_rpe": ("learned", "shaw-sinusoidal", "none", "none"),
+    "bert_a_lsin_rpe": ("learned", "shaw-learnable-sinusoidal", "none", "none"),
+    "bert_lsin_ape_rpe": ("learnable-sinusoidal", "shaw-learned", "none", "none"),
+    "bert_lsin_ape_sin_rpe": ("learnable-sinusoidal", "shaw-sinusoidal", "none", "none"),
+    "bert_lsin_ape_lsin_rpe": ("learnable-sinusoidal", "shaw-learnable-sinusoidal", "none", "none"),
 }
+
+
+def test_presets_are_exactly_the_rows_of_both_papers():
+    assert set(PRESETS) == set(PAPER_ROWS)
 
 
 def test_every_paper_row_is_registered_in_every_size():
@@ -49,6 +66,9 @@ def test_sizes_match_the_design_table(dictionary):
         (dict(rel_pos_max_distance=4), "--rel-pos-max-distance"),
         (dict(encoder_attention_heads=3), "multiple of --encoder-attention-heads"),
         (dict(encoder_attention_heads=0), "multiple of --encoder-attention-heads"),
+        (dict(rel_pos="shaw-learned", shaw_max_distance=-1), "--shaw-max-distance must be >= 1"),
+        (dict(rel_pos="shaw-sinusoidal", encoder_attention_heads=128, untied_pos="none",
+              cls_reset="none"), "needs an even head dimension"),
     ],
 )
 def test_flag_combinations_that_make_no_sense_raise_a_clear_error(flags, message, dictionary):

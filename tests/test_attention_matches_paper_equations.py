@@ -19,7 +19,8 @@ def _features_and_grads(model, tokens, features_fn, weights):
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("normalize_before", [False, True])
 def test_forward_and_gradients_equal_the_paper_equations(preset, normalize_before, dictionary):
-    model = build_model(f"{preset}_tiny", dictionary, encoder_normalize_before=normalize_before)
+    model = build_model(f"{preset}_tiny", dictionary, encoder_normalize_before=normalize_before,
+                        shaw_max_distance=3)
     tokens = random_tokens(dictionary, LENGTHS)
     keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
@@ -49,3 +50,13 @@ def test_explicit_attention_path_equals_the_fused_path(preset, dictionary):
     explicit, extra = model(tokens, features_only=True, need_attn=True)
     torch.testing.assert_close(fused * keep, explicit * keep, atol=1e-5, rtol=1e-5)
     assert len(extra["attn"]) == model.args.encoder_layers
+
+
+@pytest.mark.parametrize("preset", ["bert_rpe", "bert_sin_rpe", "bert_lsin_rpe"])
+def test_shaw_keys_only_equals_the_paper_equations(preset, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary, shaw_keys_only=True, shaw_max_distance=2)
+    tokens = random_tokens(dictionary, LENGTHS)
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    fused = model(tokens, features_only=True)[0]
+    plain = encoder_features(model.encoder.sentence_encoder, tokens)
+    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)

@@ -24,6 +24,25 @@ POSITION_PRESETS = {
     "bert_a_d": dict(NO_POSITION, untied_pos="four-term"),
 }
 
+# The other position encodings of "On Position Embeddings in BERT" (seed 000, Tables 2 and 3);
+# its fully learnable APE is bert_a above.
+LEARNED, LSIN = "learned", "learnable-sinusoidal"
+RPE, SIN_RPE, LSIN_RPE = "shaw-learned", "shaw-sinusoidal", "shaw-learnable-sinusoidal"
+POSITION_PRESETS.update(
+    bert_nope=dict(NO_POSITION),
+    bert_sin_ape=dict(NO_POSITION, abs_pos="sinusoidal"),
+    bert_lsin_ape=dict(NO_POSITION, abs_pos=LSIN),
+    bert_rpe=dict(NO_POSITION, rel_pos=RPE),
+    bert_sin_rpe=dict(NO_POSITION, rel_pos=SIN_RPE),
+    bert_lsin_rpe=dict(NO_POSITION, rel_pos=LSIN_RPE),
+    bert_a_rpe=dict(NO_POSITION, abs_pos=LEARNED, rel_pos=RPE),
+    bert_a_sin_rpe=dict(NO_POSITION, abs_pos=LEARNED, rel_pos=SIN_RPE),
+    bert_a_lsin_rpe=dict(NO_POSITION, abs_pos=LEARNED, rel_pos=LSIN_RPE),
+    bert_lsin_ape_rpe=dict(NO_POSITION, abs_pos=LSIN, rel_pos=RPE),
+    bert_lsin_ape_sin_rpe=dict(NO_POSITION, abs_pos=LSIN, rel_pos=SIN_RPE),
+    bert_lsin_ape_lsin_rpe=dict(NO_POSITION, abs_pos=LSIN, rel_pos=LSIN_RPE),
+)
+
 
 def _preset(position, size):
     layers, embed_dim, heads, ffn_dim = SIZES[size]

@@ -35,5 +35,12 @@ def check_position_flags(args):
                 f"--rel-pos-max-distance ({distance}) must exceed the exact-distance buckets "
                 f"per direction (--rel-pos-buckets / 4 = {buckets // 4})"
             )
+    if args.rel_pos.startswith("shaw-") and args.shaw_max_distance < 1:
+        errors.append(f"--shaw-max-distance must be >= 1, got {args.shaw_max_distance}")
+    head_dim = embed_dim // heads if heads >= 1 else 0
+    if "sinusoidal" in args.rel_pos and head_dim % 2:
+        errors.append(f"--rel-pos {args.rel_pos} needs an even head dimension, got {head_dim}")
+    if "sinusoidal" in args.abs_pos and embed_dim % 2:
+        errors.append(f"--abs-pos {args.abs_pos} needs an even --encoder-embed-dim, got {embed_dim}")
     if errors:
         raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))

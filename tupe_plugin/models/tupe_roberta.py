@@ -46,7 +46,9 @@ class TupeRobertaModel(RobertaModel):
             "--rel-pos",
             choices=REL_POS_CHOICES,
             help="relative position term: t5 = one bias per head and distance bucket, shared by "
-            "all layers (seed 001 Eq. 5/8)",
+            "all layers (seed 001 Eq. 5/8); shaw-* = Shaw vectors a_clip(j-i) added to keys and "
+            "values, one table shared by heads and layers, learned / fixed sinusoidal / "
+            "learnable-frequency sinusoidal (seed 000 Eq. 4)",
         )
         group.add_argument(
             "--rel-pos-buckets", type=int, metavar="N", help="T5 buckets (both directions)"
@@ -56,6 +58,17 @@ class TupeRobertaModel(RobertaModel):
             type=int,
             metavar="N",
             help="T5 distance beyond which all offsets share the last bucket",
+        )
+        group.add_argument(
+            "--shaw-max-distance",
+            type=int,
+            metavar="K",
+            help="Shaw relative distances are clipped to [-K, K] (default 64)",
+        )
+        group.add_argument(
+            "--shaw-keys-only",
+            action="store_true",
+            help="add the Shaw vectors to the keys only, not to the values",
         )
         group.add_argument(
             "--untied-pos",
@@ -197,6 +210,8 @@ def base_architecture(args):
     args.rel_pos = safe_getattr(args, "rel_pos", "t5")
     args.rel_pos_buckets = safe_getattr(args, "rel_pos_buckets", 32)
     args.rel_pos_max_distance = safe_getattr(args, "rel_pos_max_distance", 128)
+    args.shaw_max_distance = safe_getattr(args, "shaw_max_distance", 64)
+    args.shaw_keys_only = safe_getattr(args, "shaw_keys_only", False)
     args.untied_pos = safe_getattr(args, "untied_pos", "tupe")
     args.cls_reset = safe_getattr(args, "cls_reset", "paper")
     args.layernorm_embedding = not safe_getattr(args, "no_layernorm_embedding", False)

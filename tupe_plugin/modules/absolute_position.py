@@ -1,14 +1,19 @@
-"""Absolute position embeddings added to the word embeddings at the input (BERT-A, seed 001 Eq. 3)."""
+"""Absolute position embeddings added to the word embeddings at the input (seed 001 Eq. 3, seed 000 Table 1).
+
+``learned``: a table of ``max_positions`` vectors (Gehring et al.; BERT) — longer inputs are refused.
+``sinusoidal`` / ``learnable-sinusoidal``: P(t) of :mod:`sinusoid`, defined for any t.
+Position t = 0 is the first token.
+"""
 
 import torch
 from torch import nn
 
-ABS_POS_CHOICES = ("none", "learned")
+from .sinusoid import Sinusoid
+
+ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 
 
 class LearnedAbsolutePosition(nn.Module):
-    """A learned table of ``max_positions`` vectors; position t = 0 is the first token (Devlin et al.)."""
-
     def __init__(self, max_positions, embed_dim):
         super().__init__()
         self.max_positions = max_positions
@@ -25,7 +30,19 @@ class LearnedAbsolutePosition(nn.Module):
         return self.weight[:seq_len]
 
 
+class SinusoidalAbsolutePosition(nn.Module):
+    def __init__(self, embed_dim, learnable=False):
+        super().__init__()
+        self.sinusoid = Sinusoid(embed_dim, learnable)
+
+    def forward(self, seq_len):
+        positions = torch.arange(seq_len, device=self.sinusoid.frequencies.device)
+        return self.sinusoid(positions.to(self.sinusoid.frequencies.dtype))
+
+
 def build_absolute_position(kind, max_positions, embed_dim):
     if kind == "learned":
         return LearnedAbsolutePosition(max_positions, embed_dim)
+    if kind in ("sinusoidal", "learnable-sinusoidal"):
+        return SinusoidalAbsolutePosition(embed_dim, learnable=kind == "learnable-sinusoidal")
     return None

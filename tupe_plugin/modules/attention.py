@@ -1,9 +1,12 @@
-"""Multi-head self-attention that adds the shared content-free term to its logits (seed 001 Eq. 7-11).
+"""Multi-head self-attention that adds the shared positional term to its logits (seed 001 Eq. 7-11,
+seed 000 Eq. 4).
 
 Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + bias + padding) v`` with q, k shifted by
 ``q_shift`` / ``k_shift`` when given (see :mod:`positional_term`), in one fused
-``scaled_dot_product_attention`` call. ``need_weights=True`` takes an explicit path that also returns
-the attention probabilities (for analysis).
+``scaled_dot_product_attention`` call. Shaw relative vectors add ``scale * q_i . a_{j-i}`` (computed
+against the (2K+1)-row table, then gathered) to that bias; their value term
+``sum_j alpha_ij a_{j-i}`` needs the probabilities, so it (and ``need_weights=True``, for analysis)
+takes an explicit path.
 """
 
 import torch
@@ -36,30 +39,54 @@ class PositionalSelfAttention(nn.Module):
         if term.q_shift is not None:
             q = q + term.q_shift.to(q.dtype)
             k = k + term.k_shift.to(k.dtype)
+        if term.rel_table is not None:
+            attn_mask = _add_bias(attn_mask, self._shaw_key_bias(q, term))
         if term.q_extra is not None:
             extra = term.q_extra.size(-1)
             q = torch.cat([q, term.q_extra.to(q.dtype).expand(batch, -1, -1, -1)], -1)
             k = torch.cat([k, term.k_extra.to(k.dtype).expand(batch, -1, -1, -1)], -1)
             v = F.pad(v, (0, extra))
         dropout = self.attention_dropout if self.training else 0.0
-        if need_weights:
-            out, probs = self._explicit_attention(q, k, v, term.scale, attn_mask, dropout)
+        probs = None
+        if need_weights or term.rel_values:
+            out, probs = self._explicit_attention(q, k, v, term, attn_mask, dropout)
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=term.scale
             )
-            probs = None
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
-        return self.out_proj(out), probs
+        return self.out_proj(out), probs if need_weights else None
 
     @staticmethod
-    def _explicit_attention(q, k, v, scale, attn_mask, dropout):
-        logits = torch.matmul(q, k.transpose(-1, -2)) * scale
-        if attn_mask is not None:
-            if attn_mask.dtype == torch.bool:
-                logits = logits.masked_fill(~attn_mask, torch.finfo(logits.dtype).min)
-            else:
-                logits = logits + attn_mask
+    def _shaw_key_bias(q, term):
+        """scale * q_i . a_{clip(j-i)}: q against the 2K+1 table, gathered to (B, H, T, T)."""
+        table = term.rel_table.to(q.dtype)
+        per_distance = torch.matmul(q, table.t())
+        index = term.rel_index.expand(*q.shape[:2], -1, -1)
+        return per_distance.gather(-1, index) * term.scale
+
+    @staticmethod
+    def _explicit_attention(q, k, v, term, attn_mask, dropout):
+        logits = torch.matmul(q, k.transpose(-1, -2)) * term.scale
+        logits = logits if attn_mask is None else _add_bias(attn_mask, logits)
         probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
-        out = torch.matmul(F.dropout(probs, dropout, training=dropout > 0), v)
+        dropped = F.dropout(probs, dropout, training=dropout > 0)
+        out = torch.matmul(dropped, v)
+        if term.rel_values:
+            per_distance = torch.zeros(
+                *probs.shape[:-1], term.rel_table.size(0), dtype=probs.dtype, device=probs.device
+            )
+            index = term.rel_index.expand(*probs.shape[:2], -1, -1)
+            shaw = torch.matmul(per_distance.scatter_add(-1, index, dropped),
+                                term.rel_table.to(probs.dtype))
+            out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
         return out, probs
+
+
+def _add_bias(mask, bias):
+    """Combine an attention mask (None, boolean keep-mask, or additive float) with a float bias."""
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+    return bias + mask

@@ -33,6 +33,8 @@ class PositionalTransformerEncoder(nn.Module):
             cls_reset=args.cls_reset,
             rel_pos_buckets=args.rel_pos_buckets,
             rel_pos_max_distance=args.rel_pos_max_distance,
+            shaw_max_distance=args.shaw_max_distance,
+            shaw_keys_only=args.shaw_keys_only,
         )
         self.layers = nn.ModuleList(
             PositionalEncoderLayer(

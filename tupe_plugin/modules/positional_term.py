@@ -17,6 +17,9 @@ keeps a fused attention kernel:
   ablation — is handed over as ``q_shift``/``k_shift`` added to the word query/key.
 * The T5 bucket bias (Eq. 5 / 8 / 11) is not low-rank: it is a dense (H, T, T) ``bias``; under the
   reset its row 0 and column 0 are zeroed, because the reset replaces the whole content-free term.
+* Shaw relative vectors (seed 000 Eq. 4) depend on the query, so they are not content-free: the
+  shared (2K+1, d_h) ``rel_table`` and (T, T) ``rel_index`` are handed over and each layer adds
+  q . a_{j-i} (and, unless keys-only, the value term) itself.
 """
 
 import math
@@ -28,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .relative_position import T5RelativeBias
+from .shaw_position import ShawRelativePosition
 from .untied_position import UntiedPositionalCorrelation
 
 UNTIED_CHOICES = ("none", "tupe", "four-term")
@@ -45,9 +49,12 @@ class PositionalTerm:
     q_shift: Optional[torch.Tensor] = None
     k_shift: Optional[torch.Tensor] = None
     bias: Optional[torch.Tensor] = None
+    rel_table: Optional[torch.Tensor] = None
+    rel_index: Optional[torch.Tensor] = None
+    rel_values: bool = False
 
     def dense(self):
-        """The content-free logits as one (H, T, T) matrix (for analysis and tests)."""
+        """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw terms excluded."""
         parts = []
         for q, k in ((self.q_extra, self.k_extra), (self.q_shift, self.k_shift)):
             if q is not None:
@@ -74,7 +81,7 @@ class PositionalTerm:
 
 
 class SharedPositionalTerm(nn.Module):
-    """Builds the :class:`PositionalTerm` from the flags --untied-pos, --rel-pos and --cls-reset."""
+    """Builds the :class:`PositionalTerm` from --untied-pos, --rel-pos (and its options), --cls-reset."""
 
     def __init__(
         self,
@@ -86,6 +93,8 @@ class SharedPositionalTerm(nn.Module):
         cls_reset="none",
         rel_pos_buckets=32,
         rel_pos_max_distance=128,
+        shaw_max_distance=64,
+        shaw_keys_only=False,
     ):
         super().__init__()
         self.head_dim = embed_dim // num_heads
@@ -104,6 +113,12 @@ class SharedPositionalTerm(nn.Module):
             if rel_pos == "t5"
             else None
         )
+        self.shaw = (
+            ShawRelativePosition(self.head_dim, shaw_max_distance, rel_pos[len("shaw-"):])
+            if rel_pos.startswith("shaw-")
+            else None
+        )
+        self.shaw_values = not shaw_keys_only
 
     def forward(self, seq_len):
         term = PositionalTerm(scale=self.scale)
@@ -125,6 +140,10 @@ class SharedPositionalTerm(nn.Module):
                 keep[:, 0] = 0
                 bias = bias * keep
             term.bias = bias
+        if self.shaw is not None:
+            term.rel_table = self.shaw.table()
+            term.rel_index = self.shaw.index(seq_len, term.rel_table.device)
+            term.rel_values = self.shaw_values
         return term
 
     def _reset_factors(self, q_pos, k_pos):

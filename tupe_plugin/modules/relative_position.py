@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-REL_POS_CHOICES = ("none", "t5")
+REL_POS_CHOICES = ("none", "t5", "shaw-learned", "shaw-sinusoidal", "shaw-learnable-sinusoidal")
 
 
 def relative_position_bucket(

@@ -1,0 +1,41 @@
+"""Shaw-style relative position vectors (seed 000 Eq. 4; Shaw et al., 2018).
+
+a_r in R^{d_h} for r = clip(j - i, -K, K), one table shared by all heads and layers, added to the
+keys (score q_i . (k_j + a_{j-i})) and, unless keys-only, to the values
+(out_i = sum_j alpha_ij (v_j + a_{j-i})). Tables: ``learned`` ((2K+1) x d_h), ``sinusoidal`` (fixed
+sin/cos of the signed clipped distance, NEZHA-style) or ``learnable-sinusoidal``.
+"""
+
+import torch
+from torch import nn
+
+from .sinusoid import Sinusoid
+
+SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
+
+
+class ShawRelativePosition(nn.Module):
+    def __init__(self, head_dim, max_distance=64, table="learned"):
+        super().__init__()
+        if max_distance < 1:
+            raise ValueError(f"--shaw-max-distance must be >= 1, got {max_distance}")
+        self.max_distance = max_distance
+        if table == "learned":
+            self.weight = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))
+            nn.init.normal_(self.weight, mean=0.0, std=0.02)
+        else:
+            self.sinusoid = Sinusoid(head_dim, learnable=table == "learnable-sinusoidal")
+
+    def table(self):
+        """(2K+1, d_h): row r holds a_{r - K}."""
+        if hasattr(self, "weight"):
+            return self.weight
+        distances = torch.arange(-self.max_distance, self.max_distance + 1,
+                                 device=self.sinusoid.frequencies.device)
+        return self.sinusoid(distances.to(self.sinusoid.frequencies.dtype))
+
+    def index(self, seq_len, device):
+        """(T, T) row of the table for each (query i, key j): clip(j - i, -K, K) + K."""
+        positions = torch.arange(seq_len, device=device)
+        relative = positions[None, :] - positions[:, None]
+        return relative.clamp(-self.max_distance, self.max_distance) + self.max_distance

@@ -1,0 +1,29 @@
+"""Sinusoids of positions with fixed or learnable frequencies (Vaswani et al.; seed 000 §3.2, Table 1).
+
+P(x) = [.., sin(w_i x), cos(w_i x), ..] (pairs interleaved), w_i = (1/10000)^(2i/D) at initialisation;
+with ``learnable=True`` the D/2 frequencies are parameters (seed 000's learnable sinusoidal PEs).
+"""
+
+import torch
+from torch import nn
+
+
+def initial_frequencies(dim):
+    return 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float) / dim)
+
+
+class Sinusoid(nn.Module):
+    def __init__(self, dim, learnable=False):
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"sinusoidal position encodings need an even dimension, got {dim}")
+        frequencies = initial_frequencies(dim)
+        if learnable:
+            self.frequencies = nn.Parameter(frequencies)
+        else:
+            self.register_buffer("frequencies", frequencies)
+
+    def forward(self, positions):
+        """positions: float tensor (...,) -> (..., dim)."""
+        angles = positions[..., None] * self.frequencies
+        return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
