@@ -72,3 +72,20 @@ def dictionary():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def wikitext_bin(tmp_path_factory):
+    """The first lines of WikiText-2 valid (train) and the next ones (valid), binarized."""
+    root = tmp_path_factory.mktemp("wikitext")
+    with open(shared_data("wikitext-2", "wiki.valid.tokens"), encoding="utf-8") as f:
+        lines = f.readlines()
+    (root / "train.txt").write_text("".join(lines[:300]), encoding="utf-8")
+    (root / "valid.txt").write_text("".join(lines[300:400]), encoding="utf-8")
+    from cli import run_fairseq
+
+    run_fairseq(
+        "preprocess", "--only-source", "--trainpref", root / "train.txt",
+        "--validpref", root / "valid.txt", "--destdir", root / "bin", "--workers", 1,
+    )
+    return root / "bin"

@@ -5,22 +5,7 @@ import os
 
 import pytest
 from cli import logged_losses, run_fairseq, train_args, train_inner_losses
-from conftest import PRESETS, shared_data
-
-
-@pytest.fixture(scope="module")
-def wikitext_bin(tmp_path_factory):
-    """The first lines of WikiText-2 valid (train) and the next ones (valid), binarized."""
-    root = tmp_path_factory.mktemp("wikitext")
-    with open(shared_data("wikitext-2", "wiki.valid.tokens"), encoding="utf-8") as f:
-        lines = f.readlines()
-    (root / "train.txt").write_text("".join(lines[:300]), encoding="utf-8")
-    (root / "valid.txt").write_text("".join(lines[300:400]), encoding="utf-8")
-    run_fairseq(
-        "preprocess", "--only-source", "--trainpref", root / "train.txt",
-        "--validpref", root / "valid.txt", "--destdir", root / "bin", "--workers", 1,
-    )
-    return root / "bin"
+from conftest import PRESETS
 
 
 def test_train_validate_and_resume_tupe_r(wikitext_bin, tmp_path):

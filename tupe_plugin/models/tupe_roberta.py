@@ -124,6 +124,21 @@ class TupeRobertaModel(RobertaModel):
             **kwargs,
         )
 
+    def upgrade_state_dict_named(self, state_dict, name):
+        """RoBERTa's upgrades, after refusing learned position tables of another length."""
+        prefix = name + "." if name else ""
+        for key, table in self.state_dict().items():
+            saved = state_dict.get(prefix + key)
+            if key.endswith("embed_positions.weight") and saved is not None \
+                    and saved.shape != table.shape:
+                raise ValueError(
+                    f"the checkpoint's learned position table {key} has {saved.size(0)} positions "
+                    f"but the model is built for --max-positions {table.size(0)}; a learned table "
+                    f"cannot change length: use --max-positions {saved.size(0)} (architectures "
+                    "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
+                )
+        super().upgrade_state_dict_named(state_dict, name)
+
     @classmethod
     def from_pretrained(
         cls,
