@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Encode and binarize one GLUE task for fairseq's ``sentence_prediction`` task.
+
+Reads ``GLUE_DIR/TASK/train.tsv`` and the task's dev file in the standard GLUE tsv layout, encodes the
+input columns with the pre-training sentencepiece model and binarizes them against the pre-training
+dictionary, the layout fairseq's RoBERTa GLUE example produces::
+
+    OUT/input0/{train,valid}.{bin,idx}, dict.txt     first sentence (pieces, binarized with --srcdict DICT)
+    OUT/input1/...                                   second sentence (pair tasks only)
+    OUT/label/{train,valid}.{bin,idx}, dict.txt      classification: labels binarized, dict built from train
+    OUT/label/{train,valid}.label                    regression (STS-B): one float per line, score / 5
+    OUT/raw/{train,valid}.{input0,input1,label}      the encoded text that was binarized
+
+STS-B scores are divided by 5 as in fairseq's example (targets in [0, 1]); Pearson and Spearman
+correlations do not change. A line with the wrong number of columns stops with ``file:line``, or is
+logged and counted with ``--skip-malformed``. A dev label that train does not contain stops with its name.
+
+Example::
+
+    python scripts/prepare_glue.py --task RTE --glue-dir ../shared/data/glue \\
+        --sentencepiece-model data-bin/sentencepiece.bpe.model --dict data-bin/dict.txt --out RTE-bin
+"""
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
+
+logger = logging.getLogger("prepare_glue")
+
+
+@dataclass(frozen=True)
+class TaskLayout:
+    """Where a GLUE task keeps its columns (indices may be negative: counted from the end)."""
+
+    input0: int
+    input1: Optional[int]
+    label: int
+    header: bool = True
+    columns: Optional[int] = None  # fixed column count for files without a header
+    dev_file: str = "dev.tsv"
+    regression: bool = False
+
+
+TASKS = {
+    "CoLA": TaskLayout(input0=3, input1=None, label=1, header=False, columns=4),
+    "SST-2": TaskLayout(input0=0, input1=None, label=1),
+    "MRPC": TaskLayout(input0=3, input1=4, label=0),
+    "STS-B": TaskLayout(input0=7, input1=8, label=-1, regression=True),
+    "QQP": TaskLayout(input0=3, input1=4, label=5),
+    "MNLI": TaskLayout(input0=8, input1=9, label=-1, dev_file="dev_matched.tsv"),
+    "MNLI-mm": TaskLayout(input0=8, input1=9, label=-1, dev_file="dev_mismatched.tsv"),
+    "QNLI": TaskLayout(input0=1, input1=2, label=3),
+    "RTE": TaskLayout(input0=1, input1=2, label=3),
+    "WNLI": TaskLayout(input0=1, input1=2, label=3),
+}
+STSB_SCALE = 5.0
+
+
+class GlueFormatError(ValueError):
+    """A GLUE tsv file that cannot be read as its task's layout."""
+
+
+def read_tsv(path, layout, skip_malformed=False, max_examples=None):
+    """Rows of ``path`` as ``(line_number, [input0, input1?], label)``, and the number of skipped lines.
+
+    The expected column count is the header's (MNLI's train and dev files differ), or
+    ``layout.columns`` for files without a header.
+    """
+    rows, skipped = [], 0
+    task_dir = os.path.basename(os.path.dirname(path))
+    with open(path, encoding="utf-8-sig") as f:  # utf-8-sig drops MRPC's byte-order mark
+        columns = layout.columns
+        for number, line in enumerate(f, start=1):
+            fields = line.rstrip("\r\n").split("\t")
+            if layout.header and number == 1:
+                columns = len(fields)
+                continue
+            if len(fields) != columns:
+                message = (f"{path}:{number}: expected {columns} tab-separated columns for {task_dir}, "
+                           f"found {len(fields)}")
+                if not skip_malformed:
+                    raise GlueFormatError(message + " (--skip-malformed skips such lines)")
+                logger.warning("skipped %s", message)
+                skipped += 1
+                continue
+            inputs = [fields[layout.input0]]
+            if layout.input1 is not None:
+                inputs.append(fields[layout.input1])
+            rows.append((number, inputs, fields[layout.label].strip()))
+            if max_examples is not None and len(rows) >= max_examples:
+                break
+    if not rows:
+        raise GlueFormatError(f"{path}: no examples")
+    return rows, skipped
+
+
+def regression_targets(path, rows):
+    """STS-B scores as fairseq's regression targets (score / 5), naming ``file:line`` of a bad one."""
+    targets = []
+    for number, _, label in rows:
+        try:
+            targets.append(float(label) / STSB_SCALE)
+        except ValueError:
+            raise GlueFormatError(f"{path}:{number}: score {label!r} is not a number") from None
+    return targets
+
+
+def check_dev_labels(train_labels, dev_path, dev_rows):
+    """Stop on a dev label that train does not have: fairseq would silently map it to <unk>."""
+    known = set(train_labels)
+    for number, _, label in dev_rows:
+        if label not in known:
+            raise GlueFormatError(
+                f"{dev_path}:{number}: label {label!r} does not occur in train "
+                f"(train labels: {', '.join(sorted(known))})"
+            )
+
+
+def binarize(destdir, trainpref, validpref, srcdict=None, workers=1):
+    """Run ``fairseq-preprocess --only-source`` (with ``--srcdict`` when given)."""
+    command = [sys.executable, "-m", "fairseq_cli.preprocess", "--only-source",
+               "--trainpref", trainpref, "--validpref", validpref, "--destdir", destdir,
+               "--workers", str(workers)]
+    if srcdict is not None:
+        command += ["--srcdict", srcdict]
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fairseq-preprocess for {destdir} failed:\n{proc.stdout[-3000:]}")
+
+
+def write_lines(path, lines):
+    with open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(f"{line}\n")
+
+
+def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=None,
+            skip_malformed=False, workers=1):
+    """Prepare ``task``; return ``{split: number of examples}`` plus ``skipped``."""
+    import sentencepiece as spm
+
+    layout = TASKS[task]
+    task_dir = os.path.join(glue_dir, task.split("-mm")[0])
+    for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary, "--dict")):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{flag} {path}: no such file")
+    files = {"train": os.path.join(task_dir, "train.tsv"), "valid": os.path.join(task_dir, layout.dev_file)}
+    for path in files.values():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file (--glue-dir {glue_dir}, --task {task})")
+
+    data, skipped = {}, 0
+    for split, path in files.items():
+        data[split], n = read_tsv(path, layout, skip_malformed, max_examples)
+        skipped += n
+    if not layout.regression:
+        check_dev_labels([label for _, _, label in data["train"]], files["valid"], data["valid"])
+
+    processor = spm.SentencePieceProcessor(model_file=sentencepiece_model)
+    raw = os.path.join(out, "raw")
+    os.makedirs(raw, exist_ok=True)
+    for split, rows in data.items():
+        for i in range(len(rows[0][1])):
+            pieces = processor.encode([inputs[i] for _, inputs, _ in rows], out_type=str)
+            write_lines(os.path.join(raw, f"{split}.input{i}"), (" ".join(p) for p in pieces))
+        if layout.regression:
+            os.makedirs(os.path.join(out, "label"), exist_ok=True)
+            write_lines(os.path.join(out, "label", f"{split}.label"), regression_targets(files[split], rows))
+        else:
+            write_lines(os.path.join(raw, f"{split}.label"), (label for _, _, label in rows))
+
+    inputs = ["input0"] + (["input1"] if layout.input1 is not None else [])
+    for name in inputs:
+        binarize(os.path.join(out, name), os.path.join(raw, f"train.{name}"),
+                 os.path.join(raw, f"valid.{name}"), srcdict=dictionary, workers=workers)
+    if not layout.regression:
+        binarize(os.path.join(out, "label"), os.path.join(raw, "train.label"),
+                 os.path.join(raw, "valid.label"), workers=workers)
+
+    counts = {split: len(rows) for split, rows in data.items()}
+    counts["skipped"] = skipped
+    if not layout.regression:
+        counts["labels"] = dict(Counter(label for _, _, label in data["train"]).most_common())
+    return counts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", required=True, choices=sorted(TASKS), help="GLUE task (folder name)")
+    parser.add_argument("--glue-dir", required=True, help="folder holding TASK/train.tsv and TASK/dev.tsv")
+    parser.add_argument("--sentencepiece-model", required=True,
+                        help="the pre-training sentencepiece model (data-bin/sentencepiece.bpe.model)")
+    parser.add_argument("--dict", required=True, help="the pre-training dictionary (data-bin/dict.txt)")
+    parser.add_argument("--out", required=True, help="output folder (TASK-bin)")
+    parser.add_argument("--max-examples", type=int, help="keep only the first N examples of each split")
+    parser.add_argument("--skip-malformed", action="store_true",
+                        help="log and count lines with a wrong column count instead of stopping")
+    parser.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
+    args = parser.parse_args(argv)
+    if args.max_examples is not None and args.max_examples < 1:
+        parser.error("--max-examples must be at least 1")
+    logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
+    try:
+        counts = prepare(args.task, args.glue_dir, args.sentencepiece_model, args.dict, args.out,
+                         args.max_examples, args.skip_malformed, args.workers)
+    except (GlueFormatError, FileNotFoundError, RuntimeError) as e:
+        sys.exit(f"prepare_glue.py: error: {e}")
+    labels = counts.get("labels")
+    print(f"{args.task}: train {counts['train']}, valid {counts['valid']}, skipped malformed "
+          f"{counts['skipped']}" + (f", train labels {labels}" if labels else ", regression (score / 5)")
+          + f" -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
