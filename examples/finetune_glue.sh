@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Fine-tune a plugin checkpoint on one GLUE task with fairseq's sentence_prediction task.
+#
+#   examples/finetune_glue.sh TASK CKPT DATA_BIN [extra fairseq-train args...]
+#
+# TASK      CoLA SST-2 MRPC STS-B QQP MNLI MNLI-mm QNLI RTE WNLI (a folder of GLUE_DIR)
+# CKPT      pre-trained plugin checkpoint (its --arch and --max-positions are read from it)
+# DATA_BIN  the pre-training data-bin: its sentencepiece.bpe.model and dict.txt encode the task
+#
+# Prepares GLUE_DIR/TASK into BIN_DIR with scripts/prepare_glue.py, then runs fairseq-train with the
+# fine-tuning hyper-parameters of seed 001 Table 1: batch 32, peak lr 2e-5, 6% linear warm-up then linear
+# decay to 0, 10 epochs (5 for MNLI, QNLI, QQP), Adam eps 1e-6 betas (0.9, 0.999), clip 1.0, dropout 0.1,
+# weight decay 0.01. The best checkpoint is chosen by the task's metric: CoLA mcc, MRPC f1 (acc_and_f1 is
+# logged too), STS-B pearson_and_spearman (regression, --num-classes 1), accuracy elsewhere.
+# Extra arguments go last to fairseq-train and override any of these.
+#
+# Environment (defaults): LR (2e-5) SEED (1) MAX_EPOCH (per task) BATCH_SIZE (32) CPU (empty; 1 adds --cpu)
+#   GLUE_DIR (../shared/data/glue beside the repository) BIN_DIR (glue-bin/TASK-bin)
+#   SAVE_DIR (checkpoints/glue/TASK/ARCH/seedSEED) MAX_EXAMPLES (all; N keeps the first N of each split)
+#   PYTHON (python)
+# The training log is SAVE_DIR/train.log and SAVE_DIR/run.json records task, arch, seed and metric for
+# scripts/collect_glue_scores.py. Validate the result with
+#   fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \
+#       --task sentence_prediction --criterion sentence_prediction --batch-size 32
+# (CoLA, MRPC and STS-B checkpoints store their best score as a numpy scalar, which torch's weights-only
+# loading refuses until tupe_plugin/checkpoint_compat.py allows it: prefix TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+# for checkpoints you trust.)
+set -euo pipefail
+
+if [[ $# -lt 3 ]]; then
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+fi
+TASK=$1 CKPT=$2 DATA_BIN=$3
+shift 3
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-python}
+GLUE_DIR=${GLUE_DIR:-$REPO/../shared/data/glue}
+BIN_DIR=${BIN_DIR:-glue-bin/$TASK-bin}
+LR=${LR:-2e-5}
+SEED=${SEED:-1}
+BATCH_SIZE=${BATCH_SIZE:-32}
+
+for f in "$CKPT" "$DATA_BIN/sentencepiece.bpe.model" "$DATA_BIN/dict.txt"; do
+    [[ -f $f ]] || { echo "finetune_glue.sh: $f: no such file" >&2; exit 1; }
+done
+
+case $TASK in
+    CoLA)           METRIC=(--best-checkpoint-metric mcc --report-mcc); NUM_CLASSES=2; EPOCHS=10 ;;
+    MRPC)           METRIC=(--best-checkpoint-metric f1 --report-acc-and-f1); NUM_CLASSES=2; EPOCHS=10 ;;
+    STS-B)          METRIC=(--best-checkpoint-metric pearson_and_spearman --report-pearson-and-spearman
+                            --regression-target); NUM_CLASSES=1; EPOCHS=10 ;;
+    SST-2|RTE|WNLI) METRIC=(--best-checkpoint-metric accuracy); NUM_CLASSES=2; EPOCHS=10 ;;
+    QNLI|QQP)       METRIC=(--best-checkpoint-metric accuracy); NUM_CLASSES=2; EPOCHS=5 ;;
+    MNLI|MNLI-mm)   METRIC=(--best-checkpoint-metric accuracy); NUM_CLASSES=3; EPOCHS=5 ;;
+    *) echo "finetune_glue.sh: unknown GLUE task '$TASK'" >&2; exit 2 ;;
+esac
+MAX_EPOCH=${MAX_EPOCH:-$EPOCHS}
+
+# The checkpoint's architecture and max_positions (fine-tuning keeps the pre-training length).
+read -r ARCH MAX_POSITIONS < <(cd "$REPO" && "$PYTHON" -c '
+import sys
+import tupe_plugin  # noqa: F401  (registers the model; lets torch read fairseq checkpoints)
+from fairseq.checkpoint_utils import load_checkpoint_to_cpu
+model = load_checkpoint_to_cpu(sys.argv[1])["cfg"]["model"]
+print(model.arch, model.max_positions)' "$(realpath "$CKPT")")
+SAVE_DIR=${SAVE_DIR:-checkpoints/glue/$TASK/$ARCH/seed$SEED}
+
+PREPARE=(--task "$TASK" --glue-dir "$GLUE_DIR" --out "$BIN_DIR"
+         --sentencepiece-model "$DATA_BIN/sentencepiece.bpe.model" --dict "$DATA_BIN/dict.txt")
+[[ -n ${MAX_EXAMPLES:-} ]] && PREPARE+=(--max-examples "$MAX_EXAMPLES")
+"$PYTHON" "$REPO/scripts/prepare_glue.py" "${PREPARE[@]}"
+
+# Linear schedule over all updates: ceil(examples / batch) per epoch, 6% of them warm-up.
+TRAIN_EXAMPLES=$(wc -l < "$BIN_DIR/raw/train.input0")
+TOTAL_UPDATES=$(( (TRAIN_EXAMPLES + BATCH_SIZE - 1) / BATCH_SIZE * MAX_EPOCH ))
+WARMUP_UPDATES=$(( TOTAL_UPDATES * 6 / 100 ))
+
+EXTRA=()
+[[ ${CPU:-} == 1 ]] && EXTRA+=(--cpu)
+mkdir -p "$SAVE_DIR"
+printf '{"task": "%s", "arch": "%s", "seed": %d, "metric": "%s", "lr": "%s", "checkpoint": "%s"}\n' \
+    "$TASK" "$ARCH" "$SEED" "${METRIC[1]}" "$LR" "$CKPT" > "$SAVE_DIR/run.json"
+
+fairseq-train "$BIN_DIR" --user-dir "$REPO/tupe_plugin" \
+    --task sentence_prediction --criterion sentence_prediction --arch "$ARCH" \
+    --restore-file "$CKPT" --reset-optimizer --reset-dataloader --reset-meters \
+    --init-token 0 --separator-token 2 --num-classes "$NUM_CLASSES" --max-positions "$MAX_POSITIONS" \
+    --shorten-method truncate \
+    --batch-size "$BATCH_SIZE" --max-epoch "$MAX_EPOCH" --seed "$SEED" \
+    --optimizer adam --adam-betas '(0.9,0.999)' --adam-eps 1e-6 --clip-norm 1.0 --weight-decay 0.01 \
+    --lr "$LR" --lr-scheduler polynomial_decay --power 1 --end-learning-rate 0 \
+    --warmup-updates "$WARMUP_UPDATES" --total-num-update "$TOTAL_UPDATES" \
+    --dropout 0.1 --attention-dropout 0.1 \
+    "${METRIC[@]}" --maximize-best-checkpoint-metric \
+    --save-dir "$SAVE_DIR" --no-epoch-checkpoints --no-last-checkpoints \
+    --find-unused-parameters --log-format simple --log-interval 10 \
+    "${EXTRA[@]}" "$@" 2>&1 | tee "$SAVE_DIR/train.log"
