@@ -190,7 +190,9 @@ def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=N
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", required=True, choices=sorted(TASKS), help="GLUE task (folder name)")
     parser.add_argument("--glue-dir", required=True, help="folder holding TASK/train.tsv and TASK/dev.tsv")
     parser.add_argument("--sentencepiece-model", required=True,

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Collect the best dev scores of GLUE fine-tuning runs into a markdown table (mean ± std over seeds).
+
+Each RUN_DIR is a ``SAVE_DIR`` of ``examples/finetune_glue.sh``: ``run.json`` names the task, arch, seed
+and metric, and ``train.log`` is fairseq-train's log (``--log-format simple``). A run's score is the best
+value of its metric over the ``valid on 'valid' subset`` lines of the log (every GLUE metric is maximised).
+Runs of the same task and arch are different seeds; the table has one row per arch and one column per task,
+each cell ``mean ± sample std (n seeds)``, like seed 000 Table 2::
+
+    python scripts/collect_glue_scores.py checkpoints/glue/*/*/seed*
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+VALID_LINE = re.compile(r"\| valid on 'valid' subset \| (.*)$")
+
+
+def valid_scores(log_path, metric):
+    """Values of ``metric`` on every validation line of a fairseq log."""
+    scores = []
+    with open(log_path, encoding="utf-8") as f:
+        for line in f:
+            match = VALID_LINE.search(line)
+            if not match:
+                continue
+            fields = dict(item.split(" ", 1) for item in match.group(1).split(" | ") if " " in item)
+            if metric in fields:
+                scores.append(float(fields[metric]))
+    return scores
+
+
+def read_run(run_dir):
+    """``(task, arch, seed, metric, best score)`` of one run directory."""
+    info_path, log_path = os.path.join(run_dir, "run.json"), os.path.join(run_dir, "train.log")
+    for path in (info_path, log_path):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{path}: missing (RUN_DIR must be a SAVE_DIR of examples/finetune_glue.sh)"
+            )
+    with open(info_path, encoding="utf-8") as f:
+        info = json.load(f)
+    missing = {"task", "arch", "seed", "metric"} - info.keys()
+    if missing:
+        raise ValueError(f"{info_path}: lacks {', '.join(sorted(missing))}")
+    scores = valid_scores(log_path, info["metric"])
+    if not scores:
+        raise ValueError(f"{log_path}: no validation line reports {info['metric']}")
+    return info["task"], info["arch"], info["seed"], info["metric"], max(scores)
+
+
+def markdown_table(runs):
+    """Markdown table of ``runs`` (tuples of :func:`read_run`)."""
+    cells, metrics = defaultdict(list), {}
+    for task, arch, _, metric, score in runs:
+        cells[arch, task].append(score)
+        metrics[task] = metric
+    tasks = sorted(metrics)
+    archs = sorted({arch for arch, _ in cells})
+    lines = ["| arch | " + " | ".join(f"{t} ({metrics[t]})" for t in tasks) + " |",
+             "|---|" + "---|" * len(tasks)]
+    for arch in archs:
+        row = []
+        for task in tasks:
+            scores = cells.get((arch, task), [])
+            if not scores:
+                row.append("–")
+            elif len(scores) == 1:
+                row.append(f"{scores[0]:.1f} (1)")
+            else:
+                row.append(f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f} ({len(scores)})")
+        lines.append(f"| {arch} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="SAVE_DIR of a finetune_glue.sh run")
+    args = parser.parse_args(argv)
+    try:
+        runs = [read_run(d) for d in args.run_dirs]
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"collect_glue_scores.py: error: {e}")
+    print(markdown_table(runs))
+
+
+if __name__ == "__main__":
+    main()
