@@ -1,0 +1,144 @@
+"""GLUE fine-tuning: scripts/prepare_glue.py, examples/finetune_glue.sh, fairseq-validate and
+scripts/collect_glue_scores.py, on slices of the real GLUE files in ../shared/data/glue."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from cli import logged_losses, run_fairseq, train_inner_losses
+from conftest import REPO, VENV_BIN, shared_data
+from test_checkpoint_and_hub import pretrained_dir  # noqa: F401  (tiny tupe_r_tiny, 2 updates on SST-2)
+
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import collect_glue_scores  # noqa: E402
+import prepare_glue  # noqa: E402
+
+GLUE = ("SST-2", "CoLA", "MRPC", "RTE", "STS-B")
+METRIC = {"SST-2": "accuracy", "STS-B": "pearson"}
+
+
+def glue_slice(tmp_path, task, split, rows, extra_lines=()):
+    """Copy the header (if any) and the first ``rows`` rows of a real GLUE file, then ``extra_lines``."""
+    with open(shared_data("glue", task, f"{split}.tsv"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(rows + (task != "CoLA"))]
+    path = tmp_path / task / f"{split}.tsv"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("".join(lines) + "".join(f"{line}\n" for line in extra_lines), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("task", GLUE)
+def test_every_layout_reads_inputs_and_labels(task, tmp_path):
+    layout = prepare_glue.TASKS[task]
+    rows, skipped = prepare_glue.read_tsv(glue_slice(tmp_path, task, "train", 20), layout)
+    assert len(rows) == 20 and skipped == 0
+    assert all(len(inputs) == (2 if layout.input1 is not None else 1) and all(inputs)
+               for _, inputs, _ in rows)
+    labels = {label for _, _, label in rows}
+    if task == "RTE":
+        assert labels <= {"entailment", "not_entailment"}
+    elif task != "STS-B":
+        assert labels <= {"0", "1"}  # MRPC: the byte-order mark stays out of the header, not in a label
+
+
+def test_wrong_column_count_names_file_and_line(tmp_path):
+    path = glue_slice(tmp_path, "RTE", "train", 5, ["9\tonly two columns"])
+    with pytest.raises(prepare_glue.GlueFormatError, match=rf"{path}:7: expected 4 .* found 2"):
+        prepare_glue.read_tsv(path, prepare_glue.TASKS["RTE"])
+    rows, skipped = prepare_glue.read_tsv(path, prepare_glue.TASKS["RTE"], skip_malformed=True)
+    assert (len(rows), skipped) == (5, 1)
+
+
+def test_wrong_column_count_stops_the_command_line(tmp_path):
+    glue_slice(tmp_path, "CoLA", "train", 5, ["gj04\t1\tno sentence column"])
+    glue_slice(tmp_path, "CoLA", "dev", 5)
+    (tmp_path / "spm.model").write_text("unused: the error comes first")
+    (tmp_path / "dict.txt").write_text("")
+    with pytest.raises(SystemExit, match=r"CoLA/train.tsv:6: expected 4 .* found 3"):
+        prepare_glue.main(["--task", "CoLA", "--glue-dir", str(tmp_path), "--out", str(tmp_path / "out"),
+                           "--sentencepiece-model", str(tmp_path / "spm.model"),
+                           "--dict", str(tmp_path / "dict.txt")])
+
+
+def test_dev_label_unseen_in_train_is_an_error(tmp_path):
+    with open(shared_data("glue", "RTE", "train.tsv"), encoding="utf-8") as f:
+        lines = list(f)
+    (tmp_path / "RTE").mkdir()
+    (tmp_path / "RTE" / "train.tsv").write_text(
+        lines[0] + "".join([line for line in lines[1:] if line.endswith("\tentailment\n")][:10]))
+    glue_slice(tmp_path, "RTE", "dev", 10)
+    (tmp_path / "spm.model").write_text("unused: the error comes first")
+    (tmp_path / "dict.txt").write_text("")
+    with pytest.raises(prepare_glue.GlueFormatError,
+                       match=r"RTE/dev.tsv:\d+: label 'not_entailment' does not occur in train"):
+        prepare_glue.prepare("RTE", str(tmp_path), str(tmp_path / "spm.model"), str(tmp_path / "dict.txt"),
+                             str(tmp_path / "out"))
+
+
+def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
+    path = glue_slice(tmp_path, "STS-B", "train", 10)
+    rows, _ = prepare_glue.read_tsv(path, prepare_glue.TASKS["STS-B"])
+    scores = [float(line.rstrip("\n").split("\t")[-1]) for line in open(path, encoding="utf-8").readlines()[1:]]
+    assert prepare_glue.regression_targets(path, rows) == pytest.approx([s / 5 for s in scores])
+    with pytest.raises(prepare_glue.GlueFormatError, match=rf"{path}:2: score 'high' is not a number"):
+        prepare_glue.regression_targets(path, [(2, ["a", "b"], "high")])
+
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained_dir, tmp_path_factory):  # noqa: F811
+    """examples/finetune_glue.sh for SST-2 and STS-B on 200-example slices, 3 updates each."""
+    root = tmp_path_factory.mktemp("glue")
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable,
+               PYTHONWARNINGS="ignore", CPU="1", MAX_EXAMPLES="200", MAX_EPOCH="1", BATCH_SIZE="16")
+    runs = {}
+    for task in METRIC:
+        bin_dir, save_dir = root / f"{task}-bin", root / "runs" / task
+        proc = subprocess.run(
+            [os.path.join(REPO, "examples", "finetune_glue.sh"), task,
+             pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin",
+             "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
+            cwd=root, env=dict(env, BIN_DIR=str(bin_dir), SAVE_DIR=str(save_dir)),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        runs[task] = bin_dir, save_dir, proc.stdout
+    return runs
+
+
+@pytest.mark.parametrize("task", METRIC)
+def test_finetuning_logs_finite_losses_and_the_task_metric(finetuned, task):
+    _, save_dir, output = finetuned[task]
+    assert "Loaded checkpoint" in output and f"{task}: train 200, valid 200" in output
+    losses = train_inner_losses(output) + logged_losses(output, "valid")
+    assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
+    assert f"| {METRIC[task]} " in output.split("valid on 'valid' subset")[-1]
+    assert (save_dir / "checkpoint_best.pt").is_file()
+
+
+@pytest.mark.parametrize("task", METRIC)
+def test_fairseq_validate_reproduces_the_dev_loss_and_metric(finetuned, task, monkeypatch):
+    bin_dir, save_dir, output = finetuned[task]
+    if task == "STS-B":  # see test_regression_checkpoint_loads_with_weights_only
+        monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    validated = run_fairseq("validate", bin_dir, "--user-dir", "tupe_plugin", "--path",
+                            save_dir / "checkpoint_best.pt", "--task", "sentence_prediction",
+                            "--criterion", "sentence_prediction", "--batch-size", 32, "--cpu")
+    assert logged_losses(validated, "valid") == logged_losses(output, "valid")[-1:]
+    assert f"| {METRIC[task]} " in validated
+
+
+@pytest.mark.xfail(strict=True, reason="fairseq saves the best pearson_and_spearman/mcc/f1 as a numpy scalar, "
+                   "which tupe_plugin/checkpoint_compat.py does not yet allow under weights_only loading")
+def test_regression_checkpoint_loads_with_weights_only(finetuned):
+    bin_dir, save_dir, _ = finetuned["STS-B"]
+    run_fairseq("validate", bin_dir, "--user-dir", "tupe_plugin", "--path", save_dir / "checkpoint_best.pt",
+                "--task", "sentence_prediction", "--criterion", "sentence_prediction", "--cpu")
+
+
+def test_collected_scores_table(finetuned, capsys):
+    collect_glue_scores.main([str(save_dir) for _, save_dir, _ in finetuned.values()])
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "| arch | SST-2 (accuracy) | STS-B (pearson_and_spearman) |"
+    assert table[2].startswith("| tupe_r_tiny | ") and table[2].endswith(" (1) |")
