@@ -80,7 +80,8 @@ def test_dev_label_unseen_in_train_is_an_error(tmp_path):
 def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
     path = glue_slice(tmp_path, "STS-B", "train", 10)
     rows, _ = prepare_glue.read_tsv(path, prepare_glue.TASKS["STS-B"])
-    scores = [float(line.rstrip("\n").split("\t")[-1]) for line in open(path, encoding="utf-8").readlines()[1:]]
+    with open(path, encoding="utf-8") as f:
+        scores = [float(line.rstrip("\n").split("\t")[-1]) for line in list(f)[1:]]
     assert prepare_glue.regression_targets(path, rows) == pytest.approx([s / 5 for s in scores])
     with pytest.raises(prepare_glue.GlueFormatError, match=rf"{path}:2: score 'high' is not a number"):
         prepare_glue.regression_targets(path, [(2, ["a", "b"], "high")])
@@ -129,8 +130,8 @@ def test_fairseq_validate_reproduces_the_dev_loss_and_metric(finetuned, task, mo
     assert f"| {METRIC[task]} " in validated
 
 
-@pytest.mark.xfail(strict=True, reason="fairseq saves the best pearson_and_spearman/mcc/f1 as a numpy scalar, "
-                   "which tupe_plugin/checkpoint_compat.py does not yet allow under weights_only loading")
+@pytest.mark.xfail(strict=True, reason="fairseq saves the best pearson_and_spearman/mcc/f1 as a numpy "
+                   "scalar, which tupe_plugin/checkpoint_compat.py does not yet allow when weights_only")
 def test_regression_checkpoint_loads_with_weights_only(finetuned):
     bin_dir, save_dir, _ = finetuned["STS-B"]
     run_fairseq("validate", bin_dir, "--user-dir", "tupe_plugin", "--path", save_dir / "checkpoint_best.pt",
