@@ -22,9 +22,6 @@
 # scripts/collect_glue_scores.py. Validate the result with
 #   fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \
 #       --task sentence_prediction --criterion sentence_prediction --batch-size 32
-# (CoLA, MRPC and STS-B checkpoints store their best score as a numpy scalar, which torch's weights-only
-# loading refuses until tupe_plugin/checkpoint_compat.py allows it: prefix TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
-# for checkpoints you trust.)
 set -euo pipefail
 
 if [[ $# -lt 3 ]]; then
