@@ -24,7 +24,8 @@ def check_checkpoint_matches(model_state, saved_state, prefix, arch):
             missing.append(key)
         elif saved.shape != value.shape and not _position_table_of_another_length(key, saved, value):
             resized.append((key, tuple(saved.shape), tuple(value.shape)))
-    embedding = next((r for r in resized if r[0].endswith("embed_tokens.weight")), None)
+    embedding = next((r for r in resized if r[0].endswith("embed_tokens.weight") and r[1][1:] == r[2][1:]),
+                     None)
     if embedding is not None:
         raise ValueError(
             f"the checkpoint's word embedding has {embedding[1][0]} rows but the task's dictionary gives "
@@ -33,7 +34,8 @@ def check_checkpoint_matches(model_state, saved_state, prefix, arch):
         )
     if missing or resized:
         details = [f"missing {key}" for key in missing[:3]]
-        details += [f"{key} is {saved} in the checkpoint, {built} in the model" for key, saved, built in resized[:3]]
+        details += [f"{key} is {saved} in the checkpoint, {built} in the model"
+                    for key, saved, built in resized[:3]]
         raise ValueError(
             f"the checkpoint does not fit --arch {arch} ({'; '.join(details)}"
             f"{', ...' if len(missing) + len(resized) > 3 else ''}): fine-tune with the --arch (and size "

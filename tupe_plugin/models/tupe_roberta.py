@@ -153,7 +153,7 @@ class TupeRobertaModel(RobertaModel):
         for key, table in self.state_dict().items():
             saved = state_dict.get(prefix + key)
             if key.endswith("embed_positions.weight") and saved is not None \
-                    and saved.shape != table.shape:
+                    and saved.shape[1:] == table.shape[1:] and saved.size(0) != table.size(0):
                 raise ValueError(
                     f"the checkpoint's learned position table {key} has {saved.size(0)} positions "
                     f"but the model is built for --max-positions {table.size(0)}; a learned table "
