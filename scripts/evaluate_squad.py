@@ -19,7 +19,6 @@ Example::
 import argparse
 import json
 import logging
-import sys
 
 import torch
 
@@ -34,7 +33,9 @@ def span_logits(checkpoint, data_dir, split="valid", batch_size=16, cpu=False):
     """Start and end logits of every feature of ``split``, unpadded, in feature order."""
     from fairseq import checkpoint_utils, utils
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data_dir})
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides={"data": data_dir}
+    )
     model = models[0].eval()
     use_cuda = torch.cuda.is_available() and not cpu
     if use_cuda:
@@ -70,17 +71,23 @@ def predict_answers(articles, features, logits, **decoding):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--path", required=True, help="fine-tuned checkpoint (fairseq-train --task squad_span)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--path", required=True,
+                        help="fine-tuned checkpoint (fairseq-train --task squad_span)")
     parser.add_argument("--data", required=True, help="folder written by scripts/prepare_squad.py")
     parser.add_argument("--gold-file", required=True, help="the SQuAD JSON the features were prepared from")
     parser.add_argument("--split", default="valid", help="prepared split to evaluate (default valid)")
     parser.add_argument("--max-articles", type=int, help="as given to prepare_squad.py")
-    parser.add_argument("--output", default="predictions.json", help="predictions JSON (default predictions.json)")
-    parser.add_argument("--n-best", type=int, default=20, help="start and end candidates per window (default 20)")
-    parser.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)")
+    parser.add_argument("--output", default="predictions.json",
+                        help="predictions JSON (default predictions.json)")
+    parser.add_argument("--n-best", type=int, default=20,
+                        help="start and end candidates per window (default 20)")
+    parser.add_argument("--max-answer-length", type=int, default=30,
+                        help="longest answer in tokens (default 30)")
     parser.add_argument("--version-2-with-negative", action="store_true",
-                        help="SQuAD v2.0: predict no answer when null score - best span score > --null-threshold")
+                        help="SQuAD v2.0: no answer when null score - best span score > --null-threshold")
     parser.add_argument("--null-threshold", type=float, default=0.0, help="default 0.0")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is available")
@@ -92,14 +99,15 @@ def main(argv=None):
     logits = span_logits(args.path, args.data, args.split, args.batch_size, args.cpu)
     answers = predict_answers(articles, features, logits, n_best=args.n_best,
                               max_answer_length=args.max_answer_length,
-                              allow_no_answer=args.version_2_with_negative, null_threshold=args.null_threshold)
+                              allow_no_answer=args.version_2_with_negative,
+                              null_threshold=args.null_threshold)
     predictions = {qid: answer.text for qid, answer in answers.items()}
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(predictions, f, ensure_ascii=False, indent=1)
     scores = evaluate(articles, predictions)
     no_answer = sum(not text for text in predictions.values())
-    print(f"{args.gold_file}: {scores['total']} questions, {len(predictions)} predicted ({no_answer} no answer)"
-          f" -> {args.output}")
+    print(f"{args.gold_file}: {scores['total']} questions, {len(predictions)} predicted "
+          f"({no_answer} no answer) -> {args.output}")
     print(json.dumps({"exact_match": round(scores["exact_match"], 2), "f1": round(scores["f1"], 2)}))
     return scores
 

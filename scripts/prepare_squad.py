@@ -184,7 +184,7 @@ def write_split(out, split, dictionary, tokens, spans, features):
 
 def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384, doc_stride=128,
             max_query_length=64, max_articles=None):
-    """Prepare ``files`` ({split: SQuAD JSON}); return ``{split: Counter}`` of what was written and skipped."""
+    """Prepare ``files`` ({split: SQuAD JSON}); return ``{split: Counter}`` of what was written/skipped."""
     import sentencepiece as spm
     from fairseq.data import Dictionary
 
@@ -215,7 +215,9 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--train-file", help="SQuAD JSON for training (train-v1.1.json, train-v2.0.json)")
     parser.add_argument("--valid-file", help="SQuAD JSON for validation and evaluation (dev-v1.1.json, ...)")
     parser.add_argument("--sentencepiece-model", required=True,
@@ -223,7 +225,7 @@ def main(argv=None):
     parser.add_argument("--dict", required=True, help="the pre-training dictionary (data-bin/dict.txt)")
     parser.add_argument("--out", required=True, help="output folder (squad-bin)")
     parser.add_argument("--max-seq-length", type=int, default=384,
-                        help="tokens per feature, at most the model's --max-positions (default 384, seed 000)")
+                        help="tokens per feature, at most the model's --max-positions (default 384)")
     parser.add_argument("--doc-stride", type=int, default=128, help="passage pieces between window starts")
     parser.add_argument("--max-query-length", type=int, default=64,
                         help="longer questions (in pieces) are skipped, logged and counted (default 64)")

@@ -36,7 +36,8 @@ def test_fine_tuned_span_head_is_saved_and_loaded(dictionary):
     loaded.register_span_head("squad")
     loaded.load_state_dict(model.state_dict())
     tokens = random_tokens(dictionary, [9])
-    torch.testing.assert_close(loaded(tokens, span_head_name="squad")[0], model(tokens, span_head_name="squad")[0])
+    torch.testing.assert_close(loaded(tokens, span_head_name="squad")[0],
+                               model(tokens, span_head_name="squad")[0])
 
 
 def test_span_head_absent_from_the_model_is_dropped_from_the_checkpoint(dictionary):
@@ -59,5 +60,6 @@ def test_checkpoint_of_another_vocabulary_names_the_dictionary():
 def test_checkpoint_of_another_arch_names_the_arch(pretrained_arch, dictionary):
     pretrained = build_model(pretrained_arch, dictionary).state_dict()
     model = build_model("tupe_r_tiny", dictionary)
-    with pytest.raises(ValueError, match=r"the checkpoint does not fit --arch tupe_r_tiny \((missing|.* is )"):
+    with pytest.raises(ValueError,
+                       match=r"the checkpoint does not fit --arch tupe_r_tiny \((missing|.* is )"):
         model.load_state_dict(pretrained)

@@ -123,13 +123,15 @@ def test_entry_without_a_field_names_the_entry(vocabulary, tmp_path):
                        match=rf"data\[0\]\.paragraphs\[1\]\.qas\[2\] \(id {qa['id']}\): missing 'question'"):
         prepare(vocabulary, tmp_path / "out", articles, tmp_path)
     del articles[0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"]
-    with pytest.raises(prepare_squad.SquadFormatError, match=r"qas\[0\] .*answers\[0\]: missing 'answer_start'"):
+    with pytest.raises(prepare_squad.SquadFormatError,
+                       match=r"qas\[0\] .*answers\[0\]: missing 'answer_start'"):
         prepare(vocabulary, tmp_path / "out", articles, tmp_path)
 
 
 def test_command_line_stops_with_the_error(vocabulary, tmp_path):
     path = write_squad(tmp_path / "squad.json", [{"title": "no paragraphs"}])
-    with pytest.raises(SystemExit, match=r"prepare_squad.py: error: .*squad.json: data\[0\]: missing 'paragraphs'"):
+    with pytest.raises(SystemExit,
+                       match=r"prepare_squad.py: error: .*squad.json: data\[0\]: missing 'paragraphs'"):
         prepare_squad.main(["--valid-file", path, "--sentencepiece-model", vocabulary[0],
                             "--dict", vocabulary[1], "--out", str(tmp_path / "out")])
 
@@ -146,7 +148,8 @@ def test_question_longer_than_the_limit_is_skipped_logged_and_counted(vocabulary
     assert qas[1]["id"] not in {f["id"] for f in features}
 
 
-def test_answer_not_matching_the_context_is_counted_logged_and_skipped_in_train(vocabulary, tmp_path, caplog):
+def test_answer_not_matching_the_context_is_counted_logged_and_skipped_in_train(vocabulary, tmp_path,
+                                                                               caplog):
     articles = copy.deepcopy(dev_articles(1))
     articles[0]["paragraphs"] = articles[0]["paragraphs"][:1]
     qas = articles[0]["paragraphs"][0]["qas"]
