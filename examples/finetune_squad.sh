@@ -92,7 +92,7 @@ fairseq-train "$BIN_DIR" --user-dir "$REPO/tupe_plugin" \
     --warmup-updates "$WARMUP_UPDATES" --total-num-update "$TOTAL_UPDATES" \
     --dropout 0.1 --attention-dropout 0.1 \
     --validate-interval-updates 1000 --save-interval-updates 1000 --keep-interval-updates 1 \
-    --save-dir "$SAVE_DIR" --no-epoch-checkpoints \
+    --save-dir "$SAVE_DIR" --no-epoch-checkpoints --find-unused-parameters \
     --log-format simple --log-interval 10 \
     "${EXTRA[@]}" "$@" 2>&1 | tee "$SAVE_DIR/train.log"
 
