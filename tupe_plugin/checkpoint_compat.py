@@ -1,7 +1,7 @@
 """Let ``torch.load(weights_only=True)`` (the default since torch 2.6) read fairseq checkpoints.
 
-fairseq stores its argparse ``Namespace`` in every checkpoint, and the best validation score of tasks judged by
-a scipy/sklearn metric (Matthews corr., F1, Pearson/Spearman) as a numpy scalar.
+fairseq stores its argparse ``Namespace`` in every checkpoint, and the best validation score of tasks judged
+by a scipy/sklearn metric (Matthews corr., F1, Pearson/Spearman) as a numpy scalar.
 """
 
 import argparse

@@ -9,6 +9,7 @@ analysis (``need_attn``) and sentencepiece hub loading. Classification heads, th
 import logging
 import os
 
+import torch.nn as nn
 from fairseq import hub_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
@@ -20,7 +21,9 @@ from ..modules.absolute_position import ABS_POS_CHOICES
 from ..modules.positional_encoder import PositionalTransformerEncoder
 from ..modules.positional_term import CLS_RESET_CHOICES, UNTIED_CHOICES
 from ..modules.relative_position import REL_POS_CHOICES
+from .checkpoint_match import check_checkpoint_matches
 from .position_flags import check_position_flags
+from .span_head import SpanPredictionHead
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +32,18 @@ SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 
 @register_model("tupe_roberta")
 class TupeRobertaModel(RobertaModel):
+    def __init__(self, args, encoder):
+        super().__init__(args, encoder)
+        self.span_heads = nn.ModuleDict()
+
     @classmethod
     def hub_models(cls):
         return {}
+
+    def register_span_head(self, name):
+        """Add a start/end span head (SQuAD) named ``name``, kept in checkpoints like classification heads."""
+        if name not in self.span_heads:
+            self.span_heads[name] = SpanPredictionHead(self.args.encoder_embed_dim)
 
     @staticmethod
     def add_args(parser):
@@ -112,9 +124,19 @@ class TupeRobertaModel(RobertaModel):
         return_all_hiddens=False,
         classification_head_name=None,
         need_attn=False,
+        span_head_name=None,
         **kwargs,
     ):
-        """RoBERTa's forward; ``need_attn=True`` also returns each layer's attention in extra["attn"]."""
+        """RoBERTa's forward; ``need_attn=True`` also returns each layer's attention in extra["attn"].
+
+        ``span_head_name`` returns that span head's ``(start_logits, end_logits)``, each (B, T), instead.
+        """
+        if span_head_name is not None:
+            features, extra = self.encoder(
+                src_tokens, features_only=True, return_all_hiddens=return_all_hiddens,
+                need_attn=need_attn, **kwargs,
+            )
+            return self.span_heads[span_head_name](features), extra
         return super().forward(
             src_tokens,
             features_only=features_only,
@@ -125,12 +147,13 @@ class TupeRobertaModel(RobertaModel):
         )
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """RoBERTa's upgrades, after refusing learned position tables of another length."""
+        """RoBERTa's upgrades (span heads kept like classification heads), after refusing a checkpoint
+        of another architecture or vocabulary and learned position tables of another length."""
         prefix = name + "." if name else ""
         for key, table in self.state_dict().items():
             saved = state_dict.get(prefix + key)
             if key.endswith("embed_positions.weight") and saved is not None \
-                    and saved.shape != table.shape:
+                    and saved.shape[1:] == table.shape[1:] and saved.size(0) != table.size(0):
                 raise ValueError(
                     f"the checkpoint's learned position table {key} has {saved.size(0)} positions "
                     f"but the model is built for --max-positions {table.size(0)}; a learned table "
@@ -138,6 +161,23 @@ class TupeRobertaModel(RobertaModel):
                     "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
                 )
         super().upgrade_state_dict_named(state_dict, name)
+        check_checkpoint_matches(self.state_dict(), state_dict, prefix, safe_getattr(self.args, "arch", "?"))
+        self._upgrade_span_heads(state_dict, prefix)
+
+    def _upgrade_span_heads(self, state_dict, prefix):
+        """Span heads in the checkpoint are loaded (``load_checkpoint_heads``) or dropped; heads the
+        checkpoint lacks (fine-tuning from a masked-LM checkpoint) start from their initial weights."""
+        head_prefix = prefix + "span_heads."
+        for key in [k for k in state_dict if k.startswith(head_prefix)]:
+            head_name = key[len(head_prefix):].split(".")[0]
+            if head_name not in self.span_heads:
+                if safe_getattr(self.args, "load_checkpoint_heads", False):
+                    self.register_span_head(head_name)
+                else:
+                    logger.warning("deleting span head (%s) not present in the current model", key)
+                    del state_dict[key]
+        for key, value in self.span_heads.state_dict().items():
+            state_dict.setdefault(head_prefix + key, value)
 
     @classmethod
     def from_pretrained(

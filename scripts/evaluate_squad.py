@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Evaluate a ``squad_span`` checkpoint on SQuAD: predictions JSON and the official EM and F1.
+
+Runs the model over the features ``scripts/prepare_squad.py`` wrote for ``--split`` (default valid),
+decodes each question's answer from all its windows (:mod:`tupe_plugin.squad.spans`: best valid span,
+start <= end, at most ``--max-answer-length`` tokens, ``--n-best`` starts and ends per window; with
+``--version-2-with-negative`` no answer when null score - best span score > ``--null-threshold``),
+writes ``{question id: answer text}`` to ``--output`` and prints EM and F1 computed as the official
+evaluation scripts do (:mod:`tupe_plugin.squad.metric`) against the gold answers of ``--gold-file``,
+the SQuAD JSON the features were prepared from (same ``--max-articles``). Questions without a
+prediction (skipped by prepare_squad.py) score 0, as in the official scripts.
+
+Example::
+
+    python scripts/evaluate_squad.py --path checkpoints/squad/checkpoint_best.pt --data squad-bin \\
+        --gold-file dev-v1.1.json --output predictions.json
+"""
+
+import argparse
+import json
+import logging
+
+import torch
+
+from tupe_plugin.squad.features import load_features
+from tupe_plugin.squad.metric import evaluate
+from tupe_plugin.squad.spans import best_answer
+
+logger = logging.getLogger("evaluate_squad")
+
+
+def span_logits(checkpoint, data_dir, split="valid", batch_size=16, cpu=False):
+    """Start and end logits of every feature of ``split``, unpadded, in feature order."""
+    from fairseq import checkpoint_utils, utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides={"data": data_dir}
+    )
+    model = models[0].eval()
+    use_cuda = torch.cuda.is_available() and not cpu
+    if use_cuda:
+        model.cuda()
+    dataset = task.load_dataset(split)
+    batches = task.get_batch_iterator(dataset, max_sentences=batch_size, ignore_invalid_inputs=False,
+                                      num_workers=0).next_epoch_itr(shuffle=False)
+    logits = [None] * len(dataset)
+    with torch.no_grad():
+        for sample in batches:
+            if use_cuda:
+                sample = utils.move_to_cuda(sample)
+            (starts, ends), _ = model(**sample["net_input"], span_head_name=task.cfg.span_head_name)
+            for row, index in enumerate(sample["id"].tolist()):
+                length = int(sample["net_input"]["src_lengths"][row])
+                logits[index] = (starts[row, :length].float().cpu().numpy(),
+                                 ends[row, :length].float().cpu().numpy())
+    return logits
+
+
+def predict_answers(articles, features, logits, **decoding):
+    """{question id: QuestionAnswer} for every question that has features."""
+    contexts = {qa["id"]: paragraph["context"] for article in articles
+                for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+    windows = {}
+    for feature, (start_logits, end_logits) in zip(features, logits):
+        if feature["id"] not in contexts:
+            raise ValueError(f"question {feature['id']} of the features is not in the gold file: prepare and "
+                             "evaluate with the same SQuAD JSON and --max-articles")
+        windows.setdefault(feature["id"], []).append((start_logits, end_logits, feature))
+    return {qid: best_answer(contexts[qid], question_windows, **decoding)
+            for qid, question_windows in windows.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--path", required=True,
+                        help="fine-tuned checkpoint (fairseq-train --task squad_span)")
+    parser.add_argument("--data", required=True, help="folder written by scripts/prepare_squad.py")
+    parser.add_argument("--gold-file", required=True, help="the SQuAD JSON the features were prepared from")
+    parser.add_argument("--split", default="valid", help="prepared split to evaluate (default valid)")
+    parser.add_argument("--max-articles", type=int, help="as given to prepare_squad.py")
+    parser.add_argument("--output", default="predictions.json",
+                        help="predictions JSON (default predictions.json)")
+    parser.add_argument("--n-best", type=int, default=20,
+                        help="start and end candidates per window (default 20)")
+    parser.add_argument("--max-answer-length", type=int, default=30,
+                        help="longest answer in tokens (default 30)")
+    parser.add_argument("--version-2-with-negative", action="store_true",
+                        help="SQuAD v2.0: no answer when null score - best span score > --null-threshold")
+    parser.add_argument("--null-threshold", type=float, default=0.0, help="default 0.0")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is available")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
+    with open(args.gold_file, encoding="utf-8") as f:
+        articles = json.load(f)["data"][:args.max_articles]
+    features = load_features(args.data, args.split)
+    logits = span_logits(args.path, args.data, args.split, args.batch_size, args.cpu)
+    answers = predict_answers(articles, features, logits, n_best=args.n_best,
+                              max_answer_length=args.max_answer_length,
+                              allow_no_answer=args.version_2_with_negative,
+                              null_threshold=args.null_threshold)
+    predictions = {qid: answer.text for qid, answer in answers.items()}
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(predictions, f, ensure_ascii=False, indent=1)
+    scores = evaluate(articles, predictions)
+    no_answer = sum(not text for text in predictions.values())
+    print(f"{args.gold_file}: {scores['total']} questions, {len(predictions)} predicted "
+          f"({no_answer} no answer) -> {args.output}")
+    print(json.dumps({"exact_match": round(scores["exact_match"], 2), "f1": round(scores["f1"], 2)}))
+    return scores
+
+
+if __name__ == "__main__":
+    main()

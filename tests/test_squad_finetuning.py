@@ -1,0 +1,90 @@
+"""SQuAD v1.1 end to end on slices of the real dev-v1.1.json: examples/finetune_squad.sh (prepare ->
+fairseq-train from a tiny masked-LM checkpoint -> evaluation printing EM/F1), then fairseq-validate."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from cli import logged_losses, run_fairseq, train_inner_losses
+from conftest import REPO, VENV_BIN, shared_data
+from test_checkpoint_and_hub import pretrained_dir  # noqa: F401  (tiny tupe_r_tiny, --max-positions 64)
+
+from tupe_plugin.squad.metric import evaluate
+
+pytestmark = pytest.mark.slow
+
+
+def squad_slice(path, article, paragraphs):
+    with open(shared_data("squad", "dev-v1.1.json"), encoding="utf-8") as f:
+        source = json.load(f)["data"][article]
+    data = [dict(source, paragraphs=source["paragraphs"][:paragraphs])]
+    path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+    return data
+
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained_dir, tmp_path_factory):  # noqa: F811
+    """finetune_squad.sh on 3 paragraphs (train) and 2 paragraphs of another article (valid), 3 updates."""
+    root = tmp_path_factory.mktemp("squad")
+    squad_slice(root / "train.json", 0, 3)
+    valid = squad_slice(root / "dev.json", 1, 2)
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable,
+               PYTHONWARNINGS="ignore", CPU="1", BATCH_SIZE="16", MAX_SEQ_LENGTH="64", DOC_STRIDE="16",
+               MAX_QUERY_LENGTH="40", TRAIN_FILE=str(root / "train.json"), VALID_FILE=str(root / "dev.json"),
+               BIN_DIR=str(root / "squad-bin"), SAVE_DIR=str(root / "run"))
+    proc = subprocess.run(
+        [os.path.join(REPO, "examples", "finetune_squad.sh"), "1.1",
+         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin",
+         "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return root, valid, proc.stdout
+
+
+def test_finetuning_logs_finite_losses_and_span_accuracies(finetuned):
+    _, _, output = finetuned
+    assert "Loaded checkpoint" in output
+    losses = train_inner_losses(output) + logged_losses(output, "valid")
+    assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
+    assert re.search(r"valid on 'valid' subset \| loss [0-9.]+ \| start_accuracy [0-9.]+ \| "
+                     r"end_accuracy [0-9.]+ \| span_accuracy [0-9.]+", output)
+
+
+def test_fairseq_validate_reproduces_the_dev_loss(finetuned):
+    root, _, output = finetuned
+    validated = run_fairseq("validate", root / "squad-bin", "--user-dir", "tupe_plugin", "--path",
+                            root / "run" / "checkpoint_best.pt", "--task", "squad_span",
+                            "--criterion", "squad_span", "--batch-size", 32, "--cpu")
+    assert logged_losses(validated, "valid") == logged_losses(output, "valid")[-1:]
+    assert "| span_accuracy " in validated
+
+
+def test_evaluation_prints_em_and_f1_of_the_written_predictions(finetuned):
+    root, valid, output = finetuned
+    printed = json.loads(re.findall(r'^\{"exact_match": .*\}$', output, re.M)[-1])
+    with open(root / "run" / "predictions.json", encoding="utf-8") as f:
+        predictions = json.load(f)
+    skipped = int(re.search(r"valid: \d+ questions .* skipped: (\d+) questions longer", output).group(1))
+    questions = [qa for p in valid[0]["paragraphs"] for qa in p["qas"]]
+    assert len(predictions) == len(questions) - skipped and all(predictions.values())
+    scores = evaluate(valid, predictions)
+    assert printed == {"exact_match": round(scores["exact_match"], 2), "f1": round(scores["f1"], 2)}
+    assert 0 <= printed["exact_match"] <= printed["f1"] <= 100
+
+
+def test_restore_file_of_another_arch_stops_with_the_checkpoint_and_arch(finetuned, pretrained_dir):  # noqa: F811
+    root, _, _ = finetuned
+    checkpoint = pretrained_dir / "checkpoints" / "checkpoint_last.pt"
+    proc = run_fairseq("train", root / "squad-bin", "--user-dir", "tupe_plugin", "--task", "squad_span",
+                       "--criterion", "squad_span", "--arch", "bert_a_tiny", "--restore-file", checkpoint,
+                       "--reset-optimizer", "--max-positions", 64, "--batch-size", 16, "--max-update", 1,
+                       "--optimizer", "adam", "--lr", 1e-5, "--save-dir", root / "wrong", "--cpu",
+                       check=False)
+    assert proc.returncode != 0
+    assert f"Cannot load model parameters from checkpoint {checkpoint}" in proc.stdout
+    assert "the checkpoint does not fit --arch bert_a_tiny" in proc.stdout
