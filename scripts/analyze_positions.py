@@ -9,6 +9,7 @@ matrices and the metrics are defined in docs/analysis.md.
 """
 
 import argparse
+import logging
 import os
 
 import torch
@@ -66,6 +67,7 @@ def positions_to_analyse(model, requested):
 
 def main(argv=None):
     parser, args = parse_args(argv)
+    logging.getLogger().setLevel(logging.INFO)  # importing fairseq leaves the root logger at DEBUG
     try:
         model, dictionary, arch = load_checkpoint(args.path, args.data)
         seq_len = positions_to_analyse(model, args.max_positions)

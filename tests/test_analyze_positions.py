@@ -151,14 +151,18 @@ def test_learned_frequencies_are_compared_with_their_initial_values(tmp_path, no
 
 
 @pytest.fixture(scope="module")
-def checkpoints(wikitext_bin, tmp_path_factory):
-    """Checkpoints of two architectures after one fairseq-train update."""
+def checkpoint(wikitext_bin, tmp_path_factory):
+    """checkpoint(arch): a checkpoint of ``arch`` after one fairseq-train update, trained once."""
     saved = {}
-    for arch in ("tupe_r_tiny", "bert_lsin_ape_lsin_rpe_tiny"):
-        save_dir = tmp_path_factory.mktemp(arch)
-        run_fairseq("train", *train_args(wikitext_bin, save_dir, arch, 1))
-        saved[arch] = save_dir / "checkpoint_last.pt"
-    return saved
+
+    def train(arch):
+        if arch not in saved:
+            save_dir = tmp_path_factory.mktemp(arch)
+            run_fairseq("train", *train_args(wikitext_bin, save_dir, arch, 1))
+            saved[arch] = save_dir / "checkpoint_last.pt"
+        return saved[arch]
+
+    return train
 
 
 def run_script(*argv):
@@ -168,13 +172,14 @@ def run_script(*argv):
 @pytest.mark.parametrize("arch, not_applicable", [
     ("tupe_r_tiny", {"first_layer_position_correlation", "relative_position_dot_products",
                      "learned_frequencies"}),
-    ("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias"}),
+    pytest.param("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias"},
+                 marks=pytest.mark.slow),
 ])
 def test_script_writes_figures_json_and_table_for_a_trained_checkpoint(
-    checkpoints, wikitext_bin, tmp_path, capsys, arch, not_applicable
+    checkpoint, wikitext_bin, tmp_path, capsys, arch, not_applicable
 ):
     out = tmp_path / "analysis"
-    run_script("--path", checkpoints[arch], "--data", wikitext_bin, "--out", out,
+    run_script("--path", checkpoint(arch), "--data", wikitext_bin, "--out", out,
                "--max-positions", 24, "--probe-samples", 4)
     report = json.loads((out / "positions.json").read_text())
     sections = report["sections"]
@@ -191,16 +196,16 @@ def test_script_writes_figures_json_and_table_for_a_trained_checkpoint(
     assert report["arch"] == arch and report["positions"] == 24
 
 
-def test_script_refuses_more_positions_than_the_learned_table(checkpoints, wikitext_bin, tmp_path, capsys):
+def test_script_refuses_more_positions_than_the_learned_table(checkpoint, wikitext_bin, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        run_script("--path", checkpoints["tupe_r_tiny"], "--data", wikitext_bin,
+        run_script("--path", checkpoint("tupe_r_tiny"), "--data", wikitext_bin,
                    "--out", tmp_path, "--max-positions", 1000)
     assert "--max-positions 1000 exceeds the 64 positions" in capsys.readouterr().err
 
 
-def test_script_names_a_missing_data_directory(checkpoints, tmp_path, capsys):
+def test_script_names_a_missing_data_directory(checkpoint, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        run_script("--path", checkpoints["tupe_r_tiny"], "--data", tmp_path / "nowhere",
+        run_script("--path", checkpoint("tupe_r_tiny"), "--data", tmp_path / "nowhere",
                    "--out", tmp_path)
     assert "--data" in capsys.readouterr().err
 

@@ -97,7 +97,9 @@ def offset_asymmetry(profile_forward, profile_backward):
     forward = np.asarray(profile_forward, dtype=np.float64)
     backward = np.asarray(profile_backward, dtype=np.float64)
     if forward.shape != backward.shape:
-        raise ValueError(f"forward and backward profiles differ in length: {forward.shape} vs {backward.shape}")
+        raise ValueError(
+            f"forward and backward profiles differ in length: {forward.shape} vs {backward.shape}"
+        )
     norm = np.sqrt(np.sum(forward ** 2) + np.sum(backward ** 2))
     return float(np.linalg.norm(forward - backward) / norm) if norm else 0.0
 
