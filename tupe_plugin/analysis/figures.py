@@ -89,8 +89,8 @@ def heatmap_with_profile(matrix, axis_values, profile_offsets, profile, title, p
     figure.suptitle(title, fontsize=11)
     left, right = figure.subplots(1, 2)
     _heatmap(figure, left, matrix, np.asarray(axis_values), xlabel, ylabel, heatmap_title)
-    for name, values in profile.items():
-        right.plot(profile_offsets, values, lw=1.2, marker=".", ms=3, label=name)
+    for (name, values), style in zip(profile.items(), ("-", "--", ":", "-.")):
+        right.plot(profile_offsets, values, lw=1.2, ls=style, marker=".", ms=3, label=name)
     right.set_title(profile_title, fontsize=9)
     right.set_xlabel(profile_xlabel, fontsize=8)
     right.set_ylabel(profile_ylabel, fontsize=8)
@@ -100,12 +100,12 @@ def heatmap_with_profile(matrix, axis_values, profile_offsets, profile, title, p
     return _save(figure, path)
 
 
-def learned_frequencies(entries, offsets, title, path):
-    """entries: name -> (initial, learned, psi_initial, psi_learned); two panels per sinusoid."""
+def learned_frequencies(entries, title, path):
+    """entries: name -> (initial, learned, offsets, psi_initial, psi_learned); two panels per sinusoid."""
     figure = _figure(len(entries), 2, width=4.6, height=3.2)
     figure.suptitle(title, fontsize=11)
     panels = figure.subplots(len(entries), 2, squeeze=False)
-    for (name, (initial, learned, psi_initial, psi_learned)), (left, right) in zip(
+    for (name, (initial, learned, offsets, psi_initial, psi_learned)), (left, right) in zip(
         entries.items(), panels
     ):
         index = np.arange(len(initial))

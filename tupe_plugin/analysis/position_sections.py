@@ -233,14 +233,17 @@ def learned_frequencies(context):
             name, title, f"{context.arch} has no learnable-sinusoidal PE ({_flags(context)})"
         )
     result = SectionResult(name, title)
-    offsets = np.arange(context.seq_len)
+    shaw = pm.positional_encoder(context.model).positional_term.shaw
     entries = {}
     for module_name, (initial, learned) in found.items():
         initial, learned = _numpy(initial), _numpy(learned)
+        label = "APE" if module_name.startswith("embed_positions") else "RPE"
+        # Shaw distances are clipped at K: the RPE's profile stops there.
+        reach = context.seq_len if label == "APE" else min(context.seq_len, shaw.max_distance + 1)
+        offsets = np.arange(reach)
         psi_initial = np.cos(np.outer(offsets, initial)).sum(1)
         psi_learned = np.cos(np.outer(offsets, learned)).sum(1)
-        label = "APE" if module_name.startswith("embed_positions") else "RPE"
-        entries[label] = (initial, learned, psi_initial, psi_learned)
+        entries[label] = (initial, learned, offsets, psi_initial, psi_learned)
         relative_change = np.abs(learned - initial) / np.abs(initial)
         result.metrics[label] = {
             "module": module_name,
@@ -256,7 +259,7 @@ def learned_frequencies(context):
                 "decreasing_window_forward": result.metrics[label][f"decreasing_window_{which}"]
             })
     result.figures.append(figures.learned_frequencies(
-        entries, offsets, f"{context.arch}: {title}", context.figure_path(name)
+        entries, f"{context.arch}: {title}", context.figure_path(name)
     ))
     return result
 
