@@ -35,7 +35,7 @@ def _numpy(tensor):
 def _per_head_metrics(result, matrices, first, window, label):
     heads = [property_metrics(matrix[first:, first:], window) for matrix in matrices]
     mean = {key: float(np.mean([h[key] for h in heads])) for key in heads[0]}
-    mean["size"] = heads[0]["size"]
+    mean.update(size=heads[0]["size"], monotonicity_window=heads[0]["monotonicity_window"])
     result.metrics.update(
         positions_measured=[first, first + heads[0]["size"] - 1],
         heads=heads,
