@@ -16,7 +16,7 @@ ARCH ?= tupe_r_tiny
 UPDATES ?= 400
 WORKDIR ?= demo
 DEMO_OUTPUTS := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp checkpoints tensorboard \
-	train.log valid.log
+	train.log valid.log analysis
 
 .PHONY: help install test test-slow demo clean distclean
 

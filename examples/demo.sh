@@ -3,6 +3,7 @@
 #
 #   build corpus -> train sentencepiece -> fairseq-preprocess
 #   -> fairseq-train (masked LM) -> fairseq-validate -> compare losses
+#   -> pictures and property metrics of the learned positions
 #
 # Usually run as `make demo`; works from any folder (it runs from the
 # repository root; relative CORPUS and WORKDIR are taken from where you are).
@@ -157,3 +158,9 @@ logs:        $TRAIN_LOG, $VALID_LOG
 tensorboard: $TENSORBOARD_DIR  (view with: $BIN/tensorboard --logdir $TENSORBOARD_DIR)
 data-bin:    $DATA_BIN  (sentencepiece model: $DATA_BIN/sentencepiece.bpe.model)
 EOF
+
+ANALYSIS_DIR=$WORKDIR/analysis
+step "what the positions learned: scripts/analyze_positions.py -> $ANALYSIS_DIR"
+"$PYTHON" scripts/analyze_positions.py --path "$SAVE_DIR/checkpoint_last.pt" --data "$DATA_BIN" \
+    --out "$ANALYSIS_DIR" --device cpu
+echo "analysis:    $ANALYSIS_DIR  (PNGs and positions.json, explained in docs/analysis.md)"

@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""What did the position encodings learn? Pictures and property metrics of any plugin checkpoint.
+
+    python scripts/analyze_positions.py --path checkpoints/checkpoint_last.pt --out analysis/
+
+Writes one PNG per section that applies to the architecture, ``positions.json`` with every
+number (sections that do not apply say why), and prints a short table. The sections, the
+matrices and the metrics are defined in docs/analysis.md.
+"""
+
+import argparse
+import logging
+import os
+
+import torch
+
+from tupe_plugin.analysis.checkpoint import CheckpointError, load_checkpoint
+from tupe_plugin.analysis.position_matrices import has_learned_table
+from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
+from tupe_plugin.analysis.report import AnalysisContext, format_table, run_sections, write_json
+
+# The report's sections, in order; further diagnoses are appended here as functions
+# section(context) -> SectionResult (see tupe_plugin/analysis/report.py).
+SECTIONS = (*POSITION_SECTIONS,)
+
+DEFAULT_POSITIONS = 128  # seed 000 shows the first 128 positions (its footnote 10)
+REPORT_NAME = "positions.json"
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", required=True, help="a plugin checkpoint (.pt)")
+    parser.add_argument("--data", help="data-bin directory holding dict.txt (default: the one "
+                        "stored in the checkpoint)")
+    parser.add_argument("--out", required=True, help="folder for the PNGs and " + REPORT_NAME)
+    parser.add_argument("--max-positions", type=int, metavar="N",
+                        help=f"analyse positions 0..N-1 (default: min({DEFAULT_POSITIONS}, the "
+                        "model's --max-positions))")
+    parser.add_argument("--probe-samples", type=int, default=100, metavar="N",
+                        help="random words averaged by identical-word probing (default 100)")
+    parser.add_argument("--window", type=int, default=20, metavar="W",
+                        help="offsets 1..W counted by the monotonicity fractions (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the probing words")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="torch device (default: cuda when available, else cpu)")
+    args = parser.parse_args(argv)
+    for flag, value, least in (("--probe-samples", args.probe_samples, 1),
+                               ("--window", args.window, 1),
+                               ("--max-positions", args.max_positions, 3)):
+        if value is not None and value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
+    return parser, args
+
+
+def positions_to_analyse(model, requested):
+    """T: the requested count, checked against a learned table's length."""
+    limit = model.max_positions()
+    if requested is None:
+        return min(DEFAULT_POSITIONS, limit)
+    if requested > limit and has_learned_table(model):
+        raise CheckpointError(
+            f"--max-positions {requested} exceeds the {limit} positions of the checkpoint's "
+            f"learned table; use --max-positions {limit} or less"
+        )
+    return requested
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    logging.getLogger().setLevel(logging.INFO)  # importing fairseq leaves the root logger at DEBUG
+    try:
+        model, dictionary, arch = load_checkpoint(args.path, args.data)
+        seq_len = positions_to_analyse(model, args.max_positions)
+    except CheckpointError as error:
+        parser.error(str(error))
+    model.to(args.device)
+    context = AnalysisContext(
+        model=model, dictionary=dictionary, arch=arch, seq_len=seq_len, out_dir=args.out,
+        window=args.window, probe_samples=args.probe_samples, seed=args.seed,
+    )
+    results = run_sections(context, SECTIONS)
+    report = write_json(context, results, os.path.join(args.out, REPORT_NAME), args.path)
+    print(f"{arch}, positions 0..{seq_len - 1}, {args.path}")
+    print(format_table(results))
+    print(f"\nfigures and {REPORT_NAME} in {os.path.abspath(args.out)}:")
+    for result in results:
+        for figure in result.figures:
+            print(f"  {figure}")
+    print(f"  {report}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""The position analysis: matrices against the papers' formulas, sections per architecture, the script."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli import run_fairseq, train_args
+from conftest import PRESETS, REPO, build_model, make_dictionary
+from paper_equations import content_free_correlation, layer_norm
+from tupe_plugin.analysis import figures
+from tupe_plugin.analysis import position_matrices as pm
+from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
+from tupe_plugin.analysis.report import AnalysisContext, run_sections
+from tupe_plugin.models.architectures import POSITION_PRESETS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "analyze_positions", Path(REPO) / "scripts" / "analyze_positions.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def trained(model):
+    """Move every parameter away from its initial value, as training would."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model
+
+
+@pytest.mark.parametrize("preset", ["tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_r"])
+def test_content_free_term_is_seed_001_v_ij_after_the_cls_reset(preset):
+    model = trained(build_model(f"{preset}_tiny"))
+    term = pm.content_free_term(model, 10)
+    encoder = pm.positional_encoder(model)
+    for head in range(term.size(0)):
+        torch.testing.assert_close(term[head], content_free_correlation(encoder, 10, head),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_content_free_term_of_bert_a_d_is_its_position_to_position_term():
+    model = trained(build_model("bert_a_d_tiny"))
+    untied = pm.positional_encoder(model).positional_term.untied_position
+    p = layer_norm(untied.embed_positions.weight[:10], untied.layer_norm)
+    term = pm.content_free_term(model, 10)
+    for head in range(4):
+        rows = slice(32 * head, 32 * (head + 1))
+        expected = (p @ untied.q_proj.weight[rows].t()) @ (p @ untied.k_proj.weight[rows].t()).t()
+        torch.testing.assert_close(term[head], expected / math.sqrt(4 * 32), atol=1e-5, rtol=1e-5)
+
+
+def test_first_layer_position_correlation_is_seed_000_fig_7():
+    model = trained(build_model("bert_a_tiny"))
+    encoder = pm.positional_encoder(model)
+    positions = encoder.embed_positions.weight[:10]
+    weight = encoder.layers[0].self_attn.in_proj.weight
+    correlation = pm.first_layer_position_correlation(model, 10)
+    for head in range(4):
+        w_q, w_k = weight[32 * head: 32 * (head + 1)], weight[128 + 32 * head: 128 + 32 * (head + 1)]
+        expected = (positions @ w_q.t()) @ (positions @ w_k.t()).t() / math.sqrt(32)
+        torch.testing.assert_close(correlation[head], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_identical_word_probing_averages_eq_5_over_words():
+    dictionary = make_dictionary()
+    model = trained(build_model("bert_a_tiny", dictionary))
+    probed = pm.identical_word_attention(model, dictionary, 9, samples=6, seed=5)
+    words = torch.tensor(pm.probe_vocabulary(dictionary))[
+        torch.randint(len(pm.probe_vocabulary(dictionary)), (6,),
+                      generator=torch.Generator().manual_seed(5))
+    ]
+    encoder = pm.positional_encoder(model)
+    attention = encoder.layers[0].self_attn
+    w, b = attention.in_proj.weight, attention.in_proj.bias
+    expected = torch.zeros(4, 9, 9)
+    with torch.no_grad():
+        for word in words:
+            x = layer_norm(encoder.embed_tokens.weight[word] + encoder.embed_positions.weight[:9],
+                           encoder.layernorm_embedding)
+            for head in range(4):
+                q_rows, k_rows = slice(32 * head, 32 * head + 32), slice(128 + 32 * head, 160 + 32 * head)
+                q, k = x @ w[q_rows].t() + b[q_rows], x @ w[k_rows].t() + b[k_rows]
+                expected[head] += torch.softmax(q @ k.t() / math.sqrt(32), -1) / 6
+    torch.testing.assert_close(probed, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_probe_words_are_ordinary_words():
+    dictionary = make_dictionary(10)
+    words = [dictionary[i] for i in pm.probe_vocabulary(dictionary)]
+    assert words == [f"w{i}" for i in range(10)]
+
+
+def expected_sections(preset):
+    flags = POSITION_PRESETS[preset]
+    applies = {
+        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] == "t5",
+        "t5_bias": flags["rel_pos"] == "t5",
+        "first_layer_position_correlation": flags["abs_pos"] != "none",
+        "absolute_position_dot_products": flags["abs_pos"] != "none" or flags["untied_pos"] != "none",
+        "relative_position_dot_products": flags["rel_pos"].startswith("shaw-"),
+        "identical_word_probing": True,
+        "learned_frequencies": "learnable" in flags["abs_pos"] + flags["rel_pos"],
+    }
+    return {name for name, yes in applies.items() if yes}
+
+
+@pytest.fixture
+def no_drawing(monkeypatch):
+    """Sections run without rendering (the figures are checked end to end below)."""
+    for name in ("per_head_heatmaps", "per_head_profiles", "heatmap_with_profile", "learned_frequencies"):
+        monkeypatch.setattr(figures, name, lambda *args, **kwargs: "not drawn")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_sections_apply_exactly_where_the_position_flags_say(preset, tmp_path, no_drawing):
+    dictionary = make_dictionary()
+    model = build_model(f"{preset}_tiny", dictionary).eval()
+    context = AnalysisContext(model, dictionary, f"{preset}_tiny", 12, str(tmp_path), window=4,
+                              probe_samples=2)
+    results = run_sections(context, POSITION_SECTIONS)
+    assert {r.name for r in results if r.applies} == expected_sections(preset)
+    for result in results:
+        if result.applies:
+            assert result.figures and all(
+                math.isfinite(value) for row in result.rows for key, value in row.items()
+                if key != "label"
+            )
+        else:
+            assert f"{preset}_tiny" in result.reason and "--abs-pos" in result.reason
+
+
+def test_learned_frequencies_are_compared_with_their_initial_values(tmp_path, no_drawing):
+    dictionary = make_dictionary()
+    model = build_model("bert_lsin_ape_tiny", dictionary)
+    frequencies = pm.positional_encoder(model).embed_positions.sinusoid.frequencies
+    with torch.no_grad():
+        frequencies.mul_(1.5)
+    context = AnalysisContext(model, dictionary, "bert_lsin_ape_tiny", 32, str(tmp_path))
+    result = next(r for r in run_sections(context, POSITION_SECTIONS) if r.name == "learned_frequencies")
+    assert result.metrics["APE"]["mean_relative_change"] == pytest.approx(0.5, rel=1e-5)
+    assert result.metrics["APE"]["learned"] == pytest.approx((frequencies.detach()).tolist())
+
+
+@pytest.fixture(scope="module")
+def checkpoint(wikitext_bin, tmp_path_factory):
+    """checkpoint(arch): a checkpoint of ``arch`` after one fairseq-train update, trained once."""
+    saved = {}
+
+    def train(arch):
+        if arch not in saved:
+            save_dir = tmp_path_factory.mktemp(arch)
+            run_fairseq("train", *train_args(wikitext_bin, save_dir, arch, 1))
+            saved[arch] = save_dir / "checkpoint_last.pt"
+        return saved[arch]
+
+    return train
+
+
+def run_script(*argv):
+    return load_script().main([str(a) for a in argv])
+
+
+@pytest.mark.parametrize("arch, not_applicable", [
+    ("tupe_r_tiny", {"first_layer_position_correlation", "relative_position_dot_products",
+                     "learned_frequencies"}),
+    pytest.param("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias"},
+                 marks=pytest.mark.slow),
+])
+def test_script_writes_figures_json_and_table_for_a_trained_checkpoint(
+    checkpoint, wikitext_bin, tmp_path, capsys, arch, not_applicable
+):
+    out = tmp_path / "analysis"
+    run_script("--path", checkpoint(arch), "--data", wikitext_bin, "--out", out,
+               "--max-positions", 24, "--probe-samples", 4)
+    report = json.loads((out / "positions.json").read_text())
+    sections = report["sections"]
+    assert {name for name, s in sections.items() if not s["applies"]} == not_applicable
+    for name, section in sections.items():
+        if section["applies"]:
+            assert section["figures"] == [str(out / f"{name}.png")]
+            assert (out / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+        else:
+            assert not (out / f"{name}.png").exists() and section["reason"]
+    table = capsys.readouterr().out
+    for name in not_applicable:
+        assert f"{name}:" in table and "n/a" in table.split(f"{name}:")[1].splitlines()[0]
+    assert report["arch"] == arch and report["positions"] == 24
+
+
+def test_script_refuses_more_positions_than_the_learned_table(checkpoint, wikitext_bin, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_script("--path", checkpoint("tupe_r_tiny"), "--data", wikitext_bin,
+                   "--out", tmp_path, "--max-positions", 1000)
+    assert "--max-positions 1000 exceeds the 64 positions" in capsys.readouterr().err
+
+
+def test_script_names_a_missing_data_directory(checkpoint, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_script("--path", checkpoint("tupe_r_tiny"), "--data", tmp_path / "nowhere",
+                   "--out", tmp_path)
+    assert "--data" in capsys.readouterr().err
+
+
+def test_script_names_a_missing_checkpoint(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_script("--path", tmp_path / "missing.pt", "--out", tmp_path)
+    error = capsys.readouterr().err
+    assert "--path" in error and "missing.pt" in error

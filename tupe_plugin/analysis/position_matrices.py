@@ -1,0 +1,153 @@
+"""The position matrices of a plugin model, as plain tensors (seed 001 Fig. 5; seed 000 Fig. 2, 3, 6, 7).
+
+Each function takes a :class:`~tupe_plugin.models.TupeRobertaModel` and returns its matrix, or
+None when the model has no such part (e.g. ``bert_nope`` has no position table); nothing here
+trains, draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds <s> = [CLS]).
+"""
+
+import torch
+
+from ..modules.relative_position import relative_position_bucket
+from ..modules.sinusoid import Sinusoid, initial_frequencies
+
+
+def positional_encoder(model):
+    """The plugin's encoder stack (embeddings, shared positional term, layers)."""
+    return model.encoder.sentence_encoder
+
+
+def has_learned_table(model):
+    """True when a learned table fixes the longest input (learned APE, TUPE / BERT-A^d table)."""
+    encoder = positional_encoder(model)
+    untied = encoder.positional_term.untied_position
+    return untied is not None or hasattr(encoder.embed_positions, "weight")
+
+
+@torch.no_grad()
+def content_free_term(model, seq_len):
+    """(H, T, T): everything content-free every layer adds to its logits, after the [CLS] reset.
+
+    The TUPE untied term (seed 001 Eq. 7, 10, 11), BERT-A^d's (pU^Q)(pU^K)^T / sqrt(4 d_h) and the
+    T5 bias, each with the scale attention applies; None when the model has none of them (Shaw
+    vectors depend on the query and are not part of it).
+    """
+    term = positional_encoder(model).positional_term(seq_len).dense()
+    return None if term is None else term.float()
+
+
+def has_cls_reset(model):
+    return positional_encoder(model).positional_term.cls_reset
+
+
+@torch.no_grad()
+def t5_bias_by_distance(model, seq_len):
+    """(offsets (2T-1,), bias (H, 2T-1)): b[h, bucket(j - i)] for j - i = -(T-1)..T-1, or None."""
+    bias = positional_encoder(model).positional_term.relative_bias
+    if bias is None:
+        return None
+    offsets = torch.arange(-(seq_len - 1), seq_len)
+    buckets = relative_position_bucket(offsets, bias.num_buckets, bias.max_distance)
+    return offsets, bias.relative_attention_bias.weight[buckets].t().float()
+
+
+@torch.no_grad()
+def absolute_position_vectors(model, seq_len):
+    """(kind, (T, d) vectors) of the absolute positions, or None.
+
+    kind: ``learned`` / ``sinusoidal`` / ``learnable-sinusoidal`` for a PE added at the input, or
+    ``untied`` for TUPE's / BERT-A^d's table p = LayerNorm(P) (seed 001 Eq. 7).
+    """
+    encoder = positional_encoder(model)
+    if encoder.embed_positions is not None:
+        table = encoder.embed_positions
+        if hasattr(table, "weight"):
+            return "learned", table(seq_len).float()
+        kind = "learnable-sinusoidal" if _is_learnable(table.sinusoid) else "sinusoidal"
+        return kind, table(seq_len).float()
+    untied = encoder.positional_term.untied_position
+    if untied is not None:
+        return "untied", untied.layer_norm(untied.embed_positions.weight[:seq_len]).float()
+    return None
+
+
+@torch.no_grad()
+def first_layer_position_correlation(model, seq_len):
+    """(H, T, T): (P W^Q_h)(P W^K_h)^T * scale of the first layer (seed 000 Fig. 7), or None.
+
+    Only for a PE added at the input; P is the raw table as in the paper's figure (no input
+    LayerNorm, no projection biases), the scale the one attention uses (1/sqrt(d_h)).
+    """
+    encoder = positional_encoder(model)
+    if encoder.embed_positions is None:
+        return None
+    positions = encoder.embed_positions(seq_len).float()
+    attention = encoder.layers[0].self_attn
+    embed_dim, heads, head_dim = positions.size(1), attention.num_heads, attention.head_dim
+    w_q, w_k, _ = attention.in_proj.weight.float().split(embed_dim, 0)
+    q = (positions @ w_q.t()).view(seq_len, heads, head_dim).transpose(0, 1)
+    k = (positions @ w_k.t()).view(seq_len, heads, head_dim).transpose(0, 1)
+    return q @ k.transpose(1, 2) * encoder.positional_term.scale
+
+
+@torch.no_grad()
+def relative_position_table(model):
+    """(kind, (2K+1, d_h) table) of the Shaw vectors a_{-K}..a_K, or None."""
+    shaw = positional_encoder(model).positional_term.shaw
+    if shaw is None:
+        return None
+    if hasattr(shaw, "weight"):
+        return "learned", shaw.table().float()
+    kind = "learnable-sinusoidal" if _is_learnable(shaw.sinusoid) else "sinusoidal"
+    return kind, shaw.table().float()
+
+
+@torch.no_grad()
+def learnable_frequencies(model):
+    """{name: (initial, learned)} frequency vectors of every learnable sinusoid (seed 000 A.5)."""
+    found = {}
+    for name, module in positional_encoder(model).named_modules():
+        if isinstance(module, Sinusoid) and _is_learnable(module):
+            learned = module.frequencies.detach().float().cpu()
+            found[name] = (initial_frequencies(2 * learned.numel()), learned)
+    return found
+
+
+def probe_vocabulary(dictionary):
+    """Indices of ordinary words: no special symbol, no <mask>, no fairseq padding words."""
+    return [
+        index for index in range(dictionary.nspecial, len(dictionary))
+        if not dictionary[index].startswith(("<", "madeupword"))
+    ]
+
+
+@torch.no_grad()
+def identical_word_attention(model, dictionary, seq_len, samples, seed=0, batch_size=16):
+    """(H, T, T): first-layer attention of sentences of one repeated word (seed 000 §3.1, Eq. 5).
+
+    Each sentence is one randomly drawn ordinary word repeated T times; the probabilities are
+    averaged over ``samples`` sentences (words drawn with replacement).
+    """
+    vocabulary = probe_vocabulary(dictionary)
+    if not vocabulary:
+        raise ValueError("the dictionary holds no ordinary word to probe with")
+    if samples < 1:
+        raise ValueError(f"--probe-samples must be >= 1, got {samples}")
+    generator = torch.Generator().manual_seed(seed)
+    words = torch.tensor(vocabulary)[torch.randint(len(vocabulary), (samples,), generator=generator)]
+    device = next(model.parameters()).device
+    total = None
+    was_training = model.training
+    model.eval()
+    try:
+        for chunk in words.split(batch_size):
+            tokens = chunk[:, None].expand(-1, seq_len).to(device)
+            _, extra = model(tokens, features_only=True, need_attn=True)
+            first_layer = extra["attn"][0].float().sum(0)
+            total = first_layer if total is None else total + first_layer
+    finally:
+        model.train(was_training)
+    return (total / samples).cpu()
+
+
+def _is_learnable(sinusoid):
+    return isinstance(sinusoid.frequencies, torch.nn.Parameter)

@@ -1,0 +1,275 @@
+"""The sections of the position report (issue 5): what each position encoding learned.
+
+Each function is a report section (see :mod:`report`): it takes the matrices of
+:mod:`position_matrices`, draws them with :mod:`figures` and measures them with
+:mod:`position_metrics`, or says why it does not apply to the model's architecture.
+"""
+
+import numpy as np
+
+from . import figures
+from . import position_matrices as pm
+from .position_metrics import (
+    offset_asymmetry,
+    offset_profile,
+    property_metrics,
+    strictly_decreasing_prefix,
+)
+from .report import SectionResult
+
+
+def _flags(context):
+    args = context.model.args
+    return f"--abs-pos {args.abs_pos}, --untied-pos {args.untied_pos}, --rel-pos {args.rel_pos}"
+
+
+def _first_measured(context):
+    """Position 0 is left out of the measurements when the [CLS] reset replaces its row and column."""
+    return 1 if pm.has_cls_reset(context.model) else 0
+
+
+def _numpy(tensor):
+    return tensor.detach().cpu().double().numpy()
+
+
+def _per_head_metrics(result, matrices, first, window, label):
+    heads = [property_metrics(matrix[first:, first:], window) for matrix in matrices]
+    mean = {key: float(np.mean([h[key] for h in heads])) for key in heads[0]}
+    mean.update(size=heads[0]["size"], monotonicity_window=heads[0]["monotonicity_window"])
+    result.metrics.update(
+        positions_measured=[first, first + heads[0]["size"] - 1],
+        heads=heads,
+        mean_over_heads=mean,
+    )
+    result.add_row(f"{label} (mean of {len(heads)} heads)", mean)
+
+
+def _profiles(matrix):
+    """psi(+m) and psi(-m) for m = 0..T-1 of a (T, T) matrix."""
+    reach = matrix.shape[0]
+    return (offset_profile(matrix, range(reach)), offset_profile(matrix, range(0, -reach, -1)))
+
+
+def content_free_term(context):
+    """Seed 001 Fig. 5: the per-head content-free term v_ij shared by all layers."""
+    name, title = "content_free_term", "content-free term v_ij per head (seed 001 Fig. 5)"
+    term = pm.content_free_term(context.model, context.seq_len)
+    if term is None:
+        return SectionResult.not_applicable(
+            name, title,
+            f"{context.arch} has no content-free term ({_flags(context)}): only --untied-pos "
+            "tupe/four-term and --rel-pos t5 add one (Shaw vectors depend on the query)",
+        )
+    result = SectionResult(name, title)
+    matrices = _numpy(term)
+    first = _first_measured(context)
+    result.figures.append(figures.per_head_heatmaps(
+        matrices, f"{context.arch}: {title}", context.figure_path(name)
+    ))
+    _per_head_metrics(result, matrices, first, context.window, "v_ij")
+    if first:
+        result.metrics["cls_reset"] = {
+            "theta_1_from_cls": matrices[:, 0, 1].tolist(),
+            "theta_2_to_cls": matrices[:, 1, 0].tolist(),
+        }
+    return result
+
+
+def t5_bias(context):
+    """Seed 001 Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
+    name, title = "t5_bias", "T5 relative bias b(j - i) per head"
+    found = pm.t5_bias_by_distance(context.model, context.seq_len)
+    if found is None:
+        return SectionResult.not_applicable(
+            name, title, f"{context.arch} has no T5 bias ({_flags(context)})"
+        )
+    offsets, bias = (_numpy(t) for t in found)
+    result = SectionResult(name, title)
+    result.figures.append(figures.per_head_profiles(
+        offsets, bias, f"{context.arch}: {title}", context.figure_path(name), ylabel="bias b"
+    ))
+    zero = len(offsets) // 2
+    heads = []
+    for values in bias:
+        forward, backward = values[zero:], values[zero::-1]
+        heads.append({
+            "bias_forward": forward.tolist(),
+            "bias_backward": backward.tolist(),
+            "decreasing_window_forward": strictly_decreasing_prefix(forward),
+            "decreasing_window_backward": strictly_decreasing_prefix(backward),
+            "offset_asymmetry": offset_asymmetry(forward[1:], backward[1:]),
+        })
+    keys = ("decreasing_window_forward", "decreasing_window_backward", "offset_asymmetry")
+    mean = {key: float(np.mean([h[key] for h in heads])) for key in keys}
+    result.metrics.update(heads=heads, mean_over_heads=mean)
+    result.add_row(f"b(j-i) (mean of {len(heads)} heads)", mean)
+    return result
+
+
+def first_layer_position_correlation(context):
+    """Seed 000 Fig. 7: (P W^Q_h)(P W^K_h)^T of the first layer for a PE added at the input."""
+    name, title = "first_layer_position_correlation", \
+        "first-layer (P W^Q)(P W^K)^T / sqrt(d_h) per head (seed 000 Fig. 7)"
+    correlation = pm.first_layer_position_correlation(context.model, context.seq_len)
+    if correlation is None:
+        return SectionResult.not_applicable(
+            name, title,
+            f"{context.arch} adds no position vector at the input ({_flags(context)})",
+        )
+    result = SectionResult(name, title)
+    matrices = _numpy(correlation)
+    result.figures.append(figures.per_head_heatmaps(
+        matrices, f"{context.arch}: {title}", context.figure_path(name)
+    ))
+    _per_head_metrics(result, matrices, 0, context.window, "P Wq Wk^T P^T")
+    return result
+
+
+def absolute_position_dot_products(context):
+    """Seed 000 Fig. 2 (top) and Fig. 6: <p_x, p_y> of the absolute table and its profile psi(m)."""
+    name, title = "absolute_position_dot_products", \
+        "dot products <p_x, p_y> of absolute positions (seed 000 Fig. 2, 6)"
+    found = pm.absolute_position_vectors(context.model, context.seq_len)
+    if found is None:
+        return SectionResult.not_applicable(
+            name, title, f"{context.arch} has no absolute position table ({_flags(context)})"
+        )
+    kind, vectors = found
+    first = _first_measured(context)
+    vectors = _numpy(vectors)[first:]
+    dots = vectors @ vectors.T
+    forward, backward = _profiles(dots)
+    offsets = np.arange(len(forward))
+    label = "p = LayerNorm(P), TUPE's table" if kind == "untied" else f"{kind} APE"
+    result = SectionResult(name, title)
+    result.figures.append(figures.heatmap_with_profile(
+        dots, np.arange(first, first + len(dots)), offsets,
+        {"ψ(+m) = mean_x <p_x, p_x+m>": forward, "ψ(-m) = mean_x <p_x, p_x-m>": backward},
+        f"{context.arch}: {title}", context.figure_path(name),
+        heatmap_title=f"<p_x, p_y>, {label}", profile_title="offset profile ψ(m)",
+        xlabel="position y", ylabel="position x", profile_xlabel="offset m (positions)",
+        profile_ylabel="mean dot product",
+    ))
+    properties = property_metrics(dots, context.window)
+    result.metrics.update(
+        table=kind, positions_measured=[first, first + len(dots) - 1], properties=properties,
+        psi_forward=forward.tolist(), psi_backward=backward.tolist(),
+    )
+    result.add_row(label, properties)
+    return result
+
+
+def relative_position_dot_products(context):
+    """Seed 000 Fig. 2 (bottom): <a_r, a_s> of the Shaw table, r, s = -K..K, and a_0 . a_{±m}."""
+    name, title = "relative_position_dot_products", \
+        "dot products <a_r, a_s> of Shaw relative vectors (seed 000 Fig. 2)"
+    found = pm.relative_position_table(context.model)
+    if found is None:
+        return SectionResult.not_applicable(
+            name, title, f"{context.arch} has no Shaw relative table ({_flags(context)})"
+        )
+    kind, table = found
+    table = _numpy(table)
+    reach = len(table) // 2
+    dots = table @ table.T
+    forward, backward = dots[reach, reach:], dots[reach, reach::-1]
+    result = SectionResult(name, title)
+    result.figures.append(figures.heatmap_with_profile(
+        dots, np.arange(-reach, reach + 1), np.arange(reach + 1),
+        {"<a_0, a_+m>": forward, "<a_0, a_-m>": backward},
+        f"{context.arch}: {title}", context.figure_path(name),
+        heatmap_title=f"<a_r, a_s>, {kind} RPE", profile_title="forward vs backward offsets",
+        xlabel="relative position s", ylabel="relative position r",
+        profile_xlabel="offset m", profile_ylabel="dot product with a_0",
+    ))
+    properties = property_metrics(dots, context.window)
+    zero_offset_asymmetry = offset_asymmetry(forward[1:], backward[1:])
+    result.metrics.update(
+        table=kind, max_distance=reach, properties=properties,
+        zero_offset_forward=forward.tolist(), zero_offset_backward=backward.tolist(),
+        zero_offset_asymmetry=zero_offset_asymmetry,
+    )
+    result.add_row(f"{kind} RPE (asym: a_0 . a_±m)",
+                   dict(properties, offset_asymmetry=zero_offset_asymmetry))
+    return result
+
+
+def identical_word_probing(context):
+    """Seed 000 §3.1 (Eq. 5): first-layer attention of one repeated word, averaged over words and heads."""
+    name, title = "identical_word_probing", \
+        "identical-word probing: first-layer attention (seed 000 §3.1)"
+    probs = _numpy(pm.identical_word_attention(
+        context.model, context.dictionary, context.seq_len, context.probe_samples, context.seed
+    ))
+    mean = probs.mean(0)
+    first = _first_measured(context)
+    measured = mean[first:, first:]
+    forward, backward = _profiles(measured)
+    result = SectionResult(name, title)
+    result.figures.append(figures.heatmap_with_profile(
+        mean, np.arange(len(mean)), np.arange(len(forward)),
+        {"ψ(+m) (keys after the query)": forward, "ψ(-m) (keys before)": backward},
+        f"{context.arch}: {title}, {context.probe_samples} words", context.figure_path(name),
+        heatmap_title=f"attention, mean of {len(probs)} heads", profile_title="offset profile ψ(m)",
+        xlabel="key position j", ylabel="query position i", profile_xlabel="offset m (positions)",
+        profile_ylabel="mean attention probability",
+    ))
+    properties = property_metrics(measured, context.window)
+    result.metrics.update(
+        positions_measured=[first, len(mean) - 1], properties=properties,
+        heads=[property_metrics(p[first:, first:], context.window) for p in probs],
+        psi_forward=forward.tolist(), psi_backward=backward.tolist(),
+    )
+    result.add_row("attention (mean of heads)", properties)
+    return result
+
+
+def learned_frequencies(context):
+    """Seed 000 A.5: learned frequencies of learnable sinusoids against their initial values."""
+    name, title = "learned_frequencies", "learnable-sinusoidal frequencies (seed 000 A.5)"
+    found = pm.learnable_frequencies(context.model)
+    if not found:
+        return SectionResult.not_applicable(
+            name, title, f"{context.arch} has no learnable-sinusoidal PE ({_flags(context)})"
+        )
+    result = SectionResult(name, title)
+    shaw = pm.positional_encoder(context.model).positional_term.shaw
+    entries = {}
+    for module_name, (initial, learned) in found.items():
+        initial, learned = _numpy(initial), _numpy(learned)
+        label = "APE" if module_name.startswith("embed_positions") else "RPE"
+        # Shaw distances are clipped at K: the RPE's profile stops there.
+        reach = context.seq_len if label == "APE" else min(context.seq_len, shaw.max_distance + 1)
+        offsets = np.arange(reach)
+        psi_initial = np.cos(np.outer(offsets, initial)).sum(1)
+        psi_learned = np.cos(np.outer(offsets, learned)).sum(1)
+        entries[label] = (initial, learned, offsets, psi_initial, psi_learned)
+        relative_change = np.abs(learned - initial) / np.abs(initial)
+        result.metrics[label] = {
+            "module": module_name,
+            "initial": initial.tolist(),
+            "learned": learned.tolist(),
+            "mean_relative_change": float(relative_change.mean()),
+            "max_relative_change": float(relative_change.max()),
+            "decreasing_window_initial": strictly_decreasing_prefix(psi_initial),
+            "decreasing_window_learned": strictly_decreasing_prefix(psi_learned),
+        }
+        for which in ("initial", "learned"):
+            result.add_row(f"{label} frequencies, {which} (W* of Σcos)", {
+                "decreasing_window_forward": result.metrics[label][f"decreasing_window_{which}"]
+            })
+    result.figures.append(figures.learned_frequencies(
+        entries, f"{context.arch}: {title}", context.figure_path(name)
+    ))
+    return result
+
+
+POSITION_SECTIONS = (
+    content_free_term,
+    t5_bias,
+    first_layer_position_correlation,
+    absolute_position_dot_products,
+    relative_position_dot_products,
+    identical_word_probing,
+    learned_frequencies,
+)
