@@ -126,11 +126,10 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     (the ``<mask>`` that masked_lm / sentence_prediction append) are named ``<mask>`` when there is exactly
     one, and ignored otherwise.
     """
-    from fairseq import checkpoint_utils
     from fairseq.data import Dictionary
 
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+        state = torch.load(path, map_location="cpu")
     except Exception as error:  # torch raises many types for a file that is not a checkpoint
         raise ValueError(
             f"--embed-init-path {path}: neither word2vec/GloVe text nor a readable fairseq checkpoint "
@@ -161,11 +160,8 @@ def read_checkpoint_vectors(path, dictionary_path=None):
 
 def _checkpoint_dictionary(path, state):
     candidates = [os.path.join(os.path.dirname(os.path.abspath(path)), "dict.txt")]
-    cfg = state.get("cfg") or {}
-    task = cfg.get("task") if hasattr(cfg, "get") else None
-    data = getattr(task, "data", None) or (task.get("data") if isinstance(task, dict) else None)
-    if data is None and state.get("args") is not None:
-        data = getattr(state["args"], "data", None)
+    task = (state.get("cfg") or {}).get("task") or {}
+    data = task.get("data") or getattr(state.get("args"), "data", None)
     if data:
         candidates.append(os.path.join(str(data).split(os.pathsep)[0], "dict.txt"))
     for candidate in candidates:
