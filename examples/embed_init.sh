@@ -32,11 +32,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN=$(dirname "$PYTHON")
 [[ $UPDATES =~ ^[0-9]+$ ]] && (( UPDATES >= 1 )) || die "UPDATES must be a positive whole number"
 
+mkdir -p "$WORKDIR"
 printf '\n==== source model: examples/demo.sh, %s, %s updates ====\n' "$SOURCE_ARCH" "$SOURCE_UPDATES"
 WORKDIR=$WORKDIR/source ARCH=$SOURCE_ARCH UPDATES=$SOURCE_UPDATES PYTHON=$PYTHON bash examples/demo.sh \
-    > "$WORKDIR.source.log" 2>&1 || { tail -20 "$WORKDIR.source.log"; die "examples/demo.sh failed"; }
-mkdir -p "$WORKDIR"
-mv "$WORKDIR.source.log" "$WORKDIR/source.log"
+    > "$WORKDIR/source.log" 2>&1 || { tail -20 "$WORKDIR/source.log"; die "examples/demo.sh failed"; }
 DATA_BIN=$WORKDIR/source/data-bin
 VECTORS=$WORKDIR/vectors.txt
 "$PYTHON" scripts/export_embeddings.py "$WORKDIR/source/checkpoints/checkpoint_last.pt" \
