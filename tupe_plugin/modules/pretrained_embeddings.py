@@ -343,7 +343,7 @@ def position_probe_r2(words, positions, num_samples=4096, ridge=1e-3, seed=0):
 
 
 def embedding_position_diagnosis(model, dictionary=None, num_samples=4096, seed=0):
-    """Word vs position scale in the input of ``model`` (a plugin model or its encoder), and the probe.
+    """Word vs position scale in the input of ``model`` (a plugin model or an encoder of it), and the probe.
 
     Returns a dict:
     ``position_input``: ``"added"`` (an absolute PE is summed with the word embedding), ``"untied"``
@@ -355,7 +355,8 @@ def embedding_position_diagnosis(model, dictionary=None, num_samples=4096, seed=
     ``probe_r2_positions_only`` the same with zero words (the ceiling), None unless added;
     ``num_positions``: positions compared.
     """
-    encoder = model.encoder.sentence_encoder if hasattr(model, "encoder") else model
+    encoder = getattr(model, "encoder", model)
+    encoder = getattr(encoder, "sentence_encoder", encoder)
     weight = encoder.embed_tokens.weight.detach()
     keep = torch.ones(weight.size(0), dtype=torch.bool)
     keep[encoder.padding_idx] = False
