@@ -1,12 +1,14 @@
 """--embed-init-*: reading, matching, standardising (seed 002), and the embeddings-vs-positions diagnosis."""
 
 import argparse
+import importlib.util
 import math
+import os
 
 import pytest
 import torch
 from cli import run_fairseq, train_args
-from conftest import build_model, make_dictionary
+from conftest import REPO, build_model, make_dictionary
 from fairseq.data import Dictionary
 
 from tupe_plugin.modules.pretrained_embeddings import (
@@ -95,6 +97,21 @@ def test_checkpoint_vectors_are_read_with_the_dictionary_next_to_it(model, dicti
     read = read_vectors(str(tmp_path / "checkpoint.pt"))
     assert read.tokens == dictionary.symbols
     assert torch.equal(read.vectors, model.encoder.sentence_encoder.embed_tokens.weight)
+
+
+def test_export_embeddings_writes_what_embed_init_path_reads(model, dictionary, tmp_path):
+    dictionary.save(str(tmp_path / "dict.txt"))
+    torch.save({"args": None, "model": model.state_dict()}, tmp_path / "checkpoint.pt")
+    spec = importlib.util.spec_from_file_location(
+        "export_embeddings", os.path.join(REPO, "scripts", "export_embeddings.py")
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main([str(tmp_path / "checkpoint.pt"), "--out", str(tmp_path / "v.txt"), "--scale", "2"])
+    read = read_vectors(str(tmp_path / "v.txt"))
+    assert read.tokens == dictionary.symbols
+    torch.testing.assert_close(read.vectors, 2 * model.encoder.sentence_encoder.embed_tokens.weight,
+                               rtol=1e-7, atol=1e-9)
 
 
 def test_checkpoint_without_a_dictionary_asks_for_embed_init_dict(model, tmp_path):
@@ -306,6 +323,9 @@ def test_fairseq_train_initialises_and_resuming_keeps_the_checkpoint_weights(wik
     assert "(epoch 1 @ 1 updates" in output
     resumed = embedding_of(save_dir / "checkpoint_last.pt")[4:54]
     assert (resumed - vectors).abs().max() < 1e-2
+
+    exported = read_checkpoint_vectors(str(save_dir / "checkpoint_last.pt"))  # dict.txt of task.data
+    assert exported.tokens[4:54] == symbols and exported.tokens[-1] == "<mask>"
 
     path.unlink()  # validating never needs the vectors
     output = run_fairseq("validate", wikitext_bin, "--user-dir", "tupe_plugin", "--path",
