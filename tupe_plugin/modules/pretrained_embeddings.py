@@ -13,6 +13,7 @@ import logging
 import math
 import os
 
+import numpy
 import torch
 
 logger = logging.getLogger(__name__)
@@ -31,12 +32,11 @@ CHECKPOINT_EMBEDDING_KEYS = (
 
 
 class PretrainedVectors:
-    """Tokens and their vectors (one row per token, file order), with where they came from."""
+    """Tokens and their vectors (one row per token, file order)."""
 
-    def __init__(self, tokens, vectors, source):
+    def __init__(self, tokens, vectors):
         self.tokens = tokens
         self.vectors = vectors
-        self.source = source
 
     @property
     def dim(self):
@@ -66,56 +66,54 @@ def read_text_vectors(path):
 
     A header is recognised as a first line of exactly two integers; its d must then match the rows and
     its N the number of rows. A token may contain spaces (GloVe 840B does): the last d fields of a line
-    are the vector, everything before them the token.
+    are the vector, everything before them the token. The file is streamed, one float32 row at a time.
     """
     with open(path, "rb") as f:
-        raw = f.read()
-    if b"\x00" in raw:
-        raise ValueError(
-            f"--embed-init-path {path}: a binary file, neither word2vec/GloVe text nor a fairseq "
-            "checkpoint (word2vec's binary format is not read: convert it to text, e.g. gensim's "
-            "KeyedVectors.save_word2vec_format(..., binary=False))"
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"--embed-init-path {path}: not UTF-8 text at byte {error.start}; expected word2vec/GloVe "
-            "text (token v1 ... vd per line) or a fairseq checkpoint"
-        ) from None
-    lines = [(number, line.split()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not lines:
-        raise ValueError(f"--embed-init-path {path}: the file is empty")
-    header_rows, dim = None, None
-    first = lines[0][1]
-    if len(first) == 2 and all(field.isdigit() for field in first):
-        header_rows, dim = int(first[0]), int(first[1])
-        lines = lines[1:]
-    if dim is None:
-        dim = len(first) - 1
-    if dim < 1 or not lines:
-        raise ValueError(f"--embed-init-path {path}: no vectors (expected lines 'token v1 ... vd')")
-    tokens, rows = [], []
-    for number, fields in lines:
-        if len(fields) < dim + 1:
+        if b"\x00" in f.read(1 << 16):
             raise ValueError(
-                f"--embed-init-path {path}, line {number}: {len(fields) - 1} values where the file's "
-                f"vectors have {dim} (every line must be 'token v1 ... v{dim}')"
+                f"--embed-init-path {path}: a binary file, neither word2vec/GloVe text nor a fairseq "
+                "checkpoint (word2vec's binary format is not read: convert it to text, e.g. gensim's "
+                "KeyedVectors.save_word2vec_format(..., binary=False))"
             )
+    header_rows, dim, number = None, None, 0
+    tokens, rows = [], []
+    with open(path, encoding="utf-8") as f:
         try:
-            rows.append([float(value) for value in fields[-dim:]])
-        except ValueError:
+            for number, line in enumerate(f, 1):
+                fields = line.split()
+                if not fields:
+                    continue
+                if dim is None:
+                    if len(fields) == 2 and all(field.isdigit() for field in fields):
+                        header_rows, dim = int(fields[0]), int(fields[1])
+                        continue
+                    dim = len(fields) - 1
+                if dim < 1 or len(fields) < dim + 1:
+                    raise ValueError(
+                        f"--embed-init-path {path}, line {number}: {len(fields) - 1} values where "
+                        f"the file's vectors have {dim} (every line must be 'token v1 ... vd')"
+                    )
+                try:
+                    rows.append(numpy.asarray(fields[-dim:], dtype=numpy.float32))
+                except ValueError:
+                    raise ValueError(
+                        f"--embed-init-path {path}, line {number}: a value is not a number "
+                        "(expected 'token v1 ... vd')"
+                    ) from None
+                tokens.append(" ".join(fields[:-dim]))
+        except UnicodeDecodeError:
             raise ValueError(
-                f"--embed-init-path {path}, line {number}: a value is not a number "
-                "(expected 'token v1 ... vd')"
+                f"--embed-init-path {path}: not UTF-8 text after line {number}; expected word2vec/GloVe "
+                "text (token v1 ... vd per line) or a fairseq checkpoint"
             ) from None
-        tokens.append(" ".join(fields[:-dim]))
+    if not rows:
+        raise ValueError(f"--embed-init-path {path}: no vectors (expected lines 'token v1 ... vd')")
     if header_rows is not None and header_rows != len(rows):
         raise ValueError(
             f"--embed-init-path {path}: the header announces {header_rows} vectors but the file has "
             f"{len(rows)} (truncated file?)"
         )
-    return PretrainedVectors(tokens, torch.tensor(rows, dtype=torch.float32), path)
+    return PretrainedVectors(tokens, torch.from_numpy(numpy.stack(rows)))
 
 
 def read_checkpoint_vectors(path, dictionary_path=None):
@@ -155,7 +153,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     if vectors.size(0) == len(symbols) + 1:
         symbols.append("<mask>")
     logger.info(f"embed-init: {key} of {path}, tokens from {dictionary_path}")
-    return PretrainedVectors(symbols, vectors[: len(symbols)], path)
+    return PretrainedVectors(symbols, vectors[: len(symbols)])
 
 
 def _checkpoint_dictionary(path, state):
