@@ -321,6 +321,7 @@ def test_fairseq_train_initialises_and_resuming_keeps_the_checkpoint_weights(wik
     command[command.index("--max-update") + 1] = 2
     output = run_fairseq("train", *command)
     assert "(epoch 1 @ 1 updates" in output
+    assert "the loaded checkpoint's weights replace the --embed-init-path initialisation" in output
     resumed = embedding_of(save_dir / "checkpoint_last.pt")[4:54]
     assert (resumed - vectors).abs().max() < 1e-2
 
