@@ -137,12 +137,12 @@ class TupeRobertaModel(RobertaModel):
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         model = cls(args, encoder)
         if not args.embed_init_applied:
-            model.initialize_embeddings(args, task.source_dictionary)
+            model.initialize_from_flags(args, task.source_dictionary)
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, True)
         return model
 
-    def initialize_embeddings(self, args, dictionary):
+    def initialize_from_flags(self, args, dictionary):
         """--embed-init-* on a new model, then the seed 002 diagnosis, both logged.
 
         ``args.embed_init_applied`` is then set, so a config saved in a checkpoint never re-reads the
@@ -177,7 +177,10 @@ class TupeRobertaModel(RobertaModel):
         )
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """RoBERTa's upgrades, after refusing learned position tables of another length."""
+        """RoBERTa's upgrades, after refusing learned position tables of another length.
+
+        Also logs when the loaded weights replace a --embed-init-path initialisation (resuming).
+        """
         prefix = name + "." if name else ""
         if getattr(self, "embed_init_coverage", None) is not None:
             logger.info("the loaded checkpoint's weights replace the --embed-init-path initialisation")
