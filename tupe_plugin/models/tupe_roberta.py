@@ -20,6 +20,13 @@ from fairseq.utils import safe_getattr, safe_hasattr
 from ..modules.absolute_position import ABS_POS_CHOICES
 from ..modules.positional_encoder import PositionalTransformerEncoder
 from ..modules.positional_term import CLS_RESET_CHOICES, UNTIED_CHOICES
+from ..modules.pretrained_embeddings import (
+    PROJECT_CHOICES,
+    STANDARDIZE_CHOICES,
+    embedding_position_diagnosis,
+    format_diagnosis,
+    initialize_embeddings,
+)
 from ..modules.relative_position import REL_POS_CHOICES
 from .checkpoint_match import check_checkpoint_matches
 from .position_flags import check_position_flags
@@ -99,6 +106,33 @@ class TupeRobertaModel(RobertaModel):
             action="store_true",
             help="no LayerNorm on the input embeddings (the presets use one, as BERT does)",
         )
+        group = parser.add_argument_group("pre-trained embeddings (tupe_plugin, seed 002)")
+        group.add_argument(
+            "--embed-init-path",
+            metavar="FILE",
+            help="initialise the word embeddings of a new model from word2vec/GloVe text "
+            "('token v1 ... vd' lines, optional 'N d' header) or a fairseq checkpoint; rows whose "
+            "symbol is not in the file keep the random init (ignored when weights are loaded "
+            "from a checkpoint)",
+        )
+        group.add_argument(
+            "--embed-init-dict",
+            metavar="FILE",
+            help="dictionary of a --embed-init-path checkpoint (default: dict.txt next to it, "
+            "then the dict.txt of the data it was trained on)",
+        )
+        group.add_argument(
+            "--embed-init-standardize",
+            choices=STANDARDIZE_CHOICES,
+            help="rescale the matched vectors: none; std = zero mean and fairseq's init std "
+            "0.02; xavier = min-max onto the Xavier-uniform range +-sqrt(6/(vocab+dim))",
+        )
+        group.add_argument(
+            "--embed-init-project",
+            choices=PROJECT_CHOICES,
+            help="map vectors of another size to --encoder-embed-dim: pca (top principal "
+            "components) or random (Gaussian projection); none = refuse a size mismatch",
+        )
 
     @classmethod
     def build_model(cls, args, task):
@@ -113,9 +147,27 @@ class TupeRobertaModel(RobertaModel):
             args.max_positions = args.tokens_per_sample
         check_position_flags(args)
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
+        model = cls(args, encoder)
+        if not args.embed_init_applied:
+            model.initialize_from_flags(args, task.source_dictionary)
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, True)
-        return cls(args, encoder)
+        return model
+
+    def initialize_from_flags(self, args, dictionary):
+        """--embed-init-* on a new model, then the seed 002 diagnosis, both logged.
+
+        ``args.embed_init_applied`` is then set, so a config saved in a checkpoint never re-reads the
+        vectors when the model is rebuilt to receive the checkpoint's weights (fairseq-validate,
+        from_pretrained); fairseq-train resuming rebuilds from its command line, and the loaded
+        checkpoint's weights then replace this init.
+        """
+        embed_tokens = self.encoder.sentence_encoder.embed_tokens
+        if args.embed_init_path:
+            self.embed_init_coverage = initialize_embeddings(embed_tokens, dictionary, args)
+        diagnosis = embedding_position_diagnosis(self, dictionary)
+        logger.info(f"embeddings vs positions at initialisation: {format_diagnosis(diagnosis)}")
+        args.embed_init_applied = True
 
     def forward(
         self,
@@ -148,8 +200,13 @@ class TupeRobertaModel(RobertaModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         """RoBERTa's upgrades (span heads kept like classification heads), after refusing a checkpoint
-        of another architecture or vocabulary and learned position tables of another length."""
+        of another architecture or vocabulary and learned position tables of another length.
+
+        Also logs when the loaded weights replace a --embed-init-path initialisation (resuming).
+        """
         prefix = name + "." if name else ""
+        if getattr(self, "embed_init_coverage", None) is not None:
+            logger.info("the loaded checkpoint's weights replace the --embed-init-path initialisation")
         for key, table in self.state_dict().items():
             saved = state_dict.get(prefix + key)
             if key.endswith("embed_positions.weight") and saved is not None \
@@ -270,4 +327,9 @@ def base_architecture(args):
     args.untied_pos = safe_getattr(args, "untied_pos", "tupe")
     args.cls_reset = safe_getattr(args, "cls_reset", "paper")
     args.layernorm_embedding = not safe_getattr(args, "no_layernorm_embedding", False)
+    args.embed_init_path = safe_getattr(args, "embed_init_path", None)
+    args.embed_init_dict = safe_getattr(args, "embed_init_dict", None)
+    args.embed_init_standardize = safe_getattr(args, "embed_init_standardize", "none")
+    args.embed_init_project = safe_getattr(args, "embed_init_project", "none")
+    args.embed_init_applied = safe_getattr(args, "embed_init_applied", False)
     roberta_base_architecture(args)

@@ -1,0 +1,45 @@
+"""Write the token embedding of a fairseq checkpoint as word2vec text ('N d' header, 'token v1 ... vd').
+
+    python scripts/export_embeddings.py checkpoints/checkpoint_last.pt --out vectors.txt
+
+The dictionary is found as for ``--embed-init-path`` (``--dict``, else dict.txt next to the checkpoint,
+else the dict.txt of the data it was trained on). The output is what ``--embed-init-path`` reads.
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tupe_plugin  # noqa: E402,F401  (lets torch >= 2.6 read fairseq checkpoints)
+from tupe_plugin.modules.pretrained_embeddings import read_checkpoint_vectors  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("checkpoint", help="a fairseq checkpoint (.pt)")
+    parser.add_argument("--out", required=True, help="the text file to write")
+    parser.add_argument("--dict", help="the checkpoint's dict.txt (default: found as described above)")
+    parser.add_argument("--no-header", action="store_true", help="GloVe style: no 'N d' first line")
+    parser.add_argument(
+        "--scale", type=float, default=1.0,
+        help="multiply every vector by this factor, e.g. 20 to mimic the wide value range of GloVe "
+        "vectors (std ~0.4) with a plugin checkpoint (std ~0.02) (default 1: as trained)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    vectors = read_checkpoint_vectors(args.checkpoint, args.dict)
+    partial = args.out + ".tmp"
+    with open(partial, "w", encoding="utf-8") as f:
+        if not args.no_header:
+            f.write(f"{len(vectors.tokens)} {vectors.dim}\n")
+        for token, row in zip(vectors.tokens, (vectors.vectors * args.scale).tolist()):
+            f.write(token + " " + " ".join(f"{value:.8g}" for value in row) + "\n")
+    os.replace(partial, args.out)
+    print(f"wrote {len(vectors.tokens)} vectors of size {vectors.dim} to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
