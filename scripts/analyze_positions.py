@@ -15,13 +15,14 @@ import os
 import torch
 
 from tupe_plugin.analysis.checkpoint import CheckpointError, load_checkpoint
+from tupe_plugin.analysis.embedding_section import embeddings_vs_positions
 from tupe_plugin.analysis.position_matrices import has_learned_table
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import AnalysisContext, format_table, run_sections, write_json
 
 # The report's sections, in order; further diagnoses are appended here as functions
 # section(context) -> SectionResult (see tupe_plugin/analysis/report.py).
-SECTIONS = (*POSITION_SECTIONS,)
+SECTIONS = (*POSITION_SECTIONS, embeddings_vs_positions)
 
 DEFAULT_POSITIONS = 128  # seed 000 shows the first 128 positions (its footnote 10)
 REPORT_NAME = "positions.json"

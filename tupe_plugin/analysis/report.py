@@ -39,6 +39,7 @@ class SectionResult:
     figures: list = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     rows: list = field(default_factory=list)
+    summary: str = ""
 
     @classmethod
     def not_applicable(cls, name, title, reason):
@@ -107,7 +108,8 @@ def format_table(results):
             lines.append(f"{result.name + ':':<{label_width}}  n/a - {result.reason}")
             continue
         if not result.rows:
-            lines.append(f"{result.name + ':':<{label_width}}  (figures only, see JSON)")
+            summary = result.summary or "(figures only, see JSON)"
+            lines.append(f"{result.name + ':':<{label_width}}  {summary}")
         for row in result.rows:
             cells = [_cell(row.get(key)) for key, _ in TABLE_COLUMNS]
             label = f"{result.name}: {row['label']}"
