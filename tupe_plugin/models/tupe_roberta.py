@@ -125,10 +125,18 @@ class TupeRobertaModel(RobertaModel):
         )
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """RoBERTa's upgrades, after refusing learned position tables of another length."""
+        """RoBERTa's upgrades, after refusing another vocabulary or learned position tables of another length."""
         prefix = name + "." if name else ""
         for key, table in self.state_dict().items():
             saved = state_dict.get(prefix + key)
+            if key.endswith("embed_tokens.weight") and saved is not None \
+                    and saved.size(0) != table.size(0):
+                raise ValueError(
+                    f"the checkpoint's vocabulary has {saved.size(0)} symbols but this model's "
+                    f"dictionary has {table.size(0)}: the data were binarized with another dict.txt; "
+                    "binarize them with the pre-training one (fairseq-preprocess --srcdict "
+                    "PRETRAIN-DATA/dict.txt)"
+                )
             if key.endswith("embed_positions.weight") and saved is not None \
                     and saved.shape != table.shape:
                 raise ValueError(
