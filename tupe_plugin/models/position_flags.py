@@ -1,4 +1,4 @@
-"""Checks of the model flags: values and combinations that make no sense fail at build time, naming the flags."""
+"""Checks of the model flags: values and combinations that make no sense fail at build time, naming them."""
 
 
 class PositionFlagError(ValueError):

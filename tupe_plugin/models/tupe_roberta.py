@@ -125,7 +125,7 @@ class TupeRobertaModel(RobertaModel):
         )
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """RoBERTa's upgrades, after refusing another vocabulary or learned position tables of another length."""
+        """RoBERTa's upgrades, after refusing another vocabulary or a learned position table's new length."""
         prefix = name + "." if name else ""
         for key, table in self.state_dict().items():
             saved = state_dict.get(prefix + key)
