@@ -8,7 +8,6 @@ test_length_generalisation.py); this file holds the rest.
 import shutil
 
 import pytest
-import torch
 from cli import run_fairseq, train_args
 from conftest import build_model, make_dictionary, random_tokens
 from fairseq import checkpoint_utils
