@@ -117,8 +117,8 @@ def save(obj, f, *args, **kwargs):
     os._exit(137)
 
 def copyfile(src, dst, *args, **kwargs):
-    copy = f"{os.path.basename(src)} -> {os.path.basename(dst)}"
-    if target != "shutil.copyfile" or copy != doomed:
+    copy = f"{os.path.basename(src)} -> {os.path.basename(dst)}"  # dst may be a temporary DEST.tmp
+    if target != "shutil.copyfile" or not copy.startswith(doomed):
         return real_copy(src, dst, *args, **kwargs)
     with open(src, "rb") as f:
         data = f.read()
