@@ -24,6 +24,8 @@ from tupe_plugin.unreadable_checkpoints import UnreadableCheckpointError
     (dict(encoder_ffn_embed_dim=-512), "--encoder-ffn-embed-dim must be positive, got -512"),
     (dict(dropout=-0.1), r"--dropout is a probability in \[0, 1\), got -0.1"),
     (dict(attention_dropout=1.5), r"--attention-dropout is a probability in \[0, 1\), got 1.5"),
+    (dict(max_positions=16, tokens_per_sample=64),
+     "--max-positions 16 is below --tokens-per-sample 64: fairseq would silently drop"),
     (dict(rel_pos="shaw-learned", shaw_max_distance=0), "--shaw-max-distance must be >= 1, got 0"),
     (dict(rel_pos_max_distance=-5), r"--rel-pos-max-distance \(-5\) must exceed"),
     (dict(abs_pos="sinusoidal", untied_pos="none", cls_reset="none", encoder_embed_dim=127,
@@ -132,7 +134,7 @@ def test_misuse_reaches_the_command_line(case, trained, wikitext_bin, tmp_path):
     else:
         arch = "bert_a_tiny"
     if case == "max-positions below the data":
-        extra, message = ["--max-positions", 16], "max_positions=16, skip this example"
+        extra, message = ["--max-positions", 16], "--max-positions 16 is below --tokens-per-sample 64"
     if case == "missing .bin":
         (data / "train.bin").unlink()
         message = "Dataset not found: train"

@@ -16,6 +16,13 @@ def check_position_flags(args):
     for flag in ("max_positions", "encoder_layers", "encoder_ffn_embed_dim"):
         if getattr(args, flag) < 1:
             errors.append(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    tokens_per_sample = getattr(args, "tokens_per_sample", None)
+    if tokens_per_sample is not None and 0 < args.max_positions < tokens_per_sample:
+        errors.append(
+            f"--max-positions {args.max_positions} is below --tokens-per-sample {tokens_per_sample}: "
+            "fairseq would silently drop every longer training block; raise --max-positions or lower "
+            "--tokens-per-sample"
+        )
     for flag in ("dropout", "attention_dropout", "activation_dropout"):
         if not 0 <= getattr(args, flag) < 1:
             errors.append(f"--{flag.replace('_', '-')} is a probability in [0, 1), got {getattr(args, flag)}")
