@@ -28,9 +28,10 @@ def check_checkpoint_matches(model_state, saved_state, prefix, arch):
                      None)
     if embedding is not None:
         raise ValueError(
-            f"the checkpoint's word embedding has {embedding[1][0]} rows but the task's dictionary gives "
-            f"{embedding[2][0]}: the fine-tuning data must be binarized against the pre-training "
-            "dict.txt (scripts/prepare_glue.py / scripts/prepare_squad.py --dict DATA_BIN/dict.txt)"
+            f"the checkpoint's vocabulary has {embedding[1][0]} symbols but this model's dictionary has "
+            f"{embedding[2][0]}: the data were binarized with another dict.txt; binarize them against "
+            "the pre-training one (fairseq-preprocess --srcdict PRETRAIN-DATA/dict.txt; "
+            "scripts/prepare_glue.py / scripts/prepare_squad.py --dict PRETRAIN-DATA/dict.txt)"
         )
     if missing or resized:
         details = [f"missing {key}" for key in missing[:3]]

@@ -1,4 +1,4 @@
-"""Checks of the position flags: combinations that make no sense fail at build time, naming the flags."""
+"""Checks of the model flags: values and combinations that make no sense fail at build time, naming them."""
 
 
 class PositionFlagError(ValueError):
@@ -13,8 +13,19 @@ def check_position_flags(args):
             f"--encoder-embed-dim {embed_dim} must be a positive multiple of "
             f"--encoder-attention-heads {heads}"
         )
-    if args.max_positions < 1:
-        errors.append(f"--max-positions must be positive, got {args.max_positions}")
+    for flag in ("max_positions", "encoder_layers", "encoder_ffn_embed_dim"):
+        if getattr(args, flag) < 1:
+            errors.append(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    tokens_per_sample = getattr(args, "tokens_per_sample", None)
+    if tokens_per_sample is not None and 0 < args.max_positions < tokens_per_sample:
+        errors.append(
+            f"--max-positions {args.max_positions} is below --tokens-per-sample {tokens_per_sample}: "
+            "fairseq would silently drop every longer training block; raise --max-positions or lower "
+            "--tokens-per-sample"
+        )
+    for flag in ("dropout", "attention_dropout", "activation_dropout"):
+        if not 0 <= getattr(args, flag) < 1:
+            errors.append(f"--{flag.replace('_', '-')} is a probability in [0, 1), got {getattr(args, flag)}")
     if args.abs_pos != "none" and args.untied_pos != "none":
         errors.append(
             f"--abs-pos {args.abs_pos} adds positions to the input while --untied-pos "

@@ -51,8 +51,18 @@ class PositionalTransformerEncoder(nn.Module):
         )
         self.layer_norm = LayerNorm(embed_dim) if args.encoder_normalize_before else None
 
+    def embed_tokens_checked(self, src_tokens):
+        try:
+            return self.embed_tokens(src_tokens)
+        except IndexError as err:
+            raise ValueError(
+                f"token id {int(src_tokens.max())} is outside the dictionary of "
+                f"{self.embed_tokens.num_embeddings} symbols: the input was encoded with another "
+                "dict.txt than the model's"
+            ) from err
+
     def embed(self, src_tokens, token_embeddings=None):
-        x = self.embed_tokens(src_tokens) if token_embeddings is None else token_embeddings
+        x = self.embed_tokens_checked(src_tokens) if token_embeddings is None else token_embeddings
         if self.embed_positions is not None:
             x = x + self.embed_positions(src_tokens.size(1))
         if self.layernorm_embedding is not None:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Data-parallel fairseq-train on several CPU processes of one machine (torch.distributed, gloo).
+#
+#   NPROC=4 scripts/train_distributed_cpu.sh DATA-BIN --user-dir tupe_plugin --arch tupe_r_tiny ...
+#
+# torchrun starts NPROC copies of fairseq-train; each reads its RANK and WORLD_SIZE from the
+# environment torchrun sets. fairseq's default --ddp-backend pytorch_ddp works on CPU thanks to
+# tupe_plugin/distributed_cpu.py (so --user-dir tupe_plugin is required). Each process draws
+# --batch-size sentences per step: the effective batch is NPROC x --batch-size x --update-freq, the
+# same as one process with --update-freq multiplied by NPROC. Extra torchrun options (e.g. a fixed
+# --master-port) go in TORCHRUN_ARGS.
+set -euo pipefail
+
+NPROC=${NPROC:-2}
+if (($# == 0)); then
+    echo "usage: NPROC=N $0 DATA-BIN [fairseq-train arguments]" >&2
+    exit 2
+fi
+if ! [[ $NPROC =~ ^[1-9][0-9]*$ ]]; then
+    echo "$0: NPROC must be a positive integer, got '$NPROC'" >&2
+    exit 2
+fi
+
+# shellcheck disable=SC2016  # $RANK and $WORLD_SIZE are expanded by each worker, not here
+exec torchrun --standalone --nproc_per_node "$NPROC" ${TORCHRUN_ARGS:-} --no-python \
+    bash -c 'exec fairseq-train "$@" --cpu --distributed-world-size "$WORLD_SIZE" \
+        --distributed-rank "$RANK" --distributed-init-method env:// --distributed-no-spawn \
+        --distributed-backend gloo' fairseq-train "$@"

@@ -1,0 +1,35 @@
+"""A clear error, naming the file, for a checkpoint that torch cannot read (truncated, or not a checkpoint).
+
+fairseq's ``load_checkpoint_to_cpu`` (behind ``fairseq-train`` resuming or ``--restore-file``, and
+``fairseq-validate --path``) hands the file straight to ``torch.load``, whose errors ("failed finding
+central directory", "invalid load key") name neither the file nor what to do.
+"""
+
+import os
+import zipfile
+
+from fairseq import checkpoint_utils
+
+
+class UnreadableCheckpointError(RuntimeError):
+    """A checkpoint file that is not a complete torch checkpoint."""
+
+
+_fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
+
+
+def load_checkpoint_to_cpu(path, *args, **kwargs):
+    """fairseq's loader; a local file that fails to load and is no complete zip archive is reported."""
+    try:
+        return _fairseq_load_checkpoint_to_cpu(path, *args, **kwargs)
+    except Exception as err:
+        if not os.path.isfile(path) or zipfile.is_zipfile(path):
+            raise
+        raise UnreadableCheckpointError(
+            f"{path} ({os.path.getsize(path)} bytes) is not a complete checkpoint: it is truncated or "
+            "not a file written by torch.save. Resume or fine-tune from another checkpoint of the run "
+            "(--restore-file SAVE_DIR/checkpoint_EPOCH_UPDATES.pt) and remove or replace this one"
+        ) from err
+
+
+checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
