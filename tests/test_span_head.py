@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import build_model, make_dictionary, random_tokens
+from conftest import build_model, random_tokens
 
 
 def test_span_head_gives_start_and_end_logits_per_token(dictionary):
