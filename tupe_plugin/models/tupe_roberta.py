@@ -80,7 +80,14 @@ class TupeRobertaModel(RobertaModel):
             "--cls-reset",
             choices=CLS_RESET_CHOICES,
             help="paper = reset the content-free correlations from/to [CLS] to learned "
-            "theta_1/theta_2 (seed 001 Eq. 9)",
+            "theta_1/theta_2 (seed 001 Eq. 9); release = as the authors' released code: "
+            "theta_1/theta_2 from the untied table's rows 0 and 1 (the table gets "
+            "max_positions + 1 rows), the T5 bias reset on its own to two extra buckets",
+        )
+        group.add_argument(
+            "--untied-proj-bias",
+            action="store_true",
+            help="give the untied projections U^Q/U^K a bias, as the authors' released code does",
         )
         group.add_argument(
             "--no-layernorm-embedding",
@@ -131,10 +138,12 @@ class TupeRobertaModel(RobertaModel):
             saved = state_dict.get(prefix + key)
             if key.endswith("embed_positions.weight") and saved is not None \
                     and saved.shape != table.shape:
+                extra_rows = table.size(0) - self.args.max_positions
                 raise ValueError(
-                    f"the checkpoint's learned position table {key} has {saved.size(0)} positions "
-                    f"but the model is built for --max-positions {table.size(0)}; a learned table "
-                    f"cannot change length: use --max-positions {saved.size(0)} (architectures "
+                    f"the checkpoint's learned position table {key} has "
+                    f"{saved.size(0) - extra_rows} positions but the model is built for "
+                    f"--max-positions {self.args.max_positions}; a learned table cannot change "
+                    f"length: use --max-positions {saved.size(0) - extra_rows} (architectures "
                     "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
                 )
         super().upgrade_state_dict_named(state_dict, name)
@@ -229,5 +238,6 @@ def base_architecture(args):
     args.shaw_keys_only = safe_getattr(args, "shaw_keys_only", False)
     args.untied_pos = safe_getattr(args, "untied_pos", "tupe")
     args.cls_reset = safe_getattr(args, "cls_reset", "paper")
+    args.untied_proj_bias = safe_getattr(args, "untied_proj_bias", False)
     args.layernorm_embedding = not safe_getattr(args, "no_layernorm_embedding", False)
     roberta_base_architecture(args)
