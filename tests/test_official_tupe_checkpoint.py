@@ -295,6 +295,14 @@ def test_hub_from_pretrained_loads_the_converted_directory(release_dir, tmp_path
         torch.testing.assert_close(hub.extract_features(tokens), hidden[-1], atol=1e-5, rtol=1e-5)
 
 
+def test_loading_it_without_the_release_flags_names_them(release_dir, tmp_path):
+    _, out = convert_release(release_dir, tmp_path)
+    with pytest.raises(ValueError, match="--cls-reset release --untied-proj-bias"):
+        checkpoint_utils.load_model_ensemble_and_task(
+            [str(out / "model.pt")], arg_overrides={"data": str(out), "cls_reset": "paper"}
+        )
+
+
 # ---------------------------------------------------------------- plugin options
 
 def test_release_reset_without_untied_term_is_refused():
@@ -428,7 +436,7 @@ def test_sentence_prediction_fine_tunes_from_the_converted_checkpoint(wikitext_b
         "--criterion", "sentence_prediction", "--arch", "tupe_r_base",
         "--restore-file", converted_for_wikitext / "model.pt", "--reset-optimizer", "--reset-dataloader",
         "--reset-meters", "--init-token", 0, "--separator-token", 2, "--num-classes", 2,
-        "--max-positions", MAX_POSITIONS, "--truncate-sequence", "--cls-reset", "release", "--untied-proj-bias",
+        "--max-positions", MAX_POSITIONS, "--shorten-method", "truncate", "--cls-reset", "release", "--untied-proj-bias",
         "--encoder-layers", LAYERS, "--encoder-embed-dim", DIM, "--encoder-attention-heads", HEADS,
         "--encoder-ffn-embed-dim", FFN, "--batch-size", 8, "--max-update", 2, "--optimizer", "adam",
         "--lr", 1e-4, "--save-dir", tmp_path / "ft", "--cpu", "--log-format", "simple", "--log-interval", 1,

@@ -139,6 +139,12 @@ class TupeRobertaModel(RobertaModel):
             if key.endswith("embed_positions.weight") and saved is not None \
                     and saved.shape != table.shape:
                 extra_rows = table.size(0) - self.args.max_positions
+                if saved.size(0) == table.size(0) + 1 and self.args.cls_reset != "release":
+                    raise ValueError(
+                        f"the checkpoint's position table {key} has one row more than the model's: "
+                        "it keeps the authors' released semantics (scripts/convert_official_tupe.py); "
+                        "build the model with --cls-reset release --untied-proj-bias"
+                    )
                 raise ValueError(
                     f"the checkpoint's learned position table {key} has "
                     f"{saved.size(0) - extra_rows} positions but the model is built for "
