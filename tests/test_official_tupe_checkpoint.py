@@ -151,7 +151,8 @@ def release_state_dict(vocab, seed=0, embedding_ln=True, post_ln=True, fused_pro
         layer = f"{S}layers.{n}."
         sd[layer + "self_attn.in_proj_weight"] = rand(3 * DIM, DIM)
         sd[layer + "self_attn.in_proj_bias"] = rand(3 * DIM)
-        sd[layer + "self_attn.out_proj.weight"], sd[layer + "self_attn.out_proj.bias"] = rand(DIM, DIM), rand(DIM)
+        sd[layer + "self_attn.out_proj.weight"] = rand(DIM, DIM)
+        sd[layer + "self_attn.out_proj.bias"] = rand(DIM)
         norm(layer + "self_attn_layer_norm")
         sd[layer + "fc1.weight"], sd[layer + "fc1.bias"] = rand(FFN, DIM), rand(FFN)
         sd[layer + "fc2.weight"], sd[layer + "fc2.bias"] = rand(DIM, FFN), rand(DIM)
@@ -280,8 +281,9 @@ def test_converted_checkpoint_records_the_release_options_not_the_authors_data_p
     state = torch.load(out / "model.pt", weights_only=True)
     model_cfg, task_cfg = state["cfg"]["model"], state["cfg"]["task"]
     assert model_cfg.arch == "tupe_r_base" and model_cfg.cls_reset == "release" and model_cfg.untied_proj_bias
-    assert (model_cfg.encoder_layers, model_cfg.encoder_embed_dim, model_cfg.encoder_attention_heads,
-            model_cfg.encoder_ffn_embed_dim, model_cfg.max_positions) == (LAYERS, DIM, HEADS, FFN, MAX_POSITIONS)
+    sizes = (model_cfg.encoder_layers, model_cfg.encoder_embed_dim, model_cfg.encoder_attention_heads,
+             model_cfg.encoder_ffn_embed_dim, model_cfg.max_positions)
+    assert sizes == (LAYERS, DIM, HEADS, FFN, MAX_POSITIONS)
     assert task_cfg["data"] == str(out) and BOGUS_DATA not in repr(state["cfg"])
     assert (out / "dict.txt").read_text() == (release_dir[0] / "dict.txt").read_text()
 
@@ -289,7 +291,8 @@ def test_converted_checkpoint_records_the_release_options_not_the_authors_data_p
 def test_hub_from_pretrained_loads_the_converted_directory(release_dir, tmp_path):
     sd, out = convert_release(release_dir, tmp_path)
     hub = TupeRobertaModel.from_pretrained(str(out), bpe=None).eval()
-    tokens = random_tokens(hub.task.source_dictionary, [12])[0]
+    tokens = hub.task.source_dictionary.encode_line("<s> w3 w17 w5 w39", add_if_not_exist=False).long()
+    assert tokens[0] == hub.task.source_dictionary.bos() and hub.task.source_dictionary.unk() not in tokens
     hidden, _ = release_forward(sd, tokens[None], hub.task.source_dictionary.pad(), HEADS)
     with torch.no_grad():
         torch.testing.assert_close(hub.extract_features(tokens), hidden[-1], atol=1e-5, rtol=1e-5)
@@ -300,6 +303,10 @@ def test_loading_it_without_the_release_flags_names_them(release_dir, tmp_path):
     with pytest.raises(ValueError, match="--cls-reset release --untied-proj-bias"):
         checkpoint_utils.load_model_ensemble_and_task(
             [str(out / "model.pt")], arg_overrides={"data": str(out), "cls_reset": "paper"}
+        )
+    with pytest.raises(ValueError, match="bias .*: build the model with --untied-proj-bias"):
+        checkpoint_utils.load_model_ensemble_and_task(
+            [str(out / "model.pt")], arg_overrides={"data": str(out), "untied_proj_bias": False}
         )
 
 
@@ -349,8 +356,8 @@ def test_unexpected_key_is_named(release_dir, tmp_path):
 def test_wrong_shape_is_named_with_both_shapes(release_dir, tmp_path):
     sd = release_state_dict(release_dir[1])
     sd[S + "layers.0.fc2.weight"] = torch.zeros(DIM, FFN + 1)
-    _expect_error(release_dir, tmp_path, sd,
-                  rf"wrong shapes: {S}layers\.0\.fc2\.weight: \({DIM}, {FFN + 1}\), expected \({DIM}, {FFN}\)")
+    _expect_error(release_dir, tmp_path, sd, rf"wrong shapes: {S}layers\.0\.fc2\.weight: "
+                  rf"\({DIM}, {FFN + 1}\), expected \({DIM}, {FFN}\)")
 
 
 def test_dictionary_of_another_size_is_refused(release_dir, tmp_path):
@@ -436,7 +443,8 @@ def test_sentence_prediction_fine_tunes_from_the_converted_checkpoint(wikitext_b
         "--criterion", "sentence_prediction", "--arch", "tupe_r_base",
         "--restore-file", converted_for_wikitext / "model.pt", "--reset-optimizer", "--reset-dataloader",
         "--reset-meters", "--init-token", 0, "--separator-token", 2, "--num-classes", 2,
-        "--max-positions", MAX_POSITIONS, "--shorten-method", "truncate", "--cls-reset", "release", "--untied-proj-bias",
+        "--max-positions", MAX_POSITIONS, "--shorten-method", "truncate",
+        "--cls-reset", "release", "--untied-proj-bias",
         "--encoder-layers", LAYERS, "--encoder-embed-dim", DIM, "--encoder-attention-heads", HEADS,
         "--encoder-ffn-embed-dim", FFN, "--batch-size", 8, "--max-update", 2, "--optimizer", "adam",
         "--lr", 1e-4, "--save-dir", tmp_path / "ft", "--cpu", "--log-format", "simple", "--log-interval", 1,

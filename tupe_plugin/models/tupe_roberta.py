@@ -132,9 +132,10 @@ class TupeRobertaModel(RobertaModel):
         )
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """RoBERTa's upgrades, after refusing learned position tables of another length."""
+        """RoBERTa's upgrades, after refusing position tables and projections the flags do not match."""
         prefix = name + "." if name else ""
-        for key, table in self.state_dict().items():
+        own_keys = self.state_dict()
+        for key, table in own_keys.items():
             saved = state_dict.get(prefix + key)
             if key.endswith("embed_positions.weight") and saved is not None \
                     and saved.shape != table.shape:
@@ -151,6 +152,15 @@ class TupeRobertaModel(RobertaModel):
                     f"--max-positions {self.args.max_positions}; a learned table cannot change "
                     f"length: use --max-positions {saved.size(0) - extra_rows} (architectures "
                     "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
+                )
+        for key in (k for k in own_keys if k.endswith("untied_position.q_proj.weight")):
+            bias = key[: -len("weight")] + "bias"
+            saved_bias = prefix + bias in state_dict
+            if prefix + key in state_dict and saved_bias != (bias in own_keys):
+                raise ValueError(
+                    f"the checkpoint's untied projections U^Q/U^K have {'a' if saved_bias else 'no'} "
+                    f"bias ({bias}): build the model {'with' if saved_bias else 'without'} "
+                    "--untied-proj-bias"
                 )
         super().upgrade_state_dict_named(state_dict, name)
 

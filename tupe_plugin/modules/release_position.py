@@ -35,7 +35,7 @@ class ReleaseUntiedPositionalCorrelation(UntiedPositionalCorrelation):
 
 
 class ReleaseT5RelativeBias(T5RelativeBias):
-    """T5 bias with one extra bucket; pairs (i, 0) use bucket ``num_buckets``, pairs (0, j) ``num_buckets // 2``."""
+    """T5 bias with one extra bucket: pairs (i, 0) use it, pairs (0, j) bucket ``num_buckets // 2``."""
 
     def __init__(self, num_heads, num_buckets=32, max_distance=128):
         super().__init__(num_heads, num_buckets, max_distance)
