@@ -89,9 +89,11 @@ def release_forward(sd, tokens, pad, heads, post_ln=True):
     untied = absolute[:, 1:, 1:].clone()
     untied[:, :, 0] = theta_2[:, None]
     untied[:, 0, :] = theta_1[:, None]
-    # relative term: (33, H) table indexed by the reset bucket matrix, unscaled
-    relative = sd[S + "relative_attention_bias.weight"][release_bucket_matrix(seq_len)].permute(2, 0, 1)
-    bias = untied + relative
+    # relative term (TUPE-R): (33, H) table indexed by the reset bucket matrix, unscaled
+    bias = untied
+    if S + "relative_attention_bias.weight" in sd:
+        table = sd[S + "relative_attention_bias.weight"]
+        bias = untied + table[release_bucket_matrix(seq_len)].permute(2, 0, 1)
 
     hidden = [x]
     for n in range(LAYERS):
@@ -123,7 +125,7 @@ def release_forward(sd, tokens, pad, heads, post_ln=True):
 
 
 def release_state_dict(vocab, seed=0, embedding_ln=True, post_ln=True, fused_proj=False,
-                       with_bucket_matrix=True):
+                       with_bucket_matrix=True, relative=True):
     """Random tensors under the release's key names and shapes (OFFICIAL_TUPE.md), tiny sizes."""
     g = torch.Generator().manual_seed(seed)
 
@@ -144,8 +146,9 @@ def release_state_dict(vocab, seed=0, embedding_ln=True, post_ln=True, fused_pro
     else:
         for name in ("pos_q_linear", "pos_k_linear"):
             sd[S + name + ".weight"], sd[S + name + ".bias"] = rand(DIM, DIM), rand(DIM)
-    sd[S + "relative_attention_bias.weight"] = rand(BUCKETS + 1, HEADS, std=1.0)
-    if with_bucket_matrix:
+    if relative:
+        sd[S + "relative_attention_bias.weight"] = rand(BUCKETS + 1, HEADS, std=1.0)
+    if relative and with_bucket_matrix:
         sd[S + "rp_bucket"] = release_bucket_matrix(MAX_POSITIONS)
     for n in range(LAYERS):
         layer = f"{S}layers.{n}."
@@ -200,14 +203,17 @@ def release_dir(tmp_path):
     return root, 4 + 40 + 1
 
 
-def convert_release(release, tmp_path, **variant):
+def convert_release(release, tmp_path, fp16=False, **variant):
+    """Save a release-format checkpoint (fp16 tensors, as mixed-precision training saves them, if
+    ``fp16``), convert it; return (its tensors in fp32, the output directory)."""
     root, vocab = release
-    post_ln = variant.pop("post_ln", True)
-    sd = release_state_dict(vocab, post_ln=post_ln, **variant)
-    save_release(root / "model.pt", sd, release_args(post_ln))
+    sd = release_state_dict(vocab, **variant)
+    if fp16:
+        sd = {k: v.half() if v.is_floating_point() else v for k, v in sd.items()}
+    save_release(root / "model.pt", sd, release_args(variant.get("post_ln", True)))
     out = tmp_path / "converted"
     convert(str(root / "model.pt"), str(root / "dict.txt"), str(out))
-    return sd, out
+    return {k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, out
 
 
 def load_converted(out):
@@ -238,13 +244,15 @@ VARIANTS = {
     "as_released": {},
     "no_embedding_ln_fused_pos_proj": dict(embedding_ln=False, fused_proj=True, with_bucket_matrix=False),
     "pre_ln": dict(post_ln=False),
+    "fp16_tensors": dict(fp16=True),
+    "tupe_a": dict(relative=False),
 }
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_converted_model_matches_the_release_forward_with_padding(variant, release_dir, tmp_path):
     sd, out = convert_release(release_dir, tmp_path, **VARIANTS[variant])
-    if "pos_proj.weight" in "".join(sd):
+    if S + "pos_proj.weight" in sd:
         q_w, k_w = sd.pop(S + "pos_proj.weight").chunk(2)
         q_b, k_b = sd.pop(S + "pos_proj.bias").chunk(2)
         sd.update({S + "pos_q_linear.weight": q_w, S + "pos_k_linear.weight": k_w,
@@ -308,6 +316,30 @@ def test_loading_it_without_the_release_flags_names_them(release_dir, tmp_path):
         checkpoint_utils.load_model_ensemble_and_task(
             [str(out / "model.pt")], arg_overrides={"data": str(out), "untied_proj_bias": False}
         )
+
+
+def _shapes_only(vocab, layers, dim, heads, ffn, positions):
+    meta = dict(device="meta")
+    sd = {S + "embed_tokens.weight": torch.empty(vocab, dim, **meta),
+          S + "pos.weight": torch.empty(positions + 1, dim, **meta),
+          S + "relative_attention_bias.weight": torch.empty(BUCKETS + 1, heads, **meta),
+          S + "emb_layer_norm.weight": torch.empty(dim, **meta)}
+    for n in range(layers):
+        sd[f"{S}layers.{n}.fc1.weight"] = torch.empty(ffn, dim, **meta)
+    return sd
+
+
+@pytest.mark.parametrize("size, shape", [("base", (12, 768, 12, 3072)), ("large", (24, 1024, 16, 4096))])
+def test_sizes_and_architecture_are_read_from_the_tensors(size, shape):
+    layers, dim, heads, ffn = shape
+    opts = convert_official_tupe.release_options(_shapes_only(32773, layers, dim, heads, ffn, 512), None)
+    line = convert_official_tupe.plugin_command_line(opts, "DATA")
+    assert line[line.index("--arch") + 1] == f"tupe_r_{size}"
+    for flag, value in [("--encoder-layers", layers), ("--encoder-embed-dim", dim),
+                        ("--encoder-attention-heads", heads), ("--encoder-ffn-embed-dim", ffn),
+                        ("--max-positions", 512), ("--rel-pos-buckets", BUCKETS), ("--cls-reset", "release")]:
+        assert line[line.index(flag) + 1] == str(value)
+    assert "--untied-proj-bias" in line and "--no-layernorm-embedding" not in line
 
 
 # ---------------------------------------------------------------- plugin options
