@@ -37,6 +37,11 @@ def check_position_flags(args):
             f"--cls-reset {args.cls_reset} needs --untied-pos tupe: theta_1/theta_2 are built "
             "with TUPE's U^Q/U^K (seed 001 §3.3)"
         )
+    if args.untied_proj_bias and args.untied_pos == "none":
+        errors.append(
+            "--untied-proj-bias gives U^Q/U^K a bias but --untied-pos none has no U^Q/U^K; "
+            "use it with --untied-pos tupe (or four-term)"
+        )
     if args.rel_pos == "t5":
         buckets, distance = args.rel_pos_buckets, args.rel_pos_max_distance
         if buckets < 4 or buckets % 2:

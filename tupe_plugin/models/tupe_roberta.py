@@ -99,7 +99,14 @@ class TupeRobertaModel(RobertaModel):
             "--cls-reset",
             choices=CLS_RESET_CHOICES,
             help="paper = reset the content-free correlations from/to [CLS] to learned "
-            "theta_1/theta_2 (seed 001 Eq. 9)",
+            "theta_1/theta_2 (seed 001 Eq. 9); release = as the authors' released code: "
+            "theta_1/theta_2 from the untied table's rows 0 and 1 (the table gets "
+            "max_positions + 1 rows), the T5 bias reset on its own to two extra buckets",
+        )
+        group.add_argument(
+            "--untied-proj-bias",
+            action="store_true",
+            help="give the untied projections U^Q/U^K a bias, as the authors' released code does",
         )
         group.add_argument(
             "--no-layernorm-embedding",
@@ -200,22 +207,41 @@ class TupeRobertaModel(RobertaModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         """RoBERTa's upgrades (span heads kept like classification heads), after refusing a checkpoint
-        of another architecture or vocabulary and learned position tables of another length.
+        of another architecture or vocabulary, learned position tables of another length and
+        position tables or projections the flags do not match.
 
         Also logs when the loaded weights replace a --embed-init-path initialisation (resuming).
         """
         prefix = name + "." if name else ""
         if getattr(self, "embed_init_coverage", None) is not None:
             logger.info("the loaded checkpoint's weights replace the --embed-init-path initialisation")
-        for key, table in self.state_dict().items():
+        own_keys = self.state_dict()
+        for key, table in own_keys.items():
             saved = state_dict.get(prefix + key)
             if key.endswith("embed_positions.weight") and saved is not None \
                     and saved.shape[1:] == table.shape[1:] and saved.size(0) != table.size(0):
+                extra_rows = table.size(0) - self.args.max_positions
+                if saved.size(0) == table.size(0) + 1 and self.args.cls_reset != "release":
+                    raise ValueError(
+                        f"the checkpoint's position table {key} has one row more than the model's: "
+                        "it keeps the authors' released semantics (scripts/convert_official_tupe.py); "
+                        "build the model with --cls-reset release --untied-proj-bias"
+                    )
                 raise ValueError(
-                    f"the checkpoint's learned position table {key} has {saved.size(0)} positions "
-                    f"but the model is built for --max-positions {table.size(0)}; a learned table "
-                    f"cannot change length: use --max-positions {saved.size(0)} (architectures "
+                    f"the checkpoint's learned position table {key} has "
+                    f"{saved.size(0) - extra_rows} positions but the model is built for "
+                    f"--max-positions {self.args.max_positions}; a learned table cannot change "
+                    f"length: use --max-positions {saved.size(0) - extra_rows} (architectures "
                     "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
+                )
+        for key in (k for k in own_keys if k.endswith("untied_position.q_proj.weight")):
+            bias = key[: -len("weight")] + "bias"
+            saved_bias = prefix + bias in state_dict
+            if prefix + key in state_dict and saved_bias != (bias in own_keys):
+                raise ValueError(
+                    f"the checkpoint's untied projections U^Q/U^K have {'a' if saved_bias else 'no'} "
+                    f"bias ({bias}): build the model {'with' if saved_bias else 'without'} "
+                    "--untied-proj-bias"
                 )
         super().upgrade_state_dict_named(state_dict, name)
         check_checkpoint_matches(self.state_dict(), state_dict, prefix, safe_getattr(self.args, "arch", "?"))
@@ -326,6 +352,7 @@ def base_architecture(args):
     args.shaw_keys_only = safe_getattr(args, "shaw_keys_only", False)
     args.untied_pos = safe_getattr(args, "untied_pos", "tupe")
     args.cls_reset = safe_getattr(args, "cls_reset", "paper")
+    args.untied_proj_bias = safe_getattr(args, "untied_proj_bias", False)
     args.layernorm_embedding = not safe_getattr(args, "no_layernorm_embedding", False)
     args.embed_init_path = safe_getattr(args, "embed_init_path", None)
     args.embed_init_dict = safe_getattr(args, "embed_init_dict", None)

@@ -35,6 +35,7 @@ class PositionalTransformerEncoder(nn.Module):
             rel_pos_max_distance=args.rel_pos_max_distance,
             shaw_max_distance=args.shaw_max_distance,
             shaw_keys_only=args.shaw_keys_only,
+            untied_proj_bias=args.untied_proj_bias,
         )
         self.layers = nn.ModuleList(
             PositionalEncoderLayer(

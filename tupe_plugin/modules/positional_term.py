@@ -13,10 +13,13 @@ keeps a fused attention kernel:
   the kernel applies); the positional parts of
   the [CLS] query and key are zeroed. (theta_1 is constant along its row, so it has no effect
   after the softmax; it is kept for fidelity to the equation and for the analysis pictures.)
+* ``--cls-reset release`` (the authors' released code, :mod:`release_position`): the same
+  factors, with theta_1/theta_2 read off the untied table's rows 0 and 1; the T5 bias keeps its
+  row 0 and column 0, which point at buckets of their own (the reset applied to each term).
 * BERT-A^d (§4.3): ``(xW^Q + pU^Q)(xW^K + pU^K)^T / sqrt(4 d_h)`` — the four terms of the
   ablation — is handed over as ``q_shift``/``k_shift`` added to the word query/key.
 * The T5 bucket bias (Eq. 5 / 8 / 11) is not low-rank: it is a dense (H, T, T) ``bias``; under the
-  reset its row 0 and column 0 are zeroed, because the reset replaces the whole content-free term.
+  paper's reset its row 0 and column 0 are zeroed, because the reset replaces the whole content-free term.
 * Shaw relative vectors (seed 000 Eq. 4) depend on the query, so they are not content-free: the
   shared (2K+1, d_h) ``rel_table`` and (T, T) ``rel_index`` are handed over and each layer adds
   q . a_{j-i} (and, unless keys-only, the value term) itself.
@@ -31,11 +34,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .relative_position import T5RelativeBias
+from .release_position import ReleaseT5RelativeBias, ReleaseUntiedPositionalCorrelation
 from .shaw_position import ShawRelativePosition
 from .untied_position import UntiedPositionalCorrelation
 
 UNTIED_CHOICES = ("none", "tupe", "four-term")
-CLS_RESET_CHOICES = ("none", "paper")
+CLS_RESET_CHOICES = ("none", "paper", "release")
 KERNEL_HEAD_DIM_MULTIPLE = 8
 
 
@@ -95,21 +99,29 @@ class SharedPositionalTerm(nn.Module):
         rel_pos_max_distance=128,
         shaw_max_distance=64,
         shaw_keys_only=False,
+        untied_proj_bias=False,
     ):
         super().__init__()
         self.head_dim = embed_dim // num_heads
         self.untied = untied
         self.cls_reset = cls_reset != "none"
+        self.zero_cls_bias = cls_reset == "paper"
         self.scale = {"none": 1.0, "tupe": 0.5, "four-term": 0.25}[untied] ** 0.5 / math.sqrt(
             self.head_dim
         )
-        self.untied_position = (
-            UntiedPositionalCorrelation(max_positions, embed_dim, num_heads, self.cls_reset)
-            if untied != "none"
-            else None
-        )
+        if untied == "none":
+            self.untied_position = None
+        elif cls_reset == "release":
+            self.untied_position = ReleaseUntiedPositionalCorrelation(
+                max_positions, embed_dim, num_heads, untied_proj_bias
+            )
+        else:
+            self.untied_position = UntiedPositionalCorrelation(
+                max_positions, embed_dim, num_heads, self.cls_reset, untied_proj_bias
+            )
+        relative_bias = ReleaseT5RelativeBias if cls_reset == "release" else T5RelativeBias
         self.relative_bias = (
-            T5RelativeBias(num_heads, rel_pos_buckets, rel_pos_max_distance)
+            relative_bias(num_heads, rel_pos_buckets, rel_pos_max_distance)
             if rel_pos == "t5"
             else None
         )
@@ -134,7 +146,7 @@ class SharedPositionalTerm(nn.Module):
                 term.q_extra, term.k_extra = self._pad_to_kernel_width(term.q_extra, term.k_extra)
         if self.relative_bias is not None:
             bias = self.relative_bias(seq_len)
-            if self.cls_reset:
+            if self.zero_cls_bias:
                 keep = torch.ones(seq_len, seq_len, dtype=bias.dtype, device=bias.device)
                 keep[0, :] = 0
                 keep[:, 0] = 0

@@ -4,6 +4,7 @@ Positions are a learned table P, layer-normalised (p = LayerNorm(P)), projected 
 U^Q, U^K (one pair for the whole model, split into heads like W^Q / W^K). The per-head term is
 (p_i U^Q_h)(p_j U^K_h)^T / sqrt(2 d_h). The [CLS] reset (Eq. 9) uses
 theta_k[h] = (p_theta_k U^Q_h)(p_theta_k U^K_h)^T / sqrt(2 d_h) for two learned vectors.
+``proj_bias`` gives U^Q, U^K a bias, as the authors' released code does.
 """
 
 import torch
@@ -12,21 +13,24 @@ from torch import nn
 
 
 class UntiedPositionalCorrelation(nn.Module):
-    def __init__(self, max_positions, embed_dim, num_heads, cls_reset=False):
+    def __init__(self, max_positions, embed_dim, num_heads, cls_reset=False, proj_bias=False):
         super().__init__()
         self.max_positions = max_positions
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.embed_positions = nn.Embedding(max_positions, embed_dim)
         self.layer_norm = LayerNorm(embed_dim)
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=False)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=proj_bias)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=proj_bias)
         self.cls_vectors = nn.Parameter(torch.empty(2, embed_dim)) if cls_reset else None
         self.reset_parameters()
 
     def reset_parameters(self):
         for weight in (self.embed_positions.weight, self.q_proj.weight, self.k_proj.weight):
             nn.init.normal_(weight, mean=0.0, std=0.02)
+        for proj in (self.q_proj, self.k_proj):
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
         if self.cls_vectors is not None:
             nn.init.normal_(self.cls_vectors, mean=0.0, std=0.02)
 
@@ -45,7 +49,11 @@ class UntiedPositionalCorrelation(nn.Module):
                 "positions of the untied positional table; raise --max-positions (pre-training) "
                 "or truncate the input (--tokens-per-sample / --max-positions at fine-tuning)"
             )
-        return self._project(self.embed_positions.weight[:seq_len])
+        return self._project(self.position_rows(seq_len))
+
+    def position_rows(self, seq_len):
+        """The table rows of positions 0..seq_len-1."""
+        return self.embed_positions.weight[:seq_len]
 
     def cls_thetas(self):
         """(theta_1, theta_2) per head, unscaled: (p_theta U^Q_h) . (p_theta U^K_h), shape (H, 2)."""
