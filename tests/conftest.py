@@ -1,5 +1,6 @@
 import argparse
 import os
+import shutil
 import sys
 
 import pytest
@@ -89,3 +90,29 @@ def wikitext_bin(tmp_path_factory):
         "--validpref", root / "valid.txt", "--destdir", root / "bin", "--workers", 1,
     )
     return root / "bin"
+
+
+@pytest.fixture(scope="session")
+def pretrained_dir(tmp_path_factory):
+    """A tiny TUPE-R trained for 2 updates on SST-2 sentences with a sentencepiece vocabulary."""
+    import sentencepiece as spm
+    from cli import run_fairseq, train_args
+
+    root = tmp_path_factory.mktemp("hub")
+    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+        sentences = [line.split("\t")[0] for line in list(f)[1:1201]]
+    (root / "raw.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(root / "raw.txt"), model_prefix=str(root / "spm"), vocab_size=300,
+        model_type="unigram", minloglevel=2,
+    )
+    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    encoded = [" ".join(processor.encode(s, out_type=str)) for s in sentences]
+    (root / "train.bpe").write_text("\n".join(encoded[:1000]) + "\n", encoding="utf-8")
+    (root / "valid.bpe").write_text("\n".join(encoded[1000:]) + "\n", encoding="utf-8")
+    data = root / "data-bin"
+    run_fairseq("preprocess", "--only-source", "--trainpref", root / "train.bpe",
+                "--validpref", root / "valid.bpe", "--destdir", data, "--workers", 1)
+    shutil.copy(root / "spm.model", data / "sentencepiece.bpe.model")
+    run_fairseq("train", *train_args(data, root / "checkpoints", "tupe_r_tiny", 2))
+    return root

@@ -1,12 +1,8 @@
 """Saving, loading and the RoBERTa hub interface (encode / extract_features / predict)."""
 
-import shutil
-
 import pytest
-import sentencepiece as spm
 import torch
-from cli import run_fairseq, train_args
-from conftest import PRESETS, build_model, random_tokens, shared_data
+from conftest import PRESETS, build_model, random_tokens
 from fairseq import checkpoint_utils
 
 from tupe_plugin.models import TupeRobertaModel
@@ -24,29 +20,6 @@ def test_save_then_load_gives_identical_outputs(preset, dictionary, tmp_path):
     tokens = random_tokens(dictionary, [10, 6])
     with torch.no_grad():
         assert torch.equal(model(tokens)[0], loaded(tokens)[0])
-
-
-@pytest.fixture(scope="module")
-def pretrained_dir(tmp_path_factory):
-    """A tiny TUPE-R trained for 2 updates on SST-2 sentences with a sentencepiece vocabulary."""
-    root = tmp_path_factory.mktemp("hub")
-    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
-        sentences = [line.split("\t")[0] for line in list(f)[1:1201]]
-    (root / "raw.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(root / "raw.txt"), model_prefix=str(root / "spm"), vocab_size=300,
-        model_type="unigram", minloglevel=2,
-    )
-    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
-    encoded = [" ".join(processor.encode(s, out_type=str)) for s in sentences]
-    (root / "train.bpe").write_text("\n".join(encoded[:1000]) + "\n", encoding="utf-8")
-    (root / "valid.bpe").write_text("\n".join(encoded[1000:]) + "\n", encoding="utf-8")
-    data = root / "data-bin"
-    run_fairseq("preprocess", "--only-source", "--trainpref", root / "train.bpe",
-                "--validpref", root / "valid.bpe", "--destdir", data, "--workers", 1)
-    shutil.copy(root / "spm.model", data / "sentencepiece.bpe.model")
-    run_fairseq("train", *train_args(data, root / "checkpoints", "tupe_r_tiny", 2))
-    return root
 
 
 def test_hub_encode_extract_features_and_predict(pretrained_dir):

@@ -9,7 +9,6 @@ import sys
 import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import REPO, VENV_BIN, shared_data
-from test_checkpoint_and_hub import pretrained_dir  # noqa: F401  (tiny tupe_r_tiny, 2 updates on SST-2)
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import collect_glue_scores  # noqa: E402
@@ -88,7 +87,7 @@ def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def finetuned(pretrained_dir, tmp_path_factory):  # noqa: F811
+def finetuned(pretrained_dir, tmp_path_factory):
     """examples/finetune_glue.sh for SST-2 and STS-B on 200-example slices, 3 updates each."""
     root = tmp_path_factory.mktemp("glue")
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable,

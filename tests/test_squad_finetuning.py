@@ -11,7 +11,6 @@ import sys
 import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import REPO, VENV_BIN, shared_data
-from test_checkpoint_and_hub import pretrained_dir  # noqa: F401  (tiny tupe_r_tiny, --max-positions 64)
 
 from tupe_plugin.squad.metric import evaluate
 
@@ -27,7 +26,7 @@ def squad_slice(path, article, paragraphs):
 
 
 @pytest.fixture(scope="module")
-def finetuned(pretrained_dir, tmp_path_factory):  # noqa: F811
+def finetuned(pretrained_dir, tmp_path_factory):
     """finetune_squad.sh on 3 paragraphs (train) and 2 paragraphs of another article (valid), 3 updates."""
     root = tmp_path_factory.mktemp("squad")
     squad_slice(root / "train.json", 0, 3)
@@ -77,7 +76,7 @@ def test_evaluation_prints_em_and_f1_of_the_written_predictions(finetuned):
     assert 0 <= printed["exact_match"] <= printed["f1"] <= 100
 
 
-def test_restore_file_of_another_arch_stops_with_the_checkpoint_and_arch(finetuned, pretrained_dir):  # noqa: F811
+def test_restore_file_of_another_arch_stops_with_the_checkpoint_and_arch(finetuned, pretrained_dir):
     root, _, _ = finetuned
     checkpoint = pretrained_dir / "checkpoints" / "checkpoint_last.pt"
     proc = run_fairseq("train", root / "squad-bin", "--user-dir", "tupe_plugin", "--task", "squad_span",
