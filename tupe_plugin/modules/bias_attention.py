@@ -49,3 +49,21 @@ class BiasedFlashAttention(torch.autograd.Function):
             torch.matmul(grad_logits.transpose(-1, -2), q[b], out=grad_k[b]).mul_(scale)
             torch.matmul(probs.transpose(-1, -2), grad_out[b], out=grad_v[b])
         return grad_q, grad_k, grad_v, grad_mask, None
+
+
+def fused_kernel_applies(q, dropout):
+    """Whether a fused kernel exists: on CPU ``scaled_dot_product_attention`` has none with dropout
+    (it falls back to a math path that is slower than explicit matmul-softmax-matmul)."""
+    return dropout == 0 or q.device.type != "cpu"
+
+
+def biased_flash_applies(q, mask, dropout):
+    """A float mask that needs a gradient on CPU, no dropout: SDPA's flash kernel would refuse it."""
+    return (
+        q.device.type == "cpu"
+        and dropout == 0
+        and mask is not None
+        and mask.dtype != torch.bool
+        and mask.requires_grad
+        and torch.is_grad_enabled()
+    )
