@@ -13,7 +13,9 @@ Contenders (``--contenders``):
 * any plugin position preset (``bert_a``, ``tupe_a``, ``tupe_r``, ``bert_r``, ...), as ``PRESET_SIZE``;
 * ``plain_PRESET``: the plugin model with every layer's attention replaced by the straightforward
   implementation: the content-free (H, T, T) term expanded to (B, H, T, T) with the padding once per
-  forward and added to explicit ``softmax(q k^T * scale + bias) v`` logits in every layer.
+  forward and added to explicit ``softmax(q k^T * scale + bias) v`` logits in every layer;
+* ``sdpa_PRESET``: the plugin model with every layer calling ``scaled_dot_product_attention``
+  whatever the mask and dropout (the plugin's attention before issue 7), for comparison.
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
@@ -30,22 +32,29 @@ Prints the markdown tables and writes everything (settings, machine, every timin
 
 import argparse
 import json
+import logging
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from tupe_plugin.modules.attention import PositionalSelfAttention  # noqa: E402
+
 PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
 SIZES = {"tiny": (2, 128, 4, 512), "medium": (8, 512, 8, 2048), "base": (12, 768, 12, 3072),
          "large": (24, 1024, 16, 4096)}
 PLAIN_PREFIX = "plain_"
+SDPA_PREFIX = "sdpa_"
+VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX)
 DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r"]
 # (what, contender, reference, bound, sequence lengths it applies to or None for all)
 TARGETS = [
@@ -78,8 +87,9 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per contender per round")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per contender first")
-    parser.add_argument("--dropout", type=float, default=0.1,
-                        help="--dropout and --attention-dropout of every contender")
+    parser.add_argument("--dropout", type=float, default=0.1, help="--dropout of every contender")
+    parser.add_argument("--attention-dropout", type=float, default=0.1,
+                        help="--attention-dropout of every contender")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     precision = parser.add_mutually_exclusive_group()
@@ -105,13 +115,20 @@ def parse_args(argv=None):
     return args
 
 
+def preset_of(name):
+    for prefix in VARIANT_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def check_contender(name):
     from tupe_plugin.models.architectures import POSITION_PRESETS
 
-    preset = name[len(PLAIN_PREFIX):] if name.startswith(PLAIN_PREFIX) else name
+    preset = preset_of(name)
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
-                         f"{sorted(POSITION_PRESETS)} or plain_ + one of them")
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ + one of them")
     if name.startswith(PLAIN_PREFIX) and POSITION_PRESETS[preset]["rel_pos"].startswith("shaw"):
         raise SystemExit(f"--contenders {name}: the plain reference covers content-free terms; "
                          "Shaw presets already take an explicit attention path")
@@ -119,19 +136,18 @@ def check_contender(name):
 
 # ---------------------------------------------------------------------------- building contenders
 
-def fairseq_setup(name, size, seq_len, data_dir, dropout):
+def fairseq_setup(name, size, seq_len, data_dir, dropout, attention_dropout):
     """Model, criterion and optimizer built the way fairseq-train builds them."""
-    from fairseq import options, optim, tasks
+    from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     layers, dim, heads, ffn = SIZES[size]
-    preset = name[len(PLAIN_PREFIX):] if name.startswith(PLAIN_PREFIX) else name
-    arch = "roberta_base" if name == "roberta" else f"{preset}_{size}"
+    arch = "roberta_base" if name == "roberta" else f"{preset_of(name)}_{size}"
     argv = [data_dir, "--user-dir", PLUGIN_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
             "--arch", arch, "--encoder-layers", layers, "--encoder-embed-dim", dim,
             "--encoder-attention-heads", heads, "--encoder-ffn-embed-dim", ffn,
             "--max-positions", seq_len, "--tokens-per-sample", seq_len,
-            "--dropout", dropout, "--attention-dropout", dropout,
+            "--dropout", dropout, "--attention-dropout", attention_dropout,
             "--optimizer", "adam", "--lr", "1e-4", "--cpu"]
     parser = options.get_training_parser()
     cfg = convert_namespace_to_omegaconf(
@@ -140,6 +156,8 @@ def fairseq_setup(name, size, seq_len, data_dir, dropout):
     model = task.build_model(cfg.model)
     if name.startswith(PLAIN_PREFIX):
         make_plain_reference(model)
+    if name.startswith(SDPA_PREFIX):
+        make_always_sdpa(model)
     criterion = task.build_criterion(cfg.criterion)
     return task, model, criterion, cfg
 
@@ -202,6 +220,23 @@ class PlainSelfAttention(nn.Module):
         return self.out_proj(out), probs if need_weights else None
 
 
+class AlwaysSdpaSelfAttention(PositionalSelfAttention):
+    """The plugin's attention with one ``scaled_dot_product_attention`` call whatever the mask and
+    dropout (its math fallback included)."""
+
+    def _attend(self, q, k, v, term, attn_mask, dropout, need_weights):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
+                                             scale=term.scale)
+        return out, None
+
+
+def make_always_sdpa(model):
+    """Make every layer of a plugin model call SDPA whatever the mask and dropout, in place."""
+    for layer in model.encoder.sentence_encoder.layers:
+        layer.self_attn.__class__ = AlwaysSdpaSelfAttention
+    return model
+
+
 def make_plain_reference(model):
     """Swap the fused attention of a plugin model for the plain reference, in place."""
     encoder = model.encoder.sentence_encoder
@@ -241,7 +276,7 @@ class Contender:
         self.name = name
         torch.manual_seed(args.seed)
         self.task, self.model, self.criterion, cfg = fairseq_setup(
-            name, size, seq_len, data_dir, args.dropout)
+            name, size, seq_len, data_dir, args.dropout, args.attention_dropout)
         self.model.to(args.device).train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = optim.build_optimizer(cfg.optimizer, self.params)
@@ -335,8 +370,6 @@ def synchronize(device):
 # ---------------------------------------------------------------------------- measuring
 
 def measure_shape(args, seq_len, batch, data_dir, log):
-    from fairseq.tasks import TASK_REGISTRY  # noqa: F401  (fairseq imported before the plugin)
-
     contenders = [Contender(name, args.size, seq_len, data_dir, args) for name in args.contenders]
     generator = torch.Generator().manual_seed(args.seed)
     sample = random_batch(contenders[0].task.source_dictionary, batch, seq_len, args.padding,
@@ -396,7 +429,7 @@ def verdicts(shapes, bound_share=POSITIONAL_TERM_SHARE_BOUND):
                              "bound": bound, "ratio": value, "met": value <= bound})
         for name, result in results.items():
             share = result["positional_term_share"]
-            if share is not None and not name.startswith(PLAIN_PREFIX) and name != "bert_a":
+            if share is not None and preset_of(name) == name and name != "bert_a":
                 rows.append({"seq_len": seq_len, "target": f"{name} positional term / step",
                              "bound": bound_share, "ratio": share, "met": share <= bound_share})
     return rows
@@ -449,7 +482,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    sys.path.insert(0, REPO)
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
     for name in args.contenders:
         check_contender(name)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731

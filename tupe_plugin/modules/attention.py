@@ -52,22 +52,21 @@ class PositionalSelfAttention(nn.Module):
             k = torch.cat([k, term.k_extra.to(k.dtype).expand(batch, -1, -1, -1)], -1)
             v = F.pad(v, (0, extra))
         dropout = self.attention_dropout if self.training else 0.0
-        probs = None
-        if need_weights or term.rel_values or not fused_kernel_applies(q, dropout):
-            out, probs = self._explicit_attention(q, k, v, term, attn_mask, dropout)
-        else:
-            out = self._fused_attention(q, k, v, attn_mask, term.scale, dropout)
+        out, probs = self._attend(q, k, v, term, attn_mask, dropout, need_weights)
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
 
-    @staticmethod
-    def _fused_attention(q, k, v, attn_mask, scale, dropout):
-        """One fused kernel call; on CPU (no dropout there) a learned bias keeps the flash kernel."""
+    def _attend(self, q, k, v, term, attn_mask, dropout, need_weights):
+        """The explicit path where probabilities are needed or no fused kernel exists, else one
+        fused call (on CPU a learned bias keeps the flash kernel through BiasedFlashAttention)."""
+        if need_weights or term.rel_values or not fused_kernel_applies(q, dropout):
+            return self._explicit_attention(q, k, v, term, attn_mask, dropout)
         if biased_flash_applies(q, attn_mask, dropout):
-            return BiasedFlashAttention.apply(q, k, v, attn_mask, scale)
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale
+            return BiasedFlashAttention.apply(q, k, v, attn_mask, term.scale), None
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=term.scale
         )
+        return out, None
 
     @staticmethod
     def _shaw_key_bias(q, term):
