@@ -96,6 +96,9 @@ def parse_args(argv=None):
     precision.add_argument("--fp16", action="store_true", help="autocast to float16 (cuda)")
     precision.add_argument("--bf16", action="store_true", help="autocast to bfloat16")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak memory step")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile one step per contender and keep its N costliest ops "
+                        "(self CPU time) in the JSON and on stderr")
     parser.add_argument("--json", default="benchmark.json", help="where to write the results")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
@@ -331,6 +334,12 @@ class Contender:
             self.step(sample)
         return held + peak_of_allocations(prof)
 
+    def profile(self, sample, top):
+        """The ``top`` operators of one step by self CPU time, as a printable table."""
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            self.step(sample)
+        return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+
     def positional_term_seconds(self, sample, repeats):
         """Median forward time of the shared term and its mask (plugin contenders only)."""
         if self.name == "roberta":
@@ -398,6 +407,9 @@ def measure_shape(args, seq_len, batch, data_dir, log):
             "peak_bytes": None if args.no_memory else contender.peak_bytes(sample),
             "parameters": sum(p.numel() for p in contender.params),
         }
+        if args.profile:
+            results[contender.name]["profile"] = contender.profile(sample, args.profile)
+            log(f"profile of {contender.name} at T={seq_len}:\n{results[contender.name]['profile']}")
     return results
 
 
