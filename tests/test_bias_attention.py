@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from tupe_plugin.modules import bias_attention
 from tupe_plugin.modules.bias_attention import BiasedFlashAttention
 
 BATCH, HEADS, LENGTH, HEAD_DIM = 3, 2, 6, 8
@@ -33,7 +34,10 @@ def _value_and_grads(fn, inputs, grad_out):
 
 
 @pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
-def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch):
+@pytest.mark.parametrize("chunk_rows", [1, 2, BATCH])
+def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch, chunk_rows,
+                                                                    monkeypatch):
+    monkeypatch.setattr(bias_attention, "CHUNK_LOGITS", chunk_rows * HEADS * LENGTH * LENGTH)
     q, k, v, bias = _inputs(mask_batch)
     grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
 

@@ -4,14 +4,17 @@
 seed 001 Eq. 5 / 8 plus key padding and requires grad. ``scaled_dot_product_attention`` drops to
 its slow math path for a grad-requiring mask on CPU (DESIGN §8); here the forward runs the flash
 kernel with the mask as a constant and keeps only the output and the row log-sum-exp, and the
-backward recomputes, one batch element at a time, the probabilities
+backward recomputes, a few batch rows at a time, the probabilities
 ``P = exp(scale * q k^T + mask - lse)`` and the softmax gradient
 ``dS = P * (dO v^T - rowsum(dO * O))``, from which come dq = scale dS k, dk = scale dS^T q,
-dv = P^T dO and the mask gradient dS (summed over the batch when the mask is shared). Only one
-(H, T, T) block lives at a time, so the backward also needs no (B, H, T, T) activations.
+dv = P^T dO and the mask gradient dS (summed over the batch when the mask is shared). At most
+``CHUNK_LOGITS`` logits live at a time, and the forward keeps no (B, H, T, T) activations.
 """
 
 import torch
+
+# Logits recomputed at once in the backward (batch rows of H x T x T): 16 MiB of float32.
+CHUNK_LOGITS = 4 * 2**20
 
 
 class BiasedFlashAttention(torch.autograd.Function):
@@ -35,14 +38,16 @@ class BiasedFlashAttention(torch.autograd.Function):
         shared = mask.size(0) == 1
         grad_mask = torch.zeros_like(mask) if shared else torch.empty_like(mask)
         delta = (grad_out * out).sum(-1, keepdim=True)
-        for b in range(q.size(0)):
-            logits = torch.baddbmm(mask[0 if shared else b], q[b], k[b].transpose(-1, -2),
-                                   alpha=scale)
-            probs = torch.exp_(logits.sub_(lse[b, ..., None]))
+        batch, heads, seq_len, _ = q.shape
+        rows = max(1, CHUNK_LOGITS // (heads * seq_len * seq_len))
+        for start in range(0, batch, rows):
+            b = slice(start, start + rows)
+            logits = torch.matmul(q[b], k[b].transpose(-1, -2)).mul_(scale)
+            probs = logits.add_(mask if shared else mask[b]).sub_(lse[b, ..., None]).exp_()
             grad_logits = torch.matmul(grad_out[b], v[b].transpose(-1, -2))
             grad_logits = grad_logits.sub_(delta[b]).mul_(probs)
             if shared:
-                grad_mask[0] += grad_logits
+                grad_mask += grad_logits.sum(0, keepdim=True)
             else:
                 grad_mask[b] = grad_logits
             torch.matmul(grad_logits, k[b], out=grad_q[b]).mul_(scale)
