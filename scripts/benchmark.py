@@ -187,6 +187,10 @@ class PlainTerm:
         self.scale = term.scale
         self.bias = term.dense()
 
+    def folded(self):
+        """Already dense (the encoder asks for the folded term on CPU with attention dropout)."""
+        return self
+
     def attention_mask(self, key_padding_mask, dtype):
         """(B, H, T, T) bias plus padding, materialised as a straightforward implementation does."""
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
