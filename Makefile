@@ -18,7 +18,11 @@ WORKDIR ?= demo
 DEMO_OUTPUTS := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp checkpoints tensorboard \
 	train.log valid.log analysis
 
-.PHONY: help install test test-slow demo clean distclean
+# Benchmark settings, passed to scripts/benchmark.py (see its --help).
+BENCH_ARGS ?=
+BENCH_JSON ?= benchmark.json
+
+.PHONY: help install test test-slow demo bench clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
@@ -26,6 +30,8 @@ help:
 	@echo "make test-slow   tests marked slow"
 	@echo "make demo        pre-train a tiny model on CPU end to end (examples/demo.sh);"
 	@echo "                 settings: CORPUS=file ARCH=$(ARCH) UPDATES=$(UPDATES) WORKDIR=$(WORKDIR)"
+	@echo "make bench       side-by-side training-step benchmark (scripts/benchmark.py): prints the"
+	@echo "                 markdown tables, writes $(BENCH_JSON); extra flags: BENCH_ARGS=\"...\""
 	@echo "make clean       remove the demo outputs in WORKDIR"
 	@echo "make distclean   clean, and remove .venv"
 
@@ -46,6 +52,9 @@ test-slow: install
 
 demo: install
 	CORPUS="$(CORPUS)" ARCH="$(ARCH)" UPDATES="$(UPDATES)" WORKDIR="$(WORKDIR)" bash examples/demo.sh
+
+bench: install
+	$(BIN)/python scripts/benchmark.py --json $(BENCH_JSON) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(addprefix $(WORKDIR)/,$(DEMO_OUTPUTS))

@@ -6,12 +6,17 @@ Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + bias + padding) v`` 
 ``scaled_dot_product_attention`` call. Shaw relative vectors add ``scale * q_i . a_{j-i}`` (computed
 against the (2K+1)-row table, then gathered) to that bias; their value term
 ``sum_j alpha_ij a_{j-i}`` needs the probabilities, so it (and ``need_weights=True``, for analysis)
-takes an explicit path.
+takes an explicit path. So does attention dropout on CPU, where ``scaled_dot_product_attention``
+has no fused kernel with dropout and its math fallback is slower than the explicit path; a mask that
+needs a gradient (the T5 bias) goes through :class:`~.bias_attention.BiasedFlashAttention` on CPU
+(see :mod:`bias_attention` and docs/benchmarks.md).
 """
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .bias_attention import BiasedFlashAttention, biased_flash_applies, fused_kernel_applies
 
 
 class PositionalSelfAttention(nn.Module):
@@ -47,15 +52,21 @@ class PositionalSelfAttention(nn.Module):
             k = torch.cat([k, term.k_extra.to(k.dtype).expand(batch, -1, -1, -1)], -1)
             v = F.pad(v, (0, extra))
         dropout = self.attention_dropout if self.training else 0.0
-        probs = None
-        if need_weights or term.rel_values:
-            out, probs = self._explicit_attention(q, k, v, term, attn_mask, dropout)
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=term.scale
-            )
+        out, probs = self._attend(q, k, v, term, attn_mask, dropout, need_weights)
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
+
+    def _attend(self, q, k, v, term, attn_mask, dropout, need_weights):
+        """The explicit path where probabilities are needed or no fused kernel exists, else one
+        fused call (on CPU a learned bias keeps the flash kernel through BiasedFlashAttention)."""
+        if need_weights or term.rel_values or not fused_kernel_applies(q, dropout):
+            return self._explicit_attention(q, k, v, term, attn_mask, dropout)
+        if biased_flash_applies(q, attn_mask, dropout):
+            return BiasedFlashAttention.apply(q, k, v, attn_mask, term.scale), None
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=term.scale
+        )
+        return out, None
 
     @staticmethod
     def _shaw_key_bias(q, term):
@@ -67,8 +78,9 @@ class PositionalSelfAttention(nn.Module):
 
     @staticmethod
     def _explicit_attention(q, k, v, term, attn_mask, dropout):
-        logits = torch.matmul(q, k.transpose(-1, -2)) * term.scale
-        logits = logits if attn_mask is None else _add_bias(attn_mask, logits)
+        logits = torch.matmul(q * term.scale, k.transpose(-1, -2))
+        if attn_mask is not None:
+            _add_bias_(logits, attn_mask)
         probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
         dropped = F.dropout(probs, dropout, training=dropout > 0)
         out = torch.matmul(dropped, v)
@@ -81,6 +93,13 @@ class PositionalSelfAttention(nn.Module):
                                 term.rel_table.to(probs.dtype))
             out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
         return out, probs
+
+
+def _add_bias_(logits, mask):
+    """Add an attention mask (boolean keep-mask or additive float) to fresh logits, in place."""
+    if mask.dtype == torch.bool:
+        return logits.masked_fill_(~mask, torch.finfo(logits.dtype).min)
+    return logits.add_(mask)
 
 
 def _add_bias(mask, bias):

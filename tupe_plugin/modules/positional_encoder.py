@@ -4,6 +4,7 @@ from fairseq.modules import LayerNorm
 from torch import nn
 
 from .absolute_position import build_absolute_position
+from .bias_attention import fused_kernel_applies
 from .encoder_layer import PositionalEncoderLayer
 from .positional_term import SharedPositionalTerm
 
@@ -90,6 +91,9 @@ class PositionalTransformerEncoder(nn.Module):
         if padding_mask is not None:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         term = self.positional_term(src_tokens.size(1))
+        dropout = self.layers[0].self_attn.attention_dropout if self.training else 0.0
+        if not fused_kernel_applies(x, dropout):
+            term = term.folded()
         attn_mask = term.attention_mask(padding_mask, x.dtype)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None

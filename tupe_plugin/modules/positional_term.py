@@ -26,7 +26,7 @@ keeps a fused attention kernel:
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -66,6 +66,15 @@ class PositionalTerm:
         if self.bias is not None:
             parts.append(self.bias)
         return sum(parts) if parts else None
+
+    def folded(self):
+        """The same term with the untied factors multiplied out into ``bias``: for layers taking the
+        explicit path, where widened heads would cost more than one (H, T, T) addition."""
+        if self.q_extra is None:
+            return self
+        untied = torch.einsum("hid,hjd->hij", self.q_extra, self.k_extra) * self.scale
+        bias = untied if self.bias is None else self.bias + untied
+        return replace(self, q_extra=None, k_extra=None, bias=bias)
 
     def attention_mask(self, key_padding_mask, dtype):
         """The mask handed to every layer's fused attention, built once per forward.

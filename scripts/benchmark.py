@@ -1,0 +1,526 @@
+"""Side-by-side training-step benchmark: the plugin's architectures against fairseq's RoBERTa and a
+plain reference attention, in one process, interleaved round-robin.
+
+Every contender is built through fairseq's registry (``--task masked_lm --criterion masked_lm``,
+``--arch``), gets the same random batch of the given shape (15 % of the tokens masked) and is timed
+over full training steps: forward, masked-LM loss, backward, fairseq's Adam step. Contenders run in
+turn, in a rotated order every round, so that load on a shared machine hits all of them alike; the
+tables report medians and ratios to a baseline, and the targets of issue 7 with their verdicts.
+
+Contenders (``--contenders``):
+
+* ``roberta``: fairseq's own ``roberta_base`` resized to ``--size`` (layers, dim, heads, FFN);
+* any plugin position preset (``bert_a``, ``tupe_a``, ``tupe_r``, ``bert_r``, ...), as ``PRESET_SIZE``;
+* ``plain_PRESET``: the plugin model with every layer's attention replaced by the straightforward
+  implementation: the content-free (H, T, T) term expanded to (B, H, T, T) with the padding once per
+  forward and added to explicit ``softmax(q k^T * scale + bias) v`` logits in every layer;
+* ``sdpa_PRESET``: the plugin model with every layer calling ``scaled_dot_product_attention``
+  whatever the mask and dropout (the plugin's attention before issue 7), for comparison.
+
+Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
+a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
+``torch.profiler`` with ``profile_memory=True``, which records every CPU tensor allocation and
+free: the peak of their running sum is the step's transient memory (activations, gradients,
+temporaries), to which the bytes already held at the start of the step (parameters and Adam
+state) are added. The profiled step is not timed.
+
+The positional term (``--positional-term``): the forward of the encoder's shared positional term
+plus the mask it hands to every layer, timed alone, as a share of the median step.
+
+Prints the markdown tables and writes everything (settings, machine, every timing) to ``--json``.
+"""
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from tupe_plugin.modules.attention import PositionalSelfAttention  # noqa: E402
+
+PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
+SIZES = {"tiny": (2, 128, 4, 512), "medium": (8, 512, 8, 2048), "base": (12, 768, 12, 3072),
+         "large": (24, 1024, 16, 4096)}
+PLAIN_PREFIX = "plain_"
+SDPA_PREFIX = "sdpa_"
+VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX)
+DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r"]
+# (what, contender, reference, bound, sequence lengths it applies to or None for all)
+TARGETS = [
+    ("step time", "bert_a", "roberta", 1.02, None),
+    ("step time", "tupe_r", "bert_a", 1.05, lambda t: t >= 512),
+    ("step time", "tupe_r", "bert_a", 1.10, lambda t: t < 512),
+    ("step time", "tupe_a", "bert_a", 1.05, lambda t: t >= 512),
+    ("step time", "tupe_a", "bert_a", 1.10, lambda t: t < 512),
+    ("step time", "tupe_r", "plain_tupe_r", 0.70, None),
+    ("peak memory", "tupe_r", "bert_a", 1.05, None),
+]
+POSITIONAL_TERM_SHARE_BOUND = 0.02
+MASK_FRACTION = 0.15
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--contenders", nargs="+", default=DEFAULT_CONTENDERS,
+                        help="roberta, plugin presets (bert_a, tupe_r, ...) and plain_PRESET")
+    parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
+    parser.add_argument("--size", choices=sorted(SIZES), default="medium")
+    parser.add_argument("--seq-lens", nargs="+", type=int, default=[128, 512], metavar="T")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=None, metavar="B",
+                        help="one per --seq-lens (default: 8 at T <= 128, 2 * 512 / T tokens above)")
+    parser.add_argument("--padding", type=float, default=0.0, metavar="F",
+                        help="rows after the first are shortened by up to this fraction of T "
+                        "(right padding); 0 = full rows, as masked_lm's blocks are")
+    parser.add_argument("--vocab", type=int, default=32000, help="dictionary size")
+    parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds")
+    parser.add_argument("--steps", type=int, default=2, help="timed steps per contender per round")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per contender first")
+    parser.add_argument("--dropout", type=float, default=0.1, help="--dropout of every contender")
+    parser.add_argument("--attention-dropout", type=float, default=0.1,
+                        help="--attention-dropout of every contender")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_true", help="autocast to float16 (cuda)")
+    precision.add_argument("--bf16", action="store_true", help="autocast to bfloat16")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak memory step")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile one step per contender and keep its N costliest ops "
+                        "(self CPU time) in the JSON and on stderr")
+    parser.add_argument("--json", default="benchmark.json", help="where to write the results")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.batch_sizes is None:
+        args.batch_sizes = [max(1, 8 * 128 // max(t, 128)) if t <= 128 else max(1, 1024 // t)
+                            for t in args.seq_lens]
+    if len(args.batch_sizes) != len(args.seq_lens):
+        parser.error(f"--batch-sizes needs one value per --seq-lens ({len(args.seq_lens)})")
+    if args.baseline not in args.contenders:
+        parser.error(f"--baseline {args.baseline} is not among --contenders {args.contenders}")
+    if not 0 <= args.padding < 1:
+        parser.error("--padding must be in [0, 1)")
+    if args.fp16 and args.device == "cpu":
+        parser.error("--fp16 needs --device cuda (use --bf16 on CPU)")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("--device cuda but torch sees no CUDA device")
+    return args
+
+
+def preset_of(name):
+    for prefix in VARIANT_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def check_contender(name):
+    from tupe_plugin.models.architectures import POSITION_PRESETS
+
+    preset = preset_of(name)
+    if name != "roberta" and preset not in POSITION_PRESETS:
+        raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ + one of them")
+    if name.startswith(PLAIN_PREFIX) and POSITION_PRESETS[preset]["rel_pos"].startswith("shaw"):
+        raise SystemExit(f"--contenders {name}: the plain reference covers content-free terms; "
+                         "Shaw presets already take an explicit attention path")
+
+
+# ---------------------------------------------------------------------------- building contenders
+
+def fairseq_setup(name, size, seq_len, data_dir, dropout, attention_dropout):
+    """Model, criterion and optimizer built the way fairseq-train builds them."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    layers, dim, heads, ffn = SIZES[size]
+    arch = "roberta_base" if name == "roberta" else f"{preset_of(name)}_{size}"
+    argv = [data_dir, "--user-dir", PLUGIN_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
+            "--arch", arch, "--encoder-layers", layers, "--encoder-embed-dim", dim,
+            "--encoder-attention-heads", heads, "--encoder-ffn-embed-dim", ffn,
+            "--max-positions", seq_len, "--tokens-per-sample", seq_len,
+            "--dropout", dropout, "--attention-dropout", attention_dropout,
+            "--optimizer", "adam", "--lr", "1e-4", "--cpu"]
+    parser = options.get_training_parser()
+    cfg = convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(parser, input_args=[str(a) for a in argv]))
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    if name.startswith(PLAIN_PREFIX):
+        make_plain_reference(model)
+    if name.startswith(SDPA_PREFIX):
+        make_always_sdpa(model)
+    criterion = task.build_criterion(cfg.criterion)
+    return task, model, criterion, cfg
+
+
+def write_dictionary(data_dir, vocab):
+    with open(os.path.join(data_dir, "dict.txt"), "w", encoding="utf-8") as f:
+        for i in range(vocab):
+            f.write(f"w{i} {vocab - i}\n")
+
+
+class PlainPositionalTerm(nn.Module):
+    """Wraps the shared term: the dense (H, T, T) content-free logits, expanded per batch."""
+
+    def __init__(self, shared):
+        super().__init__()
+        self.shared = shared
+
+    def forward(self, seq_len):
+        return PlainTerm(self.shared(seq_len))
+
+
+class PlainTerm:
+    def __init__(self, term):
+        self.scale = term.scale
+        self.bias = term.dense()
+
+    def folded(self):
+        """Already dense (the encoder asks for the folded term on CPU with attention dropout)."""
+        return self
+
+    def attention_mask(self, key_padding_mask, dtype):
+        """(B, H, T, T) bias plus padding, materialised as a straightforward implementation does."""
+        batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
+        mask = None
+        if self.bias is not None:
+            mask = self.bias.to(dtype)[None].expand(batch, -1, -1, -1).contiguous()
+        if key_padding_mask is not None:
+            padding = torch.zeros(key_padding_mask.shape, dtype=dtype,
+                                  device=key_padding_mask.device)
+            padding = padding.masked_fill(key_padding_mask, float("-inf"))[:, None, None, :]
+            mask = padding if mask is None else mask + padding
+        return mask
+
+
+class PlainSelfAttention(nn.Module):
+    """softmax(q k^T * scale + mask) v, step by step, with the plugin layer's own weights."""
+
+    def __init__(self, fused):
+        super().__init__()
+        self.num_heads, self.head_dim = fused.num_heads, fused.head_dim
+        self.attention_dropout = fused.attention_dropout
+        self.in_proj, self.out_proj = fused.in_proj, fused.out_proj
+
+    def forward(self, x, term, attn_mask=None, need_weights=False):
+        batch, seq_len, embed_dim = x.shape
+        qkv = self.in_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        logits = torch.matmul(q, k.transpose(-1, -2)) * term.scale
+        if attn_mask is not None:
+            logits = logits + attn_mask
+        probs = torch.softmax(logits, -1)
+        out = torch.matmul(F.dropout(probs, self.attention_dropout, self.training), v)
+        out = out.transpose(1, 2).reshape(batch, seq_len, embed_dim)
+        return self.out_proj(out), probs if need_weights else None
+
+
+class AlwaysSdpaSelfAttention(PositionalSelfAttention):
+    """The plugin's attention with one ``scaled_dot_product_attention`` call whatever the mask and
+    dropout (its math fallback included)."""
+
+    def _attend(self, q, k, v, term, attn_mask, dropout, need_weights):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
+                                             scale=term.scale)
+        return out, None
+
+
+def make_always_sdpa(model):
+    """Make every layer of a plugin model call SDPA whatever the mask and dropout, in place."""
+    for layer in model.encoder.sentence_encoder.layers:
+        layer.self_attn.__class__ = AlwaysSdpaSelfAttention
+    return model
+
+
+def make_plain_reference(model):
+    """Swap the fused attention of a plugin model for the plain reference, in place."""
+    encoder = model.encoder.sentence_encoder
+    if encoder.positional_term.shaw is not None:
+        raise ValueError("the plain reference does not implement Shaw relative vectors")
+    encoder.positional_term = PlainPositionalTerm(encoder.positional_term)
+    for layer in encoder.layers:
+        layer.self_attn = PlainSelfAttention(layer.self_attn)
+    return model
+
+
+def random_batch(dictionary, batch, seq_len, padding, generator):
+    """A masked_lm sample: <s> + random words, 15 % of the non-pad tokens masked."""
+    tokens = torch.randint(dictionary.nspecial, len(dictionary) - 1, (batch, seq_len),
+                           generator=generator)
+    tokens[:, 0] = dictionary.bos()
+    for row in range(1, batch):
+        short = int(torch.randint(0, int(padding * seq_len) + 1, (1,), generator=generator))
+        if short:
+            tokens[row, seq_len - short:] = dictionary.pad()
+    real = tokens.ne(dictionary.pad())
+    real[:, 0] = False
+    masked = (torch.rand(tokens.shape, generator=generator) < MASK_FRACTION) & real
+    masked[0, 1] = True
+    target = torch.where(masked, tokens, torch.full_like(tokens, dictionary.pad()))
+    source = tokens.masked_fill(masked, dictionary.index("<mask>"))
+    return {"net_input": {"src_tokens": source}, "target": target,
+            "ntokens": int(real.sum()), "nsentences": batch}
+
+
+class Contender:
+    """One model with its criterion, optimizer and the step the benchmark times."""
+
+    def __init__(self, name, size, seq_len, data_dir, args):
+        from fairseq import optim
+
+        self.name = name
+        torch.manual_seed(args.seed)
+        self.task, self.model, self.criterion, cfg = fairseq_setup(
+            name, size, seq_len, data_dir, args.dropout, args.attention_dropout)
+        self.model.to(args.device).train()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = optim.build_optimizer(cfg.optimizer, self.params)
+        self.device = args.device
+        self.autocast = torch.autocast(
+            device_type=torch.device(args.device).type,
+            dtype=torch.float16 if args.fp16 else torch.bfloat16,
+            enabled=args.fp16 or args.bf16,
+        )
+        self.scaler = torch.amp.GradScaler(enabled=args.fp16)
+        self.times = []
+
+    def step(self, sample):
+        self.optimizer.zero_grad()
+        with self.autocast:
+            loss, sample_size, _ = self.criterion(self.model, sample)
+        self.scaler.scale(loss / sample_size).backward()
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer.optimizer)
+            self.scaler.step(self.optimizer.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        return loss
+
+    def timed_step(self, sample):
+        synchronize(self.device)
+        start = time.perf_counter()
+        self.step(sample)
+        synchronize(self.device)
+        self.times.append(time.perf_counter() - start)
+
+    def held_bytes(self):
+        """Bytes of parameters and optimizer state held between steps."""
+        tensors = list(self.params)
+        for state in self.optimizer.optimizer.state.values():
+            tensors += [t for t in state.values() if torch.is_tensor(t)]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def peak_bytes(self, sample):
+        """Peak bytes during one step (see the module docstring for how, on CPU)."""
+        self.optimizer.zero_grad()
+        if self.device != "cpu":
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.step(sample)
+            synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device)
+        held = self.held_bytes()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    profile_memory=True) as prof:
+            self.step(sample)
+        return held + peak_of_allocations(prof)
+
+    def profile(self, sample, top):
+        """The ``top`` operators of one step by self CPU time, as a printable table."""
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            self.step(sample)
+        return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+
+    def positional_term_seconds(self, sample, repeats):
+        """Median forward time of the shared term and its mask (plugin contenders only)."""
+        if self.name == "roberta":
+            return None
+        encoder = self.model.encoder.sentence_encoder
+        tokens = sample["net_input"]["src_tokens"]
+        dtype = torch.bfloat16 if self.autocast.fast_dtype == torch.bfloat16 else torch.float32
+        times = []
+        for _ in range(repeats + 1):
+            synchronize(self.device)
+            start = time.perf_counter()
+            with self.autocast:
+                term = encoder.positional_term(tokens.size(1))
+                term.attention_mask(encoder.padding_mask(tokens), dtype)
+            synchronize(self.device)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+
+def peak_of_allocations(prof):
+    """Peak of the running sum of CPU allocations (+) and frees (-) the profiler recorded."""
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.device_type() == torch.autograd.DeviceType.CPU and e.nbytes() != 0]
+    events.sort(key=lambda e: e.start_ns())
+    live = peak = 0
+    for event in events:
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def synchronize(device):
+    if device != "cpu":
+        torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------------------- measuring
+
+def measure_shape(args, seq_len, batch, data_dir, log):
+    contenders = [Contender(name, args.size, seq_len, data_dir, args) for name in args.contenders]
+    generator = torch.Generator().manual_seed(args.seed)
+    sample = random_batch(contenders[0].task.source_dictionary, batch, seq_len, args.padding,
+                          generator)
+    sample = move(sample, args.device)
+    for contender in contenders:
+        for _ in range(args.warmup):
+            contender.step(sample)
+    for round_index in range(args.rounds):
+        shift = round_index % len(contenders)
+        for contender in contenders[shift:] + contenders[:shift]:
+            for _ in range(args.steps):
+                contender.timed_step(sample)
+        log(f"  T={seq_len} B={batch} round {round_index + 1}/{args.rounds}: " + ", ".join(
+            f"{c.name} {1e3 * statistics.median(c.times):.0f} ms" for c in contenders))
+    results = {}
+    for contender in contenders:
+        step = statistics.median(contender.times)
+        term = contender.positional_term_seconds(sample, repeats=max(10, args.rounds))
+        results[contender.name] = {
+            "step_seconds": contender.times,
+            "median_step_seconds": step,
+            "tokens_per_second": batch * seq_len / step,
+            "positional_term_seconds": term,
+            "positional_term_share": None if term is None else term / step,
+            "peak_bytes": None if args.no_memory else contender.peak_bytes(sample),
+            "parameters": sum(p.numel() for p in contender.params),
+        }
+        if args.profile:
+            results[contender.name]["profile"] = contender.profile(sample, args.profile)
+            log(f"profile of {contender.name} at T={seq_len}:\n{results[contender.name]['profile']}")
+    return results
+
+
+def move(sample, device):
+    if device == "cpu":
+        return sample
+    return {k: move(v, device) if isinstance(v, dict) else
+            v.to(device) if torch.is_tensor(v) else v for k, v in sample.items()}
+
+
+def ratio(results, name, reference, key):
+    if name not in results or reference not in results:
+        return None
+    value, base = results[name][key], results[reference][key]
+    return None if value is None or base is None else value / base
+
+
+def verdicts(shapes, bound_share=POSITIONAL_TERM_SHARE_BOUND):
+    rows = []
+    for shape in shapes:
+        results, seq_len = shape["results"], shape["seq_len"]
+        for what, name, reference, bound, applies in TARGETS:
+            if applies is not None and not applies(seq_len):
+                continue
+            key = "median_step_seconds" if what == "step time" else "peak_bytes"
+            value = ratio(results, name, reference, key)
+            if value is not None:
+                rows.append({"seq_len": seq_len, "target": f"{name} {what} / {reference}",
+                             "bound": bound, "ratio": value, "met": value <= bound})
+        for name, result in results.items():
+            share = result["positional_term_share"]
+            if share is not None and preset_of(name) == name and name != "bert_a":
+                rows.append({"seq_len": seq_len, "target": f"{name} positional term / step",
+                             "bound": bound_share, "ratio": share, "met": share <= bound_share})
+    return rows
+
+
+def markdown(report):
+    baseline = report["settings"]["baseline"]
+    lines = []
+    for shape in report["shapes"]:
+        lines += [f"T = {shape['seq_len']}, B = {shape['batch']}", "",
+                  "| contender | step (ms, median) | tokens/s | peak memory (MiB) "
+                  f"| step / {baseline} | memory / {baseline} | positional term (% of step) |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        results = shape["results"]
+        for name, r in results.items():
+            time_ratio = ratio(results, name, baseline, "median_step_seconds")
+            mem_ratio = ratio(results, name, baseline, "peak_bytes")
+            lines.append(
+                f"| {name} | {1e3 * r['median_step_seconds']:.1f} | {r['tokens_per_second']:.0f} "
+                f"| {fmt(r['peak_bytes'], 2 ** -20, '.0f')} | {fmt(time_ratio, 1, '.3f')} "
+                f"| {fmt(mem_ratio, 1, '.3f')} | {fmt(r['positional_term_share'], 100, '.2f')} |")
+        lines.append("")
+    lines += ["| T | target | bound | measured | verdict |", "|---:|---|---:|---:|---|"]
+    for row in report["targets"]:
+        lines.append(f"| {row['seq_len']} | {row['target']} | {row['bound']:.2f} "
+                     f"| {row['ratio']:.3f} | {'met' if row['met'] else 'MISSED'} |")
+    return "\n".join(lines) + "\n"
+
+
+def fmt(value, factor, spec):
+    return "–" if value is None else format(value * factor, spec)
+
+
+def machine(device):
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    info = {"cpu": cpu, "torch": torch.__version__, "python": platform.python_version(),
+            "threads": torch.get_num_threads(), "load_average": os.getloadavg()}
+    if device != "cpu":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    for name in args.contenders:
+        check_contender(name)
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    report = {"command": "python scripts/benchmark.py " + " ".join(sys.argv[1:] if argv is None
+                                                                    else argv),
+              "settings": vars(args), "machine": machine(args.device), "shapes": []}
+    log(f"benchmark on {report['machine']}")
+    with tempfile.TemporaryDirectory() as data_dir:
+        write_dictionary(data_dir, args.vocab)
+        for seq_len, batch in zip(args.seq_lens, args.batch_sizes):
+            results = measure_shape(args, seq_len, batch, data_dir, log)
+            report["shapes"].append({"seq_len": seq_len, "batch": batch, "results": results})
+    report["machine"]["load_average_after"] = os.getloadavg()
+    report["targets"] = verdicts(report["shapes"])
+    report["markdown"] = markdown(report)
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
+    print(report["markdown"])
+    log(f"results written to {args.json}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""scripts/benchmark.py: its contenders compute the plugin's function, its report has the promised
+structure (tiny size, one repetition; the times themselves are not checked)."""
+
+import copy
+import json
+import os
+import sys
+
+import pytest
+import torch
+from conftest import REPO, build_model, random_tokens
+
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import benchmark  # noqa: E402
+
+CONTENDERS = ["roberta", "bert_a", "tupe_r", "plain_tupe_r", "sdpa_tupe_r"]
+
+
+def _features_and_grads(model, tokens, weights):
+    model.zero_grad()
+    features = model(tokens, features_only=True)[0]
+    (features * weights).sum().backward()
+    return features.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                               if p.grad is not None}
+
+
+@pytest.mark.parametrize("preset", ["tupe_r", "bert_r", "tupe_a", "bert_a"])
+@pytest.mark.parametrize("variant", [benchmark.make_plain_reference, benchmark.make_always_sdpa])
+def test_reference_contenders_compute_the_plugin_function(preset, variant, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary)
+    twin = variant(copy.deepcopy(model))
+    tokens = random_tokens(dictionary, [9, 6, 4])
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
+    features, grads = _features_and_grads(model, tokens, weights)
+    twin_features, twin_grads = _features_and_grads(twin, tokens, weights)
+    torch.testing.assert_close(twin_features * keep, features * keep, atol=1e-5, rtol=1e-5)
+    for name, grad in grads.items():
+        twin_name = name.replace("positional_term.", "positional_term.shared.") \
+            if variant is benchmark.make_plain_reference else name
+        torch.testing.assert_close(twin_grads[twin_name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_report_has_a_row_per_contender_ratios_and_target_verdicts(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    report = benchmark.main([
+        "--size", "tiny", "--seq-lens", "16", "--batch-sizes", "2", "--rounds", "1",
+        "--steps", "1", "--warmup", "0", "--vocab", "50", "--padding", "0.3",
+        "--contenders", *CONTENDERS, "--json", str(path),
+    ])
+    assert json.loads(path.read_text()) == json.loads(json.dumps(report))
+    (shape,) = report["shapes"]
+    assert (shape["seq_len"], shape["batch"]) == (16, 2)
+    assert list(shape["results"]) == CONTENDERS
+    for name, result in shape["results"].items():
+        assert len(result["step_seconds"]) == 1 and result["median_step_seconds"] > 0
+        assert result["peak_bytes"] > 4 * result["parameters"], name
+        assert (result["positional_term_share"] is None) == (name == "roberta")
+    assert shape["results"]["bert_a"]["parameters"] == shape["results"]["roberta"]["parameters"] \
+        - 2 * 128
+    targets = {row["target"] for row in report["targets"]}
+    assert {"bert_a step time / roberta", "tupe_r step time / bert_a",
+            "tupe_r step time / plain_tupe_r", "tupe_r peak memory / bert_a",
+            "tupe_r positional term / step"} == targets
+    printed = capsys.readouterr().out
+    assert printed.strip() == report["markdown"].strip()
+    for name in CONTENDERS:
+        assert f"| {name} |" in printed
+
+
+def test_unknown_contender_names_the_flag():
+    with pytest.raises(SystemExit, match="--contenders"):
+        benchmark.main(["--contenders", "bert_a", "tupe_x", "--json", os.devnull])
