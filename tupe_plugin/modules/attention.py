@@ -78,10 +78,12 @@ class PositionalSelfAttention(nn.Module):
 
     @staticmethod
     def _explicit_attention(q, k, v, term, attn_mask, dropout):
-        logits = torch.matmul(q * term.scale, k.transpose(-1, -2))
+        # float32 logits before the mask is added: a float32 mask's padding value (its most negative
+        # number) would round to -inf in bf16 and turn an all-padded row into NaN.
+        logits = torch.matmul(q * term.scale, k.transpose(-1, -2)).float()
         if attn_mask is not None:
             _add_bias_(logits, attn_mask)
-        probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
+        probs = torch.softmax(logits, dim=-1).to(q.dtype)
         dropped = F.dropout(probs, dropout, training=dropout > 0)
         out = torch.matmul(dropped, v)
         if term.rel_values:
