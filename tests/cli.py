@@ -1,8 +1,10 @@
 """Helpers to run the fairseq command-line tools of the venv in a subprocess."""
 
+import json
 import os
 import re
 import subprocess
+import sys
 
 from conftest import REPO, VENV_BIN
 
@@ -17,6 +19,37 @@ def run_fairseq(tool, *args, cwd=REPO, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"fairseq-{tool} exited {proc.returncode}:\n{proc.stdout[-4000:]}")
     return proc.stdout if check else proc
+
+
+STEP_MARKER = "=== tupe-plugin test: next command ==="
+
+# Runs each (tool, argv) pair through fairseq_cli.<tool>.cli_main, the function behind the
+# fairseq-<tool> console script, in one interpreter: fairseq's import costs seconds per process.
+_CHAIN = f"""
+import importlib, json, sys
+for tool, args in json.loads(sys.argv[1]):
+    print({STEP_MARKER!r}, flush=True)
+    sys.argv = ["fairseq-" + tool, *args]
+    importlib.import_module("fairseq_cli." + tool).cli_main()
+"""
+
+
+def run_fairseq_steps(*steps, cwd=REPO, check=True):
+    """Run several ``(tool, args)`` fairseq commands one after the other in one process.
+
+    Returns the output of each command; a failing command fails the test with the output
+    (or, with ``check=False``, ends the chain and returns the outputs so far and the exit code).
+    """
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    argv = json.dumps([(tool, [str(a) for a in args]) for tool, args in steps])
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHAIN, argv],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    outputs = proc.stdout.split(STEP_MARKER + "\n")[1:]
+    if check and proc.returncode != 0:
+        raise AssertionError(f"fairseq chain exited {proc.returncode}:\n{proc.stdout[-4000:]}")
+    return outputs if check else (outputs, proc.returncode)
 
 
 def logged_losses(output, subset):

@@ -4,7 +4,7 @@ import math
 import os
 
 import pytest
-from cli import logged_losses, run_fairseq, train_args, train_inner_losses
+from cli import logged_losses, run_fairseq, run_fairseq_steps, train_args, train_inner_losses
 from conftest import PRESETS
 
 
@@ -44,10 +44,11 @@ def test_user_dir_may_be_the_installed_package_path(wikitext_bin, tmp_path):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_architecture_trains_and_validates(preset, wikitext_bin, tmp_path):
-    out = run_fairseq("train", *train_args(wikitext_bin, tmp_path, f"{preset}_tiny", 2))
-    validated = run_fairseq(
-        "validate", wikitext_bin, "--user-dir", "tupe_plugin", "--path",
-        tmp_path / "checkpoint_last.pt", "--task", "masked_lm", "--batch-size", 8, "--cpu",
+    out, validated = run_fairseq_steps(
+        ("train", train_args(wikitext_bin, tmp_path, f"{preset}_tiny", 2)),
+        ("validate", [wikitext_bin, "--user-dir", "tupe_plugin", "--path",
+                      tmp_path / "checkpoint_last.pt", "--task", "masked_lm", "--batch-size", 8,
+                      "--cpu"]),
     )
     losses = train_inner_losses(out) + logged_losses(out, "valid")
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)

@@ -4,22 +4,22 @@ import math
 
 import pytest
 
-from cli import logged_losses, run_fairseq, train_args
+from cli import logged_losses, run_fairseq_steps, train_args
 
 TRAIN_LENGTH, VALID_LENGTH = 32, 128
 
 
-def train_short(data, save_dir, arch):
-    run_fairseq("train", *train_args(data, save_dir, arch, 2, "--tokens-per-sample", TRAIN_LENGTH))
-    return save_dir / "checkpoint_last.pt"
-
-
-def validate_long(data, checkpoint, check=True):
-    return run_fairseq(
-        "validate", data, "--user-dir", "tupe_plugin", "--path", checkpoint, "--task", "masked_lm",
-        "--tokens-per-sample", VALID_LENGTH,
-        "--model-overrides", f"{{'max_positions': {VALID_LENGTH}}}",
-        "--batch-size", 4, "--cpu", check=check,
+def train_short_validate_long(data, save_dir, arch, check=True):
+    """fairseq-train at TRAIN_LENGTH, then fairseq-validate its checkpoint at VALID_LENGTH."""
+    return run_fairseq_steps(
+        ("train", train_args(data, save_dir, arch, 2, "--tokens-per-sample", TRAIN_LENGTH)),
+        ("validate", [
+            data, "--user-dir", "tupe_plugin", "--path", save_dir / "checkpoint_last.pt",
+            "--task", "masked_lm", "--tokens-per-sample", VALID_LENGTH,
+            "--model-overrides", f"{{'max_positions': {VALID_LENGTH}}}",
+            "--batch-size", 4, "--cpu",
+        ]),
+        check=check,
     )
 
 
@@ -27,13 +27,14 @@ def validate_long(data, checkpoint, check=True):
 def test_models_without_position_tables_validate_at_4x_the_training_length(
     arch, wikitext_bin, tmp_path
 ):
-    checkpoint = train_short(wikitext_bin, tmp_path, arch)
-    (loss,) = logged_losses(validate_long(wikitext_bin, checkpoint), "valid")
+    _, validated = train_short_validate_long(wikitext_bin, tmp_path, arch)
+    (loss,) = logged_losses(validated, "valid")
     assert math.isfinite(loss)
 
 
 def test_learned_position_table_refuses_a_longer_max_positions(wikitext_bin, tmp_path):
-    checkpoint = train_short(wikitext_bin, tmp_path, "bert_a_tiny")
-    proc = validate_long(wikitext_bin, checkpoint, check=False)
-    assert proc.returncode != 0
-    assert "cannot change length: use --max-positions 32" in proc.stdout
+    outputs, returncode = train_short_validate_long(wikitext_bin, tmp_path, "bert_a_tiny",
+                                                    check=False)
+    assert len(outputs) == 2, f"training failed:\n{outputs[-1][-3000:]}"
+    assert returncode != 0
+    assert "cannot change length: use --max-positions 32" in outputs[1]
