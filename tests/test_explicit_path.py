@@ -1,4 +1,5 @@
-"""CPU training with attention dropout: the untied term is folded into the dense bias, same function."""
+"""When the untied term is folded into the dense bias (CPU training with attention dropout, or a T5
+bias added in every layer anyway), and that folding leaves the function unchanged."""
 
 import pytest
 import torch
@@ -26,10 +27,7 @@ def _features_and_grads(model, tokens, weights, seed):
                                if p.grad is not None}
 
 
-@pytest.mark.parametrize("preset", UNTIED_PRESETS)
-def test_attention_dropout_training_folds_the_untied_term_without_changing_the_function(
-        preset, dictionary, monkeypatch):
-    model = build_model(f"{preset}_tiny", dictionary, attention_dropout=0.3)
+def _assert_folds_once_without_changing_the_function(model, dictionary, monkeypatch):
     tokens = random_tokens(dictionary, [7, 5, 3])
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
     folds = []
@@ -44,3 +42,23 @@ def test_attention_dropout_training_folds_the_untied_term_without_changing_the_f
         scale = max(1.0, grad.abs().max().item())  # dropout's 1/(1-p) makes some grads ~300
         torch.testing.assert_close(folded_grads[name], grad, atol=1e-6 * scale, rtol=1e-4,
                                    msg=name)
+
+
+@pytest.mark.parametrize("preset", UNTIED_PRESETS)
+def test_attention_dropout_training_folds_the_untied_term_without_changing_the_function(
+        preset, dictionary, monkeypatch):
+    model = build_model(f"{preset}_tiny", dictionary, attention_dropout=0.3)
+    _assert_folds_once_without_changing_the_function(model, dictionary, monkeypatch)
+
+
+def test_a_t5_bias_takes_in_the_untied_term_without_dropout_too(dictionary, monkeypatch):
+    model = build_model("tupe_r_tiny", dictionary, attention_dropout=0.0)
+    _assert_folds_once_without_changing_the_function(model, dictionary, monkeypatch)
+
+
+def test_without_a_dense_bias_or_dropout_the_untied_term_stays_factored(dictionary, monkeypatch):
+    model = build_model("tupe_a_tiny", dictionary, attention_dropout=0.0)
+    folds = []
+    monkeypatch.setattr(PositionalTerm, "folded", lambda term: folds.append(1) or term)
+    model(random_tokens(dictionary, [7, 5, 3]), features_only=True)[0].sum().backward()
+    assert folds == []

@@ -92,7 +92,7 @@ class PositionalTransformerEncoder(nn.Module):
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         term = self.positional_term(src_tokens.size(1))
         dropout = self.layers[0].self_attn.attention_dropout if self.training else 0.0
-        if not fused_kernel_applies(x, dropout):
+        if term.bias is not None or not fused_kernel_applies(x, dropout):
             term = term.folded()
         attn_mask = term.attention_mask(padding_mask, x.dtype)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None

@@ -68,8 +68,10 @@ class PositionalTerm:
         return sum(parts) if parts else None
 
     def folded(self):
-        """The same term with the untied factors multiplied out into ``bias``: for layers taking the
-        explicit path, where widened heads would cost more than one (H, T, T) addition."""
+        """The same term with the untied factors multiplied out into ``bias``, once per forward: for
+        the explicit path, and wherever a dense bias (the T5 term) is added in every layer anyway —
+        there the untied product joins it for free, while widened heads (d_h -> 2 d_h + 2, padded to
+        a multiple of 8) would double every layer's attention matmuls."""
         if self.q_extra is None:
             return self
         untied = torch.einsum("hid,hjd->hij", self.q_extra, self.k_extra) * self.scale
