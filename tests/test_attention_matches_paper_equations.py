@@ -2,18 +2,10 @@
 
 import pytest
 import torch
-from conftest import PRESETS, build_model, random_tokens
+from conftest import PRESETS, assert_gradients_close, build_model, features_and_grads, random_tokens
 from paper_equations import encoder_features
 
 LENGTHS = [7, 5, 3]
-
-
-def _features_and_grads(model, tokens, features_fn, weights):
-    model.zero_grad()
-    features = features_fn(tokens)
-    (features * weights).sum().backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return features.detach(), grads
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -26,19 +18,12 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, normalize_befor
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
     encoder = model.encoder.sentence_encoder
 
-    fused, fused_grads = _features_and_grads(
-        model, tokens, lambda t: model(t, features_only=True)[0], weights
-    )
-    plain, plain_grads = _features_and_grads(
-        model, tokens, lambda t: encoder_features(encoder, t), weights
-    )
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    plain, plain_grads = features_and_grads(model, tokens, weights,
+                                            lambda t: encoder_features(encoder, t))
 
     torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
-    assert fused_grads.keys() == plain_grads.keys()
-    for name in plain_grads:
-        torch.testing.assert_close(
-            fused_grads[name], plain_grads[name], atol=1e-5, rtol=1e-4, msg=name
-        )
+    assert_gradients_close(fused_grads, plain_grads)
 
 
 @pytest.mark.parametrize("preset", PRESETS)

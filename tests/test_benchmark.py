@@ -8,20 +8,12 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, build_model, random_tokens
+from conftest import REPO, assert_gradients_close, build_model, features_and_grads, random_tokens
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import benchmark  # noqa: E402
 
 CONTENDERS = ["roberta", "bert_a", "tupe_r", "plain_tupe_r", "sdpa_tupe_r"]
-
-
-def _features_and_grads(model, tokens, weights):
-    model.zero_grad()
-    features = model(tokens, features_only=True)[0]
-    (features * weights).sum().backward()
-    return features.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
-                               if p.grad is not None}
 
 
 @pytest.mark.parametrize("preset", ["tupe_r", "bert_r", "tupe_a", "bert_a"])
@@ -32,13 +24,12 @@ def test_reference_contenders_compute_the_plugin_function(preset, variant, dicti
     tokens = random_tokens(dictionary, [9, 6, 4])
     keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
-    features, grads = _features_and_grads(model, tokens, weights)
-    twin_features, twin_grads = _features_and_grads(twin, tokens, weights)
+    features, grads = features_and_grads(model, tokens, weights)
+    twin_features, twin_grads = features_and_grads(twin, tokens, weights)
     torch.testing.assert_close(twin_features * keep, features * keep, atol=1e-5, rtol=1e-5)
-    for name, grad in grads.items():
-        twin_name = name.replace("positional_term.", "positional_term.shared.") \
-            if variant is benchmark.make_plain_reference else name
-        torch.testing.assert_close(twin_grads[twin_name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    plain = variant is benchmark.make_plain_reference
+    assert_gradients_close(twin_grads, grads, rename=lambda name: name.replace(
+        "positional_term.", "positional_term.shared.") if plain else name)
 
 
 def test_report_has_a_row_per_contender_ratios_and_target_verdicts(tmp_path, capsys):

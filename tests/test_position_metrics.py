@@ -11,6 +11,11 @@ from tupe_plugin.modules.absolute_position import SinusoidalAbsolutePosition
 from tupe_plugin.modules.shaw_position import ShawRelativePosition
 
 
+# float32 rounding of 768-term dot products, relative to their size: about sqrt(768) * eps = 3.3e-6
+# (measured 1.1e-6 on a Xeon with AVX-512); a random matrix scores about 1.
+FLOAT32_DOT_PRECISION = 768 ** 0.5 * np.finfo(np.float32).eps
+
+
 @pytest.fixture(scope="module")
 def sinusoidal_ape_dots():
     """<P(x), P(y)> of the fixed sinusoidal APE, d = 768, 128 positions, in fp32 as the model has it."""
@@ -19,11 +24,11 @@ def sinusoidal_ape_dots():
 
 
 def test_fixed_sinusoidal_ape_is_translation_invariant_to_float_precision(sinusoidal_ape_dots):
-    assert metrics.translation_invariance_violation(sinusoidal_ape_dots) < 1e-6
+    assert metrics.translation_invariance_violation(sinusoidal_ape_dots) < FLOAT32_DOT_PRECISION
 
 
 def test_fixed_sinusoidal_ape_is_symmetric_to_float_precision(sinusoidal_ape_dots):
-    assert metrics.symmetry_violation(sinusoidal_ape_dots) < 1e-6
+    assert metrics.symmetry_violation(sinusoidal_ape_dots) < FLOAT32_DOT_PRECISION
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])
