@@ -1,20 +1,23 @@
 """PNG drawings of the position matrices (matplotlib's Agg canvas; no display, no pyplot state).
 
 Every heatmap has a title, both axes labelled and ticked with positions (or offsets) and its own
-colour bar; per-head matrices get one panel per head.
+colour bar; per-head matrices get one panel per head. matplotlib is imported when the first figure
+is drawn, after the caller has set up logging (importing fairseq leaves the root logger at DEBUG,
+where matplotlib's import would print its font-cache chatter).
 """
 
 import math
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 PANEL_INCHES = 3.2
 HEATMAP_CMAP = "viridis"
 
 
 def _figure(rows, cols, width=PANEL_INCHES, height=PANEL_INCHES):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(cols * width, rows * height + 0.6), layout="constrained")
     FigureCanvasAgg(figure)
     return figure
