@@ -31,6 +31,7 @@ Prints the markdown tables and writes everything (settings, machine, every timin
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -333,14 +334,15 @@ class Contender:
             synchronize(self.device)
             return torch.cuda.max_memory_allocated(self.device)
         held = self.held_bytes()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                    profile_memory=True) as prof:
+        with native_stderr_silenced(), torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
             self.step(sample)
         return held + peak_of_allocations(prof)
 
     def profile(self, sample, top):
         """The ``top`` operators of one step by self CPU time, as a printable table."""
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with native_stderr_silenced(), torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             self.step(sample)
         return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
 
@@ -361,6 +363,22 @@ class Contender:
             synchronize(self.device)
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:])
+
+
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """Send file descriptor 2 to /dev/null for the block: torch 2.13's profiler prints a
+    ``USDT: ... profiler_start`` / ``profiler_stop`` line from C++ on every start and stop. Python
+    exceptions raised inside the block are printed after it, with stderr restored."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def peak_of_allocations(prof):
