@@ -1,6 +1,6 @@
 import torch
 
-from tupe_plugin.modules.relative_position import relative_position_bucket
+from tupe_plugin.modules.relative_position import T5RelativeBias, relative_position_bucket
 
 # Per direction (32 buckets, max distance 128): 8 exact distances, then log-spaced buckets whose
 # lower edges are 8 * 16 ** (k / 8) for k = 1..7, rounded up: 12, 16, 23, 32, 46, 64, 91.
@@ -35,3 +35,30 @@ def test_result_is_a_long_tensor_of_the_input_shape():
     relative = torch.arange(-5, 5).view(2, 5)
     out = relative_position_bucket(relative)
     assert out.dtype == torch.long and out.shape == relative.shape
+
+
+def test_t5_bias_is_the_table_row_of_each_pairs_bucket_beyond_the_exact_distances():
+    torch.manual_seed(0)
+    module = T5RelativeBias(num_heads=3)
+    seq_len = 150  # offsets up to 149: exact, log-spaced and clipped buckets, both directions
+    bias = module(seq_len)
+    table = module.relative_attention_bias.weight
+    assert bias.shape == (3, seq_len, seq_len)
+    for i in range(0, seq_len, 7):
+        for j in range(0, seq_len, 5):
+            bucket = relative_position_bucket(torch.tensor(j - i)).item()
+            assert torch.equal(bias[:, i, j], table[bucket])
+
+
+def test_t5_bias_gradient_sums_each_buckets_pairs():
+    torch.manual_seed(0)
+    module = T5RelativeBias(num_heads=2)
+    seq_len = 100
+    weights = torch.randn(2, seq_len, seq_len)
+    (module(seq_len) * weights).sum().backward()
+    expected = torch.zeros(32, 2, dtype=torch.float64)
+    for i in range(seq_len):
+        for j in range(seq_len):
+            expected[relative_position_bucket(torch.tensor(j - i)).item()] += weights[:, i, j].double()
+    torch.testing.assert_close(module.relative_attention_bias.weight.grad.double(), expected,
+                               atol=1e-4, rtol=1e-5)

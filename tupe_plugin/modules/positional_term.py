@@ -74,8 +74,9 @@ class PositionalTerm:
         a multiple of 8) would double every layer's attention matmuls."""
         if self.q_extra is None:
             return self
-        untied = torch.einsum("hid,hjd->hij", self.q_extra, self.k_extra) * self.scale
-        bias = untied if self.bias is None else self.bias + untied
+        q_extra, k_extra = self.q_extra * self.scale, self.k_extra.transpose(1, 2)
+        bias = (torch.bmm(q_extra, k_extra) if self.bias is None
+                else torch.baddbmm(self.bias, q_extra, k_extra))
         return replace(self, q_extra=None, k_extra=None, bias=bias)
 
     def attention_mask(self, key_padding_mask, dtype):
@@ -157,11 +158,9 @@ class SharedPositionalTerm(nn.Module):
                 term.q_extra, term.k_extra = self._pad_to_kernel_width(term.q_extra, term.k_extra)
         if self.relative_bias is not None:
             bias = self.relative_bias(seq_len)
-            if self.zero_cls_bias:
-                keep = torch.ones(seq_len, seq_len, dtype=bias.dtype, device=bias.device)
-                keep[0, :] = 0
-                keep[:, 0] = 0
-                bias = bias * keep
+            if self.zero_cls_bias:  # in place: T5RelativeBias returns a fresh tensor
+                bias[:, 0, :] = 0
+                bias[:, :, 0] = 0
             term.bias = bias
         if self.shaw is not None:
             term.rel_table = self.shaw.table()

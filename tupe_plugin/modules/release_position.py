@@ -12,9 +12,10 @@ The release departs from seed 001's Eq. 9 and 11 (see ``../shared/design/OFFICIA
   separately, not to their sum as in Eq. 11.
 """
 
+import torch
 from torch import nn
 
-from .relative_position import T5RelativeBias
+from .relative_position import T5RelativeBias, relative_position_bucket
 from .untied_position import UntiedPositionalCorrelation
 
 
@@ -40,11 +41,18 @@ class ReleaseT5RelativeBias(T5RelativeBias):
     def __init__(self, num_heads, num_buckets=32, max_distance=128):
         super().__init__(num_heads, num_buckets, max_distance)
         self.relative_attention_bias = nn.Embedding(num_buckets + 1, num_heads)
+        self.register_buffer("_buckets", torch.zeros(0, 0, dtype=torch.long), persistent=False)
 
     def buckets(self, seq_len):
+        """Bucket index of every (query i, key j) pair, cached for the longest length seen."""
         if self._buckets.size(0) < seq_len:
-            buckets = super().buckets(seq_len).clone()
+            positions = torch.arange(seq_len, device=self._buckets.device)
+            relative = positions[None, :] - positions[:, None]
+            buckets = relative_position_bucket(relative, self.num_buckets, self.max_distance)
             buckets[:, 0] = self.num_buckets
             buckets[0, :] = self.num_buckets // 2
             self._buckets = buckets
         return self._buckets[:seq_len, :seq_len]
+
+    def forward(self, seq_len):
+        return self.relative_attention_bias(self.buckets(seq_len)).permute(2, 0, 1)
