@@ -414,7 +414,7 @@ def measure_shape(args, seq_len, batch, data_dir, log):
         for contender in contenders[shift:] + contenders[:shift]:
             for _ in range(args.steps):
                 contender.timed_step(sample)
-        log(f"  T={seq_len} B={batch} round {round_index + 1}/{args.rounds}: " + ", ".join(
+        log(f"  T={seq_len} B={batch} round {round_index + 1}/{args.rounds}, medians so far: " + ", ".join(
             f"{c.name} {1e3 * statistics.median(c.times):.0f} ms" for c in contenders))
     results = {}
     for contender in contenders:
