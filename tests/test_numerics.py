@@ -82,6 +82,10 @@ def test_summed_bias_is_built_in_float32_under_autocast(preset, dictionary):
     tokens = random_tokens(dictionary, [6, 3])
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         x = encoder.embed(tokens)
-        mask = encoder.positional_term(6).attention_mask(encoder.padding_mask(tokens), x.dtype)
-    assert mask.dtype == torch.float32
-    assert torch.isfinite(mask).all() and torch.all(mask[1, :, :, 3:] == torch.finfo(torch.float32).min)
+        term = encoder.positional_term(6)
+        masks = [t.attention_mask(encoder.padding_mask(tokens), x.dtype) for t in (term, term.folded())]
+        folded_bias = term.folded().bias
+    assert folded_bias.dtype == torch.float32
+    for mask in masks:
+        assert mask.dtype == torch.float32
+        assert torch.isfinite(mask).all() and torch.all(mask[1, :, :, 3:] == torch.finfo(torch.float32).min)

@@ -74,9 +74,9 @@ class PositionalTerm:
         a multiple of 8) would double every layer's attention matmuls."""
         if self.q_extra is None:
             return self
-        q_extra, k_extra = self.q_extra * self.scale, self.k_extra.transpose(1, 2)
-        bias = (torch.bmm(q_extra, k_extra) if self.bias is None
-                else torch.baddbmm(self.bias, q_extra, k_extra))
+        untied = torch.bmm(self.q_extra * self.scale, self.k_extra.transpose(1, 2))
+        # an addition, not baddbmm: under autocast the product may be bf16, the T5 bias stays float32
+        bias = untied if self.bias is None else self.bias + untied
         return replace(self, q_extra=None, k_extra=None, bias=bias)
 
     def attention_mask(self, key_padding_mask, dtype):
