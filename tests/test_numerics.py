@@ -83,9 +83,9 @@ def test_summed_bias_is_built_in_float32_under_autocast(preset, dictionary):
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         x = encoder.embed(tokens)
         term = encoder.positional_term(6)
-        masks = [t.attention_mask(encoder.padding_mask(tokens), x.dtype) for t in (term, term.folded())]
-        folded_bias = term.folded().bias
-    assert folded_bias.dtype == torch.float32
+        folded = term.folded()
+        masks = [t.attention_mask(encoder.padding_mask(tokens), x.dtype) for t in (term, folded)]
+    assert folded.bias.dtype == torch.float32
     for mask in masks:
         assert mask.dtype == torch.float32
         assert torch.isfinite(mask).all() and torch.all(mask[1, :, :, 3:] == torch.finfo(torch.float32).min)
