@@ -48,11 +48,11 @@ from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from tupe_plugin.modules.attention import PositionalSelfAttention  # noqa: E402
+from tupe_plugin.models.architectures import SIZES  # noqa: E402
+from tupe_plugin.modules.attention_kernels import AttentionPath, choose_path  # noqa: E402
+from tupe_plugin.modules.positional_term import PositionalTerm  # noqa: E402
 
 PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
-SIZES = {"tiny": (2, 128, 4, 512), "medium": (8, 512, 8, 2048), "base": (12, 768, 12, 3072),
-         "large": (24, 1024, 16, 4096)}
 PLAIN_PREFIX = "plain_"
 SDPA_PREFIX = "sdpa_"
 VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX)
@@ -133,9 +133,17 @@ def check_contender(name):
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
                          f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ + one of them")
-    if name.startswith(PLAIN_PREFIX) and POSITION_PRESETS[preset]["rel_pos"].startswith("shaw"):
-        raise SystemExit(f"--contenders {name}: the plain reference covers content-free terms; "
-                         "Shaw presets already take an explicit attention path")
+    if name.startswith(VARIANT_PREFIXES) and shaw_preset(preset):
+        raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
+                         "terms; Shaw presets choose their own attention path")
+
+
+def shaw_preset(preset):
+    from tupe_plugin.models.architectures import POSITION_PRESETS
+    from tupe_plugin.modules.position_config import PositionConfig
+
+    flags = POSITION_PRESETS[preset]
+    return PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **flags).shaw_table is not None
 
 
 # ---------------------------------------------------------------------------- building contenders
@@ -173,37 +181,29 @@ def write_dictionary(data_dir, vocab):
 
 
 class PlainPositionalTerm(nn.Module):
-    """Wraps the shared term: the dense (H, T, T) content-free logits, expanded per batch."""
+    """The shared term's interface (``build``), straightforwardly: the dense (H, T, T) content-free
+    logits plus padding, materialised per batch row, whatever the path."""
 
     def __init__(self, shared):
         super().__init__()
         self.shared = shared
+        self.config = shared.config
 
-    def forward(self, seq_len):
-        return PlainTerm(self.shared(seq_len))
+    def content_free(self, seq_len):
+        return self.shared.content_free(seq_len)
 
-
-class PlainTerm:
-    def __init__(self, term):
-        self.scale = term.scale
-        self.bias = term.dense()
-
-    def folded(self):
-        """Already dense (the encoder asks for the folded term on CPU with attention dropout)."""
-        return self
-
-    def attention_mask(self, key_padding_mask, dtype):
-        """(B, H, T, T) bias plus padding, materialised as a straightforward implementation does."""
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32):
+        term = self.content_free(seq_len)
+        bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
         mask = None
-        if self.bias is not None:
-            mask = self.bias.to(dtype)[None].expand(batch, -1, -1, -1).contiguous()
+        if bias is not None:
+            mask = bias.to(dtype)[None].expand(batch, -1, -1, -1).contiguous()
         if key_padding_mask is not None:
-            padding = torch.zeros(key_padding_mask.shape, dtype=dtype,
-                                  device=key_padding_mask.device)
+            padding = torch.zeros(key_padding_mask.shape, dtype=dtype, device=key_padding_mask.device)
             padding = padding.masked_fill(key_padding_mask, float("-inf"))[:, None, None, :]
             mask = padding if mask is None else mask + padding
-        return mask
+        return PositionalTerm(scale=term.scale, path=AttentionPath.EXPLICIT, attn_mask=mask)
 
 
 class PlainSelfAttention(nn.Module):
@@ -215,40 +215,48 @@ class PlainSelfAttention(nn.Module):
         self.attention_dropout = fused.attention_dropout
         self.in_proj, self.out_proj = fused.in_proj, fused.out_proj
 
-    def forward(self, x, term, attn_mask=None, need_weights=False):
+    def forward(self, x, term, need_weights=False):
         batch, seq_len, embed_dim = x.shape
         qkv = self.in_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         logits = torch.matmul(q, k.transpose(-1, -2)) * term.scale
-        if attn_mask is not None:
-            logits = logits + attn_mask
+        if term.attn_mask is not None:
+            logits = logits + term.attn_mask
         probs = torch.softmax(logits, -1)
         out = torch.matmul(F.dropout(probs, self.attention_dropout, self.training), v)
         out = out.transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
 
 
-class AlwaysSdpaSelfAttention(PositionalSelfAttention):
-    """The plugin's attention with one ``scaled_dot_product_attention`` call whatever the mask and
-    dropout (its math fallback included)."""
+class AlwaysSdpaPositionalTerm(nn.Module):
+    """The shared term, built for the SDPA path whatever the device and dropout (its math fallback
+    included): the plugin's attention before kernels were chosen per forward."""
 
-    def _attend(self, q, k, v, term, attn_mask, dropout, need_weights):
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
-                                             scale=term.scale)
-        return out, None
+    def __init__(self, shared):
+        super().__init__()
+        self.shared = shared
+        self.config = shared.config
+
+    def content_free(self, seq_len):
+        return self.shared.content_free(seq_len)
+
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32):
+        return self.shared.build(seq_len, AttentionPath.SDPA, key_padding_mask, dtype)
 
 
 def make_always_sdpa(model):
     """Make every layer of a plugin model call SDPA whatever the mask and dropout, in place."""
-    for layer in model.encoder.sentence_encoder.layers:
-        layer.self_attn.__class__ = AlwaysSdpaSelfAttention
+    encoder = model.encoder.sentence_encoder
+    if encoder.config.shaw_values:
+        raise ValueError("Shaw value vectors need the probabilities: no SDPA variant")
+    encoder.positional_term = AlwaysSdpaPositionalTerm(encoder.positional_term)
     return model
 
 
 def make_plain_reference(model):
     """Swap the fused attention of a plugin model for the plain reference, in place."""
     encoder = model.encoder.sentence_encoder
-    if encoder.positional_term.shaw is not None:
+    if encoder.config.shaw_table is not None:
         raise ValueError("the plain reference does not implement Shaw relative vectors")
     encoder.positional_term = PlainPositionalTerm(encoder.positional_term)
     for layer in encoder.layers:
@@ -358,8 +366,8 @@ class Contender:
             synchronize(self.device)
             start = time.perf_counter()
             with self.autocast:
-                term = encoder.positional_term(tokens.size(1))
-                term.attention_mask(encoder.padding_mask(tokens), dtype)
+                path = choose_path(self.device, encoder.attention_dropout, False, encoder.config)
+                encoder.positional_term.build(tokens.size(1), path, encoder.padding_mask(tokens), dtype)
             synchronize(self.device)
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:])

@@ -61,7 +61,7 @@ def content_free_correlation(encoder, seq_len, head):
     v = torch.zeros(seq_len, seq_len)
     used = False
     untied = term.untied_position
-    if untied is not None and term.untied == "tupe":
+    if untied is not None and encoder.config.untied:
         p = layer_norm(untied.embed_positions.weight[:seq_len], untied.layer_norm)
         pq = p @ untied.q_proj.weight[rows].t()
         pk = p @ untied.k_proj.weight[rows].t()
@@ -117,7 +117,7 @@ def attention_layer(encoder, layer, x, padding_mask):
         q = x @ w[:embed_dim][rows].t() + b[:embed_dim][rows]
         k = x @ w[embed_dim : 2 * embed_dim][rows].t() + b[embed_dim : 2 * embed_dim][rows]
         v = x @ w[2 * embed_dim :][rows].t() + b[2 * embed_dim :][rows]
-        if term.untied == "four-term":
+        if encoder.config.four_term:
             untied = term.untied_position
             p = layer_norm(untied.embed_positions.weight[:seq_len], untied.layer_norm)
             pq = p @ untied.q_proj.weight[rows].t()
@@ -125,7 +125,7 @@ def attention_layer(encoder, layer, x, padding_mask):
             logits = (
                 q @ k.transpose(1, 2) + q @ pk.t() + (pq @ k.transpose(1, 2)) + pq @ pk.t()
             ) / math.sqrt(4 * head_dim)
-        elif term.untied == "tupe":
+        elif encoder.config.untied:
             logits = q @ k.transpose(1, 2) / math.sqrt(2 * head_dim)
         else:
             logits = q @ k.transpose(1, 2) / math.sqrt(head_dim)
@@ -134,8 +134,7 @@ def attention_layer(encoder, layer, x, padding_mask):
             logits = logits + correlation
         shaw = term.shaw
         if shaw is not None:
-            scale = (logits.new_tensor(q.size(-1)) * {"tupe": 2, "four-term": 4}.get(
-                term.untied, 1)) ** -0.5
+            scale = (logits.new_tensor(q.size(-1)) * (2 if encoder.config.untied else 4 if encoder.config.four_term else 1)) ** -0.5
             a = [[shaw_vector(encoder, j - i) for j in range(seq_len)] for i in range(seq_len)]
             key_term = torch.stack([
                 torch.stack([q[:, i] @ a[i][j] for j in range(seq_len)], -1)
@@ -146,7 +145,7 @@ def attention_layer(encoder, layer, x, padding_mask):
             logits = logits.masked_fill(padding_mask[:, None, :], float("-inf"))
         probs = torch.softmax(logits, -1)
         out = probs @ v
-        if shaw is not None and term.shaw_values:
+        if shaw is not None and encoder.config.shaw_values:
             value_term = torch.stack([
                 sum(probs[:, i, j, None] * a[i][j] for j in range(seq_len))
                 for i in range(seq_len)

@@ -3,7 +3,7 @@ import torch
 from conftest import PRESETS, build_model, random_tokens
 
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
-from tupe_plugin.models.position_flags import PositionFlagError
+from tupe_plugin.modules.position_config import PositionFlagError
 
 PAPER_ROWS = {
     "bert_a": ("learned", "none", "none", "none"),

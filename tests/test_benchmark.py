@@ -27,9 +27,8 @@ def test_reference_contenders_compute_the_plugin_function(preset, variant, dicti
     features, grads = features_and_grads(model, tokens, weights)
     twin_features, twin_grads = features_and_grads(twin, tokens, weights)
     torch.testing.assert_close(twin_features * keep, features * keep, atol=1e-5, rtol=1e-5)
-    plain = variant is benchmark.make_plain_reference
     assert_gradients_close(twin_grads, grads, rename=lambda name: name.replace(
-        "positional_term.", "positional_term.shared.") if plain else name)
+        "positional_term.", "positional_term.shared."))
 
 
 def test_report_has_a_row_per_contender_ratios_and_target_verdicts(tmp_path, capsys):

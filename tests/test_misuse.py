@@ -13,9 +13,9 @@ from conftest import build_model, make_dictionary, random_tokens
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 
-from tupe_plugin.binarized_data_checks import BinarizedDataError
-from tupe_plugin.models.position_flags import PositionFlagError
-from tupe_plugin.unreadable_checkpoints import UnreadableCheckpointError
+from tupe_plugin.fairseq_fixes.binarized_data_checks import BinarizedDataError
+from tupe_plugin.modules.position_config import PositionFlagError
+from tupe_plugin.fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
 
 
 @pytest.mark.parametrize("flags, message", [

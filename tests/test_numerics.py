@@ -9,6 +9,7 @@ architecture at 512 tokens.
 
 import pytest
 import torch
+from tupe_plugin.modules.attention_kernels import choose_path
 from conftest import PRESETS, build_model, random_tokens
 
 BF16_TOLERANCE = 0.02
@@ -69,9 +70,10 @@ def test_query_whose_keys_are_all_padding_stays_finite(preset, need_weights, dic
     encoder = build_model(f"{preset}_tiny", dictionary).eval().encoder.sentence_encoder
     x = torch.randn(2, 6, encoder.layers[0].self_attn.head_dim * encoder.layers[0].self_attn.num_heads)
     padding = torch.tensor([[False] * 3 + [True] * 3, [True] * 6])
-    term = encoder.positional_term(6)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        out, _ = encoder.layers[0](x, term, term.attention_mask(padding, x.dtype), need_weights)
+        path = choose_path(x.device, 0.0, need_weights, encoder.config)
+        term = encoder.positional_term.build(6, path, padding, x.dtype)
+        out, _ = encoder.layers[0](x, term, need_weights)
     assert torch.isfinite(out).all()
 
 
@@ -82,7 +84,7 @@ def test_summed_bias_is_built_in_float32_under_autocast(preset, dictionary):
     tokens = random_tokens(dictionary, [6, 3])
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         x = encoder.embed(tokens)
-        term = encoder.positional_term(6)
+        term = encoder.positional_term.content_free(6)
         folded = term.folded()
         masks = [t.attention_mask(encoder.padding_mask(tokens), x.dtype) for t in (term, folded)]
     assert folded.bias.dtype == torch.float32

@@ -17,7 +17,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
 from tupe_plugin.models import TupeRobertaModel
-from tupe_plugin.models.position_flags import PositionFlagError
+from tupe_plugin.modules.position_config import PositionFlagError
 from tupe_plugin.modules.relative_position import relative_position_bucket
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))

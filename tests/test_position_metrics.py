@@ -99,7 +99,7 @@ def test_monotonicity_fraction_counts_the_triples_of_its_definition(direction):
 
 def test_sinusoidal_rpe_proximity_seen_by_a_query_is_asymmetric():
     reach, size = 16, 24
-    shaw = ShawRelativePosition(64, max_distance=reach, table="sinusoidal")
+    shaw = ShawRelativePosition(64, max_distance=reach, learned=False)
     table = shaw.table().double()
     query = torch.randn(64, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     index = shaw.index(size, "cpu")
@@ -113,7 +113,7 @@ def test_sinusoidal_rpe_proximity_seen_by_a_query_is_asymmetric():
 
 
 def test_sinusoidal_rpe_table_itself_cannot_tell_forward_from_backward():
-    table = ShawRelativePosition(64, max_distance=16, table="sinusoidal").table().double()
+    table = ShawRelativePosition(64, max_distance=16, learned=False).table().double()
     dots = (table @ table.t()).numpy()
     assert metrics.symmetry_violation(dots) < 1e-12
     assert metrics.offset_asymmetry(dots[16, 17:], dots[16, 15::-1]) < 1e-12

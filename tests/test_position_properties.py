@@ -23,7 +23,7 @@ def test_fixed_sinusoidal_ape_dot_products_are_symmetric():
 
 
 def test_sinusoidal_rpe_tells_forward_from_backward_offsets():
-    shaw = ShawRelativePosition(64, max_distance=16, table="sinusoidal")
+    shaw = ShawRelativePosition(64, max_distance=16, learned=False)
     table = shaw.table()
     query = torch.randn(64)
     forward, backward = table[16 + 5], table[16 - 5]

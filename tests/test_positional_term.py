@@ -1,16 +1,20 @@
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import PRESETS, build_model, random_tokens
+from tupe_plugin.modules.positional_term import SharedPositionalTerm
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("layers", [2, 5])
-def test_positional_term_is_built_once_per_forward_whatever_the_depth(preset, layers, dictionary):
+def test_positional_term_is_built_once_per_forward_whatever_the_depth(preset, layers, dictionary,
+                                                                     monkeypatch):
     model = build_model(f"{preset}_tiny", dictionary, encoder_layers=layers)
     calls = []
-    model.encoder.sentence_encoder.positional_term.register_forward_hook(
-        lambda *_: calls.append(1)
-    )
+    original = SharedPositionalTerm.content_free
+    monkeypatch.setattr(SharedPositionalTerm, "content_free",
+                        lambda self, seq_len: calls.append(1) or original(self, seq_len))
     model(random_tokens(dictionary, [8, 5]))
     assert len(calls) == 1
 
@@ -20,10 +24,10 @@ def test_cls_reset_sets_exactly_row_0_and_column_0(preset, dictionary):
     model = build_model(f"{preset}_tiny", dictionary)
     positional = model.encoder.sentence_encoder.positional_term
     seq_len = 10
-    reset = positional(seq_len).dense()
-    positional.cls_reset = False
-    untouched = positional(seq_len).dense()
-    thetas = positional.untied_position.cls_thetas() * positional.scale
+    reset = positional.content_free(seq_len).dense()
+    positional.config = replace(positional.config, cls_reset="none")
+    untouched = positional.content_free(seq_len).dense()
+    thetas = positional.untied_position.cls_thetas() * positional.config.scale
 
     changed = (reset - untouched).abs() > 0
     expected = torch.zeros(seq_len, seq_len, dtype=torch.bool)
@@ -44,11 +48,13 @@ def test_position_tables_are_shared_by_all_layers(preset, dictionary):
 def test_tupe_scales_word_and_position_terms_by_one_over_sqrt_2_dh(dictionary):
     model = build_model("tupe_a_tiny", dictionary)
     head_dim = 128 // 4
-    assert model.encoder.sentence_encoder.positional_term(4).scale == pytest.approx(
+    assert model.encoder.sentence_encoder.positional_term.content_free(4).scale == pytest.approx(
         (2 * head_dim) ** -0.5
     )
     bert = build_model("bert_a_tiny", dictionary)
-    assert bert.encoder.sentence_encoder.positional_term(4).scale == pytest.approx(head_dim ** -0.5)
+    assert bert.encoder.sentence_encoder.positional_term.content_free(4).scale == pytest.approx(
+        head_dim ** -0.5
+    )
 
 
 def test_learned_table_longer_input_names_max_positions(dictionary):

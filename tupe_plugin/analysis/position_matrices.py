@@ -7,7 +7,6 @@ trains, draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds
 
 import torch
 
-from ..modules.relative_position import relative_position_bucket
 from ..modules.sinusoid import Sinusoid, initial_frequencies
 
 
@@ -16,11 +15,14 @@ def positional_encoder(model):
     return model.encoder.sentence_encoder
 
 
+def position_config(model):
+    """The model's :class:`~tupe_plugin.modules.position_config.PositionConfig`."""
+    return positional_encoder(model).config
+
+
 def has_learned_table(model):
     """True when a learned table fixes the longest input (learned APE, TUPE / BERT-A^d table)."""
-    encoder = positional_encoder(model)
-    untied = encoder.positional_term.untied_position
-    return untied is not None or hasattr(encoder.embed_positions, "weight")
+    return position_config(model).learned_tables
 
 
 @torch.no_grad()
@@ -31,12 +33,12 @@ def content_free_term(model, seq_len):
     T5 bias, each with the scale attention applies; None when the model has none of them (Shaw
     vectors depend on the query and are not part of it).
     """
-    term = positional_encoder(model).positional_term(seq_len).dense()
+    term = positional_encoder(model).positional_term.content_free(seq_len).dense()
     return None if term is None else term.float()
 
 
 def has_cls_reset(model):
-    return positional_encoder(model).positional_term.cls_reset
+    return position_config(model).cls_reset_applies
 
 
 @torch.no_grad()
@@ -45,9 +47,8 @@ def t5_bias_by_distance(model, seq_len):
     bias = positional_encoder(model).positional_term.relative_bias
     if bias is None:
         return None
-    offsets = torch.arange(-(seq_len - 1), seq_len)
-    buckets = relative_position_bucket(offsets, bias.num_buckets, bias.max_distance)
-    return offsets, bias.relative_attention_bias.weight[buckets].t().float()
+    offsets, per_offset = bias.per_offset(seq_len)
+    return offsets.cpu(), per_offset.float()
 
 
 @torch.no_grad()
@@ -59,14 +60,10 @@ def absolute_position_vectors(model, seq_len):
     """
     encoder = positional_encoder(model)
     if encoder.embed_positions is not None:
-        table = encoder.embed_positions
-        if hasattr(table, "weight"):
-            return "learned", table(seq_len).float()
-        kind = "learnable-sinusoidal" if _is_learnable(table.sinusoid) else "sinusoidal"
-        return kind, table(seq_len).float()
+        return encoder.embed_positions.kind, encoder.embed_positions(seq_len).float()
     untied = encoder.positional_term.untied_position
     if untied is not None:
-        return "untied", untied.layer_norm(untied.embed_positions.weight[:seq_len]).float()
+        return "untied", untied.positions(seq_len).float()
     return None
 
 
@@ -86,7 +83,7 @@ def first_layer_position_correlation(model, seq_len):
     w_q, w_k, _ = attention.in_proj.weight.float().split(embed_dim, 0)
     q = (positions @ w_q.t()).view(seq_len, heads, head_dim).transpose(0, 1)
     k = (positions @ w_k.t()).view(seq_len, heads, head_dim).transpose(0, 1)
-    return q @ k.transpose(1, 2) * encoder.positional_term.scale
+    return q @ k.transpose(1, 2) * encoder.config.scale
 
 
 @torch.no_grad()
@@ -95,10 +92,7 @@ def relative_position_table(model):
     shaw = positional_encoder(model).positional_term.shaw
     if shaw is None:
         return None
-    if hasattr(shaw, "weight"):
-        return "learned", shaw.table().float()
-    kind = "learnable-sinusoidal" if _is_learnable(shaw.sinusoid) else "sinusoidal"
-    return kind, shaw.table().float()
+    return shaw.kind, shaw.table().float()
 
 
 @torch.no_grad()
@@ -106,7 +100,7 @@ def learnable_frequencies(model):
     """{name: (initial, learned)} frequency vectors of every learnable sinusoid (seed 000 A.5)."""
     found = {}
     for name, module in positional_encoder(model).named_modules():
-        if isinstance(module, Sinusoid) and _is_learnable(module):
+        if isinstance(module, Sinusoid) and module.learnable:
             learned = module.frequencies.detach().float().cpu()
             found[name] = (initial_frequencies(2 * learned.numel()), learned)
     return found
@@ -148,6 +142,3 @@ def identical_word_attention(model, dictionary, seq_len, samples, seed=0, batch_
         model.train(was_training)
     return (total / samples).cpu()
 
-
-def _is_learnable(sinusoid):
-    return isinstance(sinusoid.frequencies, torch.nn.Parameter)

@@ -2,14 +2,14 @@
 
 Only what differs from ``RobertaModel`` is overridden: the flags, the encoder stack
 (:class:`~tupe_plugin.modules.positional_encoder.PositionalTransformerEncoder`), attention maps for
-analysis (``need_attn``) and sentencepiece hub loading. Classification heads, the tied LM head,
+analysis (``need_attn``), span heads (:mod:`.span_head`), the checkpoint checks
+(:mod:`.checkpoint_guards`) and sentencepiece hub loading. Classification heads, the tied LM head,
 ``upgrade_state_dict_named`` and the hub interface are RoBERTa's.
 """
 
 import logging
 import os
 
-import torch.nn as nn
 from fairseq import hub_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
@@ -17,9 +17,9 @@ from fairseq.models.roberta.hub_interface import RobertaHubInterface
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..modules.absolute_position import ABS_POS_CHOICES
+from ..modules import position_config
+from ..modules.position_config import ABS_POS_CHOICES, CLS_RESET_CHOICES, REL_POS_CHOICES, UNTIED_CHOICES
 from ..modules.positional_encoder import PositionalTransformerEncoder
-from ..modules.positional_term import CLS_RESET_CHOICES, UNTIED_CHOICES
 from ..modules.pretrained_embeddings import (
     PROJECT_CHOICES,
     STANDARDIZE_CHOICES,
@@ -27,10 +27,8 @@ from ..modules.pretrained_embeddings import (
     format_diagnosis,
     initialize_embeddings,
 )
-from ..modules.relative_position import REL_POS_CHOICES
-from .checkpoint_match import check_checkpoint_matches
-from .position_flags import check_position_flags
-from .span_head import SpanPredictionHead
+from .checkpoint_guards import check_checkpoint, check_checkpoint_matches
+from .span_head import SpanHeadsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -38,19 +36,14 @@ SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 
 
 @register_model("tupe_roberta")
-class TupeRobertaModel(RobertaModel):
+class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
     def __init__(self, args, encoder):
         super().__init__(args, encoder)
-        self.span_heads = nn.ModuleDict()
+        self.init_span_heads()
 
     @classmethod
     def hub_models(cls):
         return {}
-
-    def register_span_head(self, name):
-        """Add a start/end span head (SQuAD) named ``name``, kept in checkpoints like classification heads."""
-        if name not in self.span_heads:
-            self.span_heads[name] = SpanPredictionHead(self.args.encoder_embed_dim)
 
     @staticmethod
     def add_args(parser):
@@ -152,7 +145,6 @@ class TupeRobertaModel(RobertaModel):
             if not safe_hasattr(args, "tokens_per_sample"):
                 args.tokens_per_sample = task.max_positions()
             args.max_positions = args.tokens_per_sample
-        check_position_flags(args)
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         model = cls(args, encoder)
         if not args.embed_init_applied:
@@ -195,7 +187,7 @@ class TupeRobertaModel(RobertaModel):
                 src_tokens, features_only=True, return_all_hiddens=return_all_hiddens,
                 need_attn=need_attn, **kwargs,
             )
-            return self.span_heads[span_head_name](features), extra
+            return self.span_logits(span_head_name, features), extra
         return super().forward(
             src_tokens,
             features_only=features_only,
@@ -206,61 +198,15 @@ class TupeRobertaModel(RobertaModel):
         )
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """RoBERTa's upgrades (span heads kept like classification heads), after refusing a checkpoint
-        of another architecture or vocabulary, learned position tables of another length and
-        position tables or projections the flags do not match.
-
-        Also logs when the loaded weights replace a --embed-init-path initialisation (resuming).
-        """
+        """RoBERTa's upgrades (span heads kept like classification heads), after the checks of
+        :mod:`.checkpoint_guards`; logs when loaded weights replace a --embed-init-path init."""
         prefix = name + "." if name else ""
         if getattr(self, "embed_init_coverage", None) is not None:
             logger.info("the loaded checkpoint's weights replace the --embed-init-path initialisation")
-        own_keys = self.state_dict()
-        for key, table in own_keys.items():
-            saved = state_dict.get(prefix + key)
-            if key.endswith("embed_positions.weight") and saved is not None \
-                    and saved.shape[1:] == table.shape[1:] and saved.size(0) != table.size(0):
-                extra_rows = table.size(0) - self.args.max_positions
-                if saved.size(0) == table.size(0) + 1 and self.args.cls_reset != "release":
-                    raise ValueError(
-                        f"the checkpoint's position table {key} has one row more than the model's: "
-                        "it keeps the authors' released semantics (scripts/convert_official_tupe.py); "
-                        "build the model with --cls-reset release --untied-proj-bias"
-                    )
-                raise ValueError(
-                    f"the checkpoint's learned position table {key} has "
-                    f"{saved.size(0) - extra_rows} positions but the model is built for "
-                    f"--max-positions {self.args.max_positions}; a learned table cannot change "
-                    f"length: use --max-positions {saved.size(0) - extra_rows} (architectures "
-                    "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
-                )
-        for key in (k for k in own_keys if k.endswith("untied_position.q_proj.weight")):
-            bias = key[: -len("weight")] + "bias"
-            saved_bias = prefix + bias in state_dict
-            if prefix + key in state_dict and saved_bias != (bias in own_keys):
-                raise ValueError(
-                    f"the checkpoint's untied projections U^Q/U^K have {'a' if saved_bias else 'no'} "
-                    f"bias ({bias}): build the model {'with' if saved_bias else 'without'} "
-                    "--untied-proj-bias"
-                )
+        check_checkpoint(self, state_dict, prefix)
         super().upgrade_state_dict_named(state_dict, name)
         check_checkpoint_matches(self.state_dict(), state_dict, prefix, safe_getattr(self.args, "arch", "?"))
-        self._upgrade_span_heads(state_dict, prefix)
-
-    def _upgrade_span_heads(self, state_dict, prefix):
-        """Span heads in the checkpoint are loaded (``load_checkpoint_heads``) or dropped; heads the
-        checkpoint lacks (fine-tuning from a masked-LM checkpoint) start from their initial weights."""
-        head_prefix = prefix + "span_heads."
-        for key in [k for k in state_dict if k.startswith(head_prefix)]:
-            head_name = key[len(head_prefix):].split(".")[0]
-            if head_name not in self.span_heads:
-                if safe_getattr(self.args, "load_checkpoint_heads", False):
-                    self.register_span_head(head_name)
-                else:
-                    logger.warning("deleting span head (%s) not present in the current model", key)
-                    del state_dict[key]
-        for key, value in self.span_heads.state_dict().items():
-            state_dict.setdefault(head_prefix + key, value)
+        self.upgrade_span_heads(state_dict, prefix)
 
     @classmethod
     def from_pretrained(
@@ -344,16 +290,7 @@ class TupeRobertaEncoder(RobertaEncoder):
 @register_model_architecture("tupe_roberta", "tupe_roberta")
 def base_architecture(args):
     """Defaults for every flag a preset leaves unset: TUPE-R, base size, BERT's post-LN recipe."""
-    args.abs_pos = safe_getattr(args, "abs_pos", "none")
-    args.rel_pos = safe_getattr(args, "rel_pos", "t5")
-    args.rel_pos_buckets = safe_getattr(args, "rel_pos_buckets", 32)
-    args.rel_pos_max_distance = safe_getattr(args, "rel_pos_max_distance", 128)
-    args.shaw_max_distance = safe_getattr(args, "shaw_max_distance", 64)
-    args.shaw_keys_only = safe_getattr(args, "shaw_keys_only", False)
-    args.untied_pos = safe_getattr(args, "untied_pos", "tupe")
-    args.cls_reset = safe_getattr(args, "cls_reset", "paper")
-    args.untied_proj_bias = safe_getattr(args, "untied_proj_bias", False)
-    args.layernorm_embedding = not safe_getattr(args, "no_layernorm_embedding", False)
+    position_config.set_defaults(args)
     args.embed_init_path = safe_getattr(args, "embed_init_path", None)
     args.embed_init_dict = safe_getattr(args, "embed_init_dict", None)
     args.embed_init_standardize = safe_getattr(args, "embed_init_standardize", "none")

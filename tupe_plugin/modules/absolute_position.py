@@ -10,10 +10,10 @@ from torch import nn
 
 from .sinusoid import Sinusoid
 
-ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
-
 
 class LearnedAbsolutePosition(nn.Module):
+    kind = "learned"
+
     def __init__(self, max_positions, embed_dim):
         super().__init__()
         self.max_positions = max_positions
@@ -35,14 +35,21 @@ class SinusoidalAbsolutePosition(nn.Module):
         super().__init__()
         self.sinusoid = Sinusoid(embed_dim, learnable)
 
+    @property
+    def kind(self):
+        return self.sinusoid.kind
+
     def forward(self, seq_len):
         positions = torch.arange(seq_len, device=self.sinusoid.frequencies.device)
         return self.sinusoid(positions.to(self.sinusoid.frequencies.dtype))
 
 
-def build_absolute_position(kind, max_positions, embed_dim):
-    if kind == "learned":
-        return LearnedAbsolutePosition(max_positions, embed_dim)
-    if kind in ("sinusoidal", "learnable-sinusoidal"):
-        return SinusoidalAbsolutePosition(embed_dim, learnable=kind == "learnable-sinusoidal")
-    return None
+def build_absolute_position(config):
+    """The absolute PE of a :class:`~.position_config.PositionConfig`, or None."""
+    if config.absolute is None:
+        return None
+    if config.learned_absolute_table:
+        return LearnedAbsolutePosition(config.max_positions, config.embed_dim)
+    return SinusoidalAbsolutePosition(
+        config.embed_dim, learnable=config.learnable_absolute_frequencies
+    )

@@ -44,12 +44,12 @@ class PositionalEncoderLayer(nn.Module):
         x = self.activation_dropout(self.activation_fn(self.fc1(x)))
         return self.fc2(x), None
 
-    def forward(self, x, term, attn_mask=None, need_weights=False):
+    def forward(self, x, term, need_weights=False):
         """x: (B, T, C). Returns the layer output and, with ``need_weights``, its attention."""
         x, attn = self._residual_block(
             x,
             self.self_attn_layer_norm,
-            lambda h: self.self_attn(h, term, attn_mask, need_weights),
+            lambda h: self.self_attn(h, term, need_weights),
         )
         x, _ = self._residual_block(x, self.final_layer_norm, self._feed_forward)
         return x, attn

@@ -1,11 +1,12 @@
 """BERT-style encoder stack: word embeddings (+ absolute PE), then layers sharing one PositionalTerm."""
 
-from fairseq.modules import LayerNorm
+from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
 from .absolute_position import build_absolute_position
-from .bias_attention import fused_kernel_applies
+from .attention_kernels import choose_path
 from .encoder_layer import PositionalEncoderLayer
+from .position_config import PositionConfig
 from .positional_term import SharedPositionalTerm
 
 
@@ -13,32 +14,24 @@ class PositionalTransformerEncoder(nn.Module):
     """Encodes right-padded token batches; the content-free term is built once per forward.
 
     Hidden states are kept batch-first; ``inner_states`` are returned (T, B, C) as fairseq's
-    RoBERTa does.
+    RoBERTa does. ``--encoder-layerdrop p`` skips each layer with probability p in training
+    (LayerDrop, Fan et al. 2019, arXiv 1909.11556); evaluation runs every layer, and the shared term
+    is built once per forward either way.
     """
 
     def __init__(self, args, embed_tokens):
         super().__init__()
+        self.config = PositionConfig.from_args(args)
         embed_dim = args.encoder_embed_dim
         self.padding_idx = embed_tokens.padding_idx
         self.max_positions = args.max_positions
+        self.attention_dropout = args.attention_dropout
         self.embed_tokens = embed_tokens
-        self.embed_positions = build_absolute_position(args.abs_pos, args.max_positions, embed_dim)
+        self.embed_positions = build_absolute_position(self.config)
         self.layernorm_embedding = LayerNorm(embed_dim) if args.layernorm_embedding else None
         self.dropout = nn.Dropout(args.dropout)
-        self.positional_term = SharedPositionalTerm(
-            embed_dim,
-            args.encoder_attention_heads,
-            args.max_positions,
-            untied=args.untied_pos,
-            rel_pos=args.rel_pos,
-            cls_reset=args.cls_reset,
-            rel_pos_buckets=args.rel_pos_buckets,
-            rel_pos_max_distance=args.rel_pos_max_distance,
-            shaw_max_distance=args.shaw_max_distance,
-            shaw_keys_only=args.shaw_keys_only,
-            untied_proj_bias=args.untied_proj_bias,
-        )
-        self.layers = nn.ModuleList(
+        self.positional_term = SharedPositionalTerm(self.config)
+        layers = (
             PositionalEncoderLayer(
                 embed_dim,
                 args.encoder_ffn_embed_dim,
@@ -51,6 +44,8 @@ class PositionalTransformerEncoder(nn.Module):
             )
             for _ in range(args.encoder_layers)
         )
+        layerdrop = args.encoder_layerdrop
+        self.layers = LayerDropModuleList(layerdrop, layers) if layerdrop > 0 else nn.ModuleList(layers)
         self.layer_norm = LayerNorm(embed_dim) if args.encoder_normalize_before else None
 
     def embed_tokens_checked(self, src_tokens):
@@ -90,15 +85,13 @@ class PositionalTransformerEncoder(nn.Module):
         x = self.embed(src_tokens, token_embeddings)
         if padding_mask is not None:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
-        term = self.positional_term(src_tokens.size(1))
-        dropout = self.layers[0].self_attn.attention_dropout if self.training else 0.0
-        if term.bias is not None or not fused_kernel_applies(x, dropout):
-            term = term.folded()
-        attn_mask = term.attention_mask(padding_mask, x.dtype)
+        dropout = self.attention_dropout if self.training else 0.0
+        path = choose_path(x.device, dropout, need_attn, self.config)
+        term = self.positional_term.build(src_tokens.size(1), path, padding_mask, x.dtype)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
         for layer in self.layers:
-            x, attn = layer(x, term, attn_mask, need_weights=need_attn)
+            x, attn = layer(x, term, need_weights=need_attn)
             if return_all_hiddens:
                 inner_states.append(x.transpose(0, 1))
             if need_attn:

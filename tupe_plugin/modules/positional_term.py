@@ -25,7 +25,6 @@ keeps a fused attention kernel:
   q . a_{j-i} (and, unless keys-only, the value term) itself.
 """
 
-import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -33,13 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention_kernels import AttentionPath, fold_untied_term
 from .relative_position import T5RelativeBias
 from .release_position import ReleaseT5RelativeBias, ReleaseUntiedPositionalCorrelation
 from .shaw_position import ShawRelativePosition
 from .untied_position import UntiedPositionalCorrelation
 
-UNTIED_CHOICES = ("none", "tupe", "four-term")
-CLS_RESET_CHOICES = ("none", "paper", "release")
 KERNEL_HEAD_DIM_MULTIPLE = 8
 
 
@@ -56,6 +54,8 @@ class PositionalTerm:
     rel_table: Optional[torch.Tensor] = None
     rel_index: Optional[torch.Tensor] = None
     rel_values: bool = False
+    path: AttentionPath = AttentionPath.SDPA
+    attn_mask: Optional[torch.Tensor] = None
 
     def dense(self):
         """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw terms excluded."""
@@ -97,60 +97,64 @@ class PositionalTerm:
 
 
 class SharedPositionalTerm(nn.Module):
-    """Builds the :class:`PositionalTerm` from --untied-pos, --rel-pos (and its options), --cls-reset."""
+    """Owns the content-free tables of a :class:`~.position_config.PositionConfig` and builds the
+    :class:`PositionalTerm` of each forward.
 
-    def __init__(
-        self,
-        embed_dim,
-        num_heads,
-        max_positions,
-        untied="none",
-        rel_pos="none",
-        cls_reset="none",
-        rel_pos_buckets=32,
-        rel_pos_max_distance=128,
-        shaw_max_distance=64,
-        shaw_keys_only=False,
-        untied_proj_bias=False,
-    ):
+    The term is built by :meth:`build` rather than ``forward``: it is not a tensor, and module hooks
+    that walk outputs (fairseq's NaN detector, torch's backward hooks) then see only the tables'
+    own tensor outputs.
+    """
+
+    def __init__(self, config):
         super().__init__()
-        self.head_dim = embed_dim // num_heads
-        self.untied = untied
-        self.cls_reset = cls_reset != "none"
-        self.zero_cls_bias = cls_reset == "paper"
-        self.scale = {"none": 1.0, "tupe": 0.5, "four-term": 0.25}[untied] ** 0.5 / math.sqrt(
-            self.head_dim
-        )
-        if untied == "none":
+        self.config = config
+        self.head_dim = config.head_dim
+        if not config.untied_table:
             self.untied_position = None
-        elif cls_reset == "release":
+        elif config.release:
             self.untied_position = ReleaseUntiedPositionalCorrelation(
-                max_positions, embed_dim, num_heads, untied_proj_bias
+                config.max_positions, config.embed_dim, config.num_heads, config.untied_proj_bias
             )
         else:
             self.untied_position = UntiedPositionalCorrelation(
-                max_positions, embed_dim, num_heads, self.cls_reset, untied_proj_bias
+                config.max_positions, config.embed_dim, config.num_heads,
+                config.cls_reset_applies, config.untied_proj_bias,
             )
-        relative_bias = ReleaseT5RelativeBias if cls_reset == "release" else T5RelativeBias
+        relative_bias = ReleaseT5RelativeBias if config.release else T5RelativeBias
         self.relative_bias = (
-            relative_bias(num_heads, rel_pos_buckets, rel_pos_max_distance)
-            if rel_pos == "t5"
+            relative_bias(config.num_heads, config.rel_pos_buckets, config.rel_pos_max_distance)
+            if config.t5_bias
             else None
         )
         self.shaw = (
-            ShawRelativePosition(self.head_dim, shaw_max_distance, rel_pos[len("shaw-"):])
-            if rel_pos.startswith("shaw-")
+            ShawRelativePosition(
+                self.head_dim, config.shaw_max_distance, config.shaw_learned,
+                config.shaw_learnable_frequencies,
+            )
+            if config.shaw_table is not None
             else None
         )
-        self.shaw_values = not shaw_keys_only
 
-    def forward(self, seq_len):
-        term = PositionalTerm(scale=self.scale)
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32):
+        """The term every layer of this forward consumes on ``path``: the untied factors folded or
+        not (:func:`~.attention_kernels.fold_untied_term`), the mask with key padding built once.
+
+        ``key_padding_mask`` is (B, T), True at padding; ``dtype`` the dtype of the hidden states.
+        """
+        term = self.content_free(seq_len)
+        if fold_untied_term(path, self.config):
+            term = term.folded()
+        return replace(term, path=path, attn_mask=term.attention_mask(key_padding_mask, dtype))
+
+    def content_free(self, seq_len):
+        """The unfolded term for positions 0..seq_len-1, no mask (for :meth:`build` and the analysis)."""
+        config = self.config
+        term = PositionalTerm(scale=config.scale)
         if self.untied_position is not None:
             q_pos, k_pos = self.untied_position.projections(seq_len)
-            if self.untied == "four-term":
+            if config.four_term:
                 term.q_shift, term.k_shift = q_pos, k_pos
-            elif self.cls_reset:
+            elif config.cls_reset_applies:
                 term.q_extra, term.k_extra = self._reset_factors(q_pos, k_pos)
             else:
                 term.q_extra, term.k_extra = q_pos, k_pos
@@ -158,14 +162,14 @@ class SharedPositionalTerm(nn.Module):
                 term.q_extra, term.k_extra = self._pad_to_kernel_width(term.q_extra, term.k_extra)
         if self.relative_bias is not None:
             bias = self.relative_bias(seq_len)
-            if self.zero_cls_bias:  # in place: T5RelativeBias returns a fresh tensor
+            if config.zero_cls_bias:  # in place: T5RelativeBias returns a fresh tensor
                 bias[:, 0, :] = 0
                 bias[:, :, 0] = 0
             term.bias = bias
         if self.shaw is not None:
             term.rel_table = self.shaw.table()
             term.rel_index = self.shaw.index(seq_len, term.rel_table.device)
-            term.rel_values = self.shaw_values
+            term.rel_values = config.shaw_values
         return term
 
     def _reset_factors(self, q_pos, k_pos):

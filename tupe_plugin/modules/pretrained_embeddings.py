@@ -381,7 +381,7 @@ def embedding_position_diagnosis(model, dictionary=None, num_samples=4096, seed=
             )
         elif encoder.positional_term.untied_position is not None:
             untied = encoder.positional_term.untied_position
-            positions = untied.layer_norm(untied.embed_positions.weight).float()
+            positions = untied.positions(untied.max_positions).float()
             result.update(position_input="untied", position_norm=mean_norm(positions))
         result["num_positions"] = 0 if result["position_norm"] is None else positions.size(0)
     return result

@@ -26,7 +26,7 @@ class ReleaseUntiedPositionalCorrelation(UntiedPositionalCorrelation):
         super().__init__(max_positions + 1, embed_dim, num_heads, proj_bias=proj_bias)
         self.max_positions = max_positions
 
-    def position_rows(self, seq_len):
+    def _rows(self, seq_len):
         return self.embed_positions.weight[1 : seq_len + 1]
 
     def cls_thetas(self):

@@ -11,24 +11,32 @@ from torch import nn
 
 from .sinusoid import Sinusoid
 
-SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
 
 
 class ShawRelativePosition(nn.Module):
-    def __init__(self, head_dim, max_distance=64, table="learned"):
+    """The table a_{-K}..a_K: learned (``learned=True``) or sinusoidal (fixed or ``learnable``
+    frequencies)."""
+
+    def __init__(self, head_dim, max_distance=64, learned=True, learnable=False):
         super().__init__()
         if max_distance < 1:
             raise ValueError(f"--shaw-max-distance must be >= 1, got {max_distance}")
         self.max_distance = max_distance
-        if table == "learned":
+        self.learned = learned
+        if learned:
             self.weight = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))
             nn.init.normal_(self.weight, mean=0.0, std=0.02)
         else:
-            self.sinusoid = Sinusoid(head_dim, learnable=table == "learnable-sinusoidal")
+            self.sinusoid = Sinusoid(head_dim, learnable=learnable)
+
+    @property
+    def kind(self):
+        """``learned``, ``sinusoidal`` or ``learnable-sinusoidal``."""
+        return "learned" if self.learned else self.sinusoid.kind
 
     def table(self):
         """(2K+1, d_h): row r holds a_{r - K}."""
-        if hasattr(self, "weight"):
+        if self.learned:
             return self.weight
         distances = torch.arange(-self.max_distance, self.max_distance + 1,
                                  device=self.sinusoid.frequencies.device)

@@ -17,11 +17,16 @@ class Sinusoid(nn.Module):
         super().__init__()
         if dim % 2:
             raise ValueError(f"sinusoidal position encodings need an even dimension, got {dim}")
+        self.learnable = learnable
         frequencies = initial_frequencies(dim)
         if learnable:
             self.frequencies = nn.Parameter(frequencies)
         else:
             self.register_buffer("frequencies", frequencies)
+
+    @property
+    def kind(self):
+        return "learnable-sinusoidal" if self.learnable else "sinusoidal"
 
     def forward(self, positions):
         """positions: float tensor (...,) -> (..., dim)."""

@@ -49,9 +49,15 @@ class UntiedPositionalCorrelation(nn.Module):
                 "positions of the untied positional table; raise --max-positions (pre-training) "
                 "or truncate the input (--tokens-per-sample / --max-positions at fine-tuning)"
             )
-        return self._project(self.position_rows(seq_len))
+        return self._project(self._rows(seq_len))
 
-    def position_rows(self, seq_len):
+    def positions(self, seq_len):
+        """p = LayerNorm(P) of positions 0..seq_len-1, (T, d): what U^Q / U^K project."""
+        if seq_len > self.max_positions:
+            raise ValueError(f"the untied table holds {self.max_positions} positions, not {seq_len}")
+        return self.layer_norm(self._rows(seq_len))
+
+    def _rows(self, seq_len):
         """The table rows of positions 0..seq_len-1."""
         return self.embed_positions.weight[:seq_len]
 

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from tupe_plugin.modules import bias_attention
-from tupe_plugin.modules.bias_attention import BiasedFlashAttention
+from tupe_plugin.modules import attention_kernels
+from tupe_plugin.modules.attention_kernels import BiasedFlashAttention
 
 BATCH, HEADS, LENGTH, HEAD_DIM = 3, 2, 6, 8
 SCALE = 0.3
@@ -37,7 +37,7 @@ def _value_and_grads(fn, inputs, grad_out):
 @pytest.mark.parametrize("chunk_rows", [1, 2, BATCH])
 def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch, chunk_rows,
                                                                     monkeypatch):
-    monkeypatch.setattr(bias_attention, "CHUNK_LOGITS", chunk_rows * HEADS * LENGTH * LENGTH)
+    monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", chunk_rows * HEADS * LENGTH * LENGTH)
     q, k, v, bias = _inputs(mask_batch)
     grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
 

@@ -1,0 +1,96 @@
+"""Refuse, with a message a user can act on, a checkpoint whose weights do not fit the model being built.
+
+Every check a checkpoint passes before its weights are loaded into a plugin model lives here:
+learned position tables of another length, the released [CLS] semantics, U^Q/U^K biases, the
+vocabulary and the architecture. fairseq wraps any ``load_state_dict`` failure of ``--restore-file`` into "please ensure that the
+architectures match", with torch's list of size mismatches underneath. Fine-tuning from a masked-LM
+checkpoint goes wrong in two ways that deserve their own words: a task prepared with another dictionary
+than the pre-training one (embedding rows differ), and an ``--arch`` other than the pre-training one.
+"""
+
+HEAD_PREFIXES = ("classification_heads.", "span_heads.")
+
+
+def check_checkpoint(model, saved_state, prefix):
+    """Raise ``ValueError`` naming the flag to change when ``saved_state`` cannot load into ``model``.
+
+    Runs before fairseq's upgrades, on the raw checkpoint weights (``prefix`` = ``name + "."``).
+    """
+    own_state = model.state_dict()
+    config = model.encoder.sentence_encoder.config
+    _check_position_table_lengths(config, own_state, saved_state, prefix)
+    _check_untied_projection_bias(own_state, saved_state, prefix)
+
+
+def _check_position_table_lengths(config, own_state, saved_state, prefix):
+    for key, table in own_state.items():
+        saved = saved_state.get(prefix + key)
+        if not key.endswith("embed_positions.weight") or saved is None \
+                or saved.shape[1:] != table.shape[1:] or saved.size(0) == table.size(0):
+            continue
+        extra_rows = table.size(0) - config.max_positions
+        if saved.size(0) == table.size(0) + 1 and not config.release:
+            raise ValueError(
+                f"the checkpoint's position table {key} has one row more than the model's: "
+                "it keeps the authors' released semantics (scripts/convert_official_tupe.py); "
+                "build the model with --cls-reset release --untied-proj-bias"
+            )
+        raise ValueError(
+            f"the checkpoint's learned position table {key} has "
+            f"{saved.size(0) - extra_rows} positions but the model is built for "
+            f"--max-positions {config.max_positions}; a learned table cannot change "
+            f"length: use --max-positions {saved.size(0) - extra_rows} (architectures "
+            "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
+        )
+
+
+def _check_untied_projection_bias(own_state, saved_state, prefix):
+    for key in (k for k in own_state if k.endswith("untied_position.q_proj.weight")):
+        bias = key[: -len("weight")] + "bias"
+        saved_bias = prefix + bias in saved_state
+        if prefix + key in saved_state and saved_bias != (bias in own_state):
+            raise ValueError(
+                f"the checkpoint's untied projections U^Q/U^K have {'a' if saved_bias else 'no'} "
+                f"bias ({bias}): build the model {'with' if saved_bias else 'without'} "
+                "--untied-proj-bias"
+            )
+
+
+def check_checkpoint_matches(model_state, saved_state, prefix, arch):
+    """Raise ``ValueError`` when ``saved_state`` lacks weights of ``model_state`` or has other shapes.
+
+    Heads are left out: fine-tuning adds them. Extra weights in the checkpoint are fairseq's business
+    (``--encoder-layers-to-keep`` prunes them after this check).
+    """
+    missing, resized = [], []
+    for key, value in model_state.items():
+        if key.startswith(HEAD_PREFIXES):
+            continue
+        saved = saved_state.get(prefix + key)
+        if saved is None:
+            missing.append(key)
+        elif saved.shape != value.shape and not _position_table_of_another_length(key, saved, value):
+            resized.append((key, tuple(saved.shape), tuple(value.shape)))
+    embedding = next((r for r in resized if r[0].endswith("embed_tokens.weight") and r[1][1:] == r[2][1:]),
+                     None)
+    if embedding is not None:
+        raise ValueError(
+            f"the checkpoint's vocabulary has {embedding[1][0]} symbols but this model's dictionary has "
+            f"{embedding[2][0]}: the data were binarized with another dict.txt; binarize them against "
+            "the pre-training one (fairseq-preprocess --srcdict PRETRAIN-DATA/dict.txt; "
+            "scripts/prepare_glue.py / scripts/prepare_squad.py --dict PRETRAIN-DATA/dict.txt)"
+        )
+    if missing or resized:
+        details = [f"missing {key}" for key in missing[:3]]
+        details += [f"{key} is {saved} in the checkpoint, {built} in the model"
+                    for key, saved, built in resized[:3]]
+        raise ValueError(
+            f"the checkpoint does not fit --arch {arch} ({'; '.join(details)}"
+            f"{', ...' if len(missing) + len(resized) > 3 else ''}): fine-tune with the --arch (and size "
+            "flags) the checkpoint was pre-trained with; it is stored in the checkpoint's cfg.model.arch"
+        )
+
+
+def _position_table_of_another_length(key, saved, built):
+    """Left to the model's own check, which names --max-positions."""
+    return key.endswith("embed_positions.weight") and saved.shape[1:] == built.shape[1:]

@@ -1,0 +1,153 @@
+"""The attention kernels and the one decision of which runs (x-transformers' ``Attend``, for CPU and GPU).
+
+:func:`choose_path` decides once per forward, from the device, the attention dropout, whether the
+probabilities are wanted and the position config, which of three paths every layer takes:
+
+* ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
+  always, on CPU when there is no dropout and no mask that needs a gradient;
+* ``BIASED_FLASH``: :class:`BiasedFlashAttention` — on CPU, no dropout, a learned dense bias (the
+  T5 bias of TUPE Eq. 5 / 8, Shaw key terms): SDPA would drop to its slow math path for a
+  grad-requiring mask, so the flash kernel runs the forward with the mask as a constant and an
+  exact backward follows;
+* ``EXPLICIT``: matmul-softmax-matmul — where the probabilities are needed (``need_weights``,
+  Shaw value vectors) and on CPU with attention dropout, where SDPA has no fused kernel and its
+  math fallback is slower than the explicit path.
+
+:func:`fold_untied_term` is the matching decision for TUPE's untied term (see
+:mod:`positional_term`): multiplied out into the dense bias on the explicit path and where a dense
+T5 bias is added anyway, kept factored (widened heads) otherwise.
+
+BiasedFlashAttention computes ``softmax(scale * q k^T + mask) v`` where ``mask`` (1 or B, H, T, T)
+requires grad: the forward runs the CPU flash kernel with the mask as a constant and keeps only
+the output and the row log-sum-exp; the backward recomputes, a few batch rows at a time, the
+probabilities ``P = exp(scale * q k^T + mask - lse)`` and the softmax gradient
+``dS = P * (dO v^T - rowsum(dO * O))``, from which come dq = scale dS k, dk = scale dS^T q,
+dv = P^T dO and the mask gradient dS (summed over the batch when the mask is shared). At most
+``CHUNK_LOGITS`` logits live at a time, and the forward keeps no (B, H, T, T) activations.
+"""
+
+import enum
+
+import torch
+import torch.nn.functional as F
+
+# Logits recomputed at once in the backward (batch rows of H x T x T): 16 MiB of float32.
+CHUNK_LOGITS = 4 * 2**20
+
+
+class BiasedFlashAttention(torch.autograd.Function):
+    """Dropout-free attention whose additive ``mask`` needs a gradient (CPU flash kernel forward)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=mask.detach(), scale=scale
+        )
+        ctx.save_for_backward(q, k, v, mask, out, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        scale = ctx.scale
+        grad_out = grad_out.contiguous()
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        shared = mask.size(0) == 1
+        grad_mask = torch.zeros_like(mask) if shared else torch.empty_like(mask)
+        delta = (grad_out * out).sum(-1, keepdim=True)
+        batch, heads, seq_len, _ = q.shape
+        rows = max(1, CHUNK_LOGITS // (heads * seq_len * seq_len))
+        for start in range(0, batch, rows):
+            b = slice(start, start + rows)
+            logits = torch.matmul(q[b], k[b].transpose(-1, -2)).mul_(scale)
+            probs = logits.add_(mask if shared else mask[b]).sub_(lse[b, ..., None]).exp_()
+            grad_logits = torch.matmul(grad_out[b], v[b].transpose(-1, -2))
+            grad_logits = grad_logits.sub_(delta[b]).mul_(probs)
+            if shared:
+                grad_mask += grad_logits.sum(0, keepdim=True)
+            else:
+                grad_mask[b] = grad_logits
+            torch.matmul(grad_logits, k[b], out=grad_q[b]).mul_(scale)
+            torch.matmul(grad_logits.transpose(-1, -2), q[b], out=grad_k[b]).mul_(scale)
+            torch.matmul(probs.transpose(-1, -2), grad_out[b], out=grad_v[b])
+        return grad_q, grad_k, grad_v, grad_mask, None
+
+
+class AttentionPath(enum.Enum):
+    SDPA = "sdpa"
+    BIASED_FLASH = "biased-flash"
+    EXPLICIT = "explicit"
+
+
+def choose_path(device, dropout, need_weights, config):
+    """The path every layer of this forward takes (see the module docstring).
+
+    ``dropout`` is the attention dropout in effect (0 in evaluation), ``config`` the model's
+    :class:`~.position_config.PositionConfig`.
+    """
+    on_cpu = torch.device(device).type == "cpu"
+    if need_weights or config.shaw_values or (on_cpu and dropout > 0):
+        return AttentionPath.EXPLICIT
+    if on_cpu and config.learned_dense_bias and torch.is_grad_enabled():
+        return AttentionPath.BIASED_FLASH
+    return AttentionPath.SDPA
+
+
+def fold_untied_term(path, config):
+    """Whether TUPE's untied term is multiplied out into the dense bias for ``path``: always on the
+    explicit path (its matmuls would otherwise run on heads of 2 d_h + 2), and wherever the T5 bias
+    is added in every layer anyway (the untied product joins it for free)."""
+    return path is AttentionPath.EXPLICIT or config.t5_bias
+
+
+def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None):
+    """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
+
+    ``mask`` is None, a boolean keep-mask or an additive float mask; ``value_table`` /
+    ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{j-i}`` (explicit path only).
+    """
+    if path is AttentionPath.EXPLICIT:
+        return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
+    if value_table is not None:
+        raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
+    if path is AttentionPath.BIASED_FLASH and mask is not None and mask.dtype != torch.bool:
+        return BiasedFlashAttention.apply(q, k, v, mask, scale), None
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+    return out, None
+
+
+def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_index=None):
+    """softmax(scale q k^T + mask) v step by step, with the probabilities (and Shaw value vectors)."""
+    # float32 logits before the mask is added: a float32 mask's padding value (its most negative
+    # number) would round to -inf in bf16 and turn an all-padded row into NaN.
+    logits = torch.matmul(q * scale, k.transpose(-1, -2)).float()
+    if mask is not None:
+        add_mask_(logits, mask)
+    probs = torch.softmax(logits, dim=-1).to(q.dtype)
+    dropped = F.dropout(probs, dropout, training=dropout > 0)
+    out = torch.matmul(dropped, v)
+    if value_table is not None:
+        per_distance = torch.zeros(
+            *probs.shape[:-1], value_table.size(0), dtype=probs.dtype, device=probs.device
+        )
+        index = value_index.expand(*probs.shape[:2], -1, -1)
+        shaw = torch.matmul(per_distance.scatter_add(-1, index, dropped), value_table.to(probs.dtype))
+        out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
+    return out, probs
+
+
+def add_mask_(logits, mask):
+    """Add an attention mask (boolean keep-mask or additive float) to fresh logits, in place."""
+    if mask.dtype == torch.bool:
+        return logits.masked_fill_(~mask, torch.finfo(logits.dtype).min)
+    return logits.add_(mask)
+
+
+def add_bias(mask, bias):
+    """Combine an attention mask (None, boolean keep-mask, or additive float) with a float bias."""
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+    return bias + mask
