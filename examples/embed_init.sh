@@ -8,7 +8,7 @@
 #
 # Settings, all optional, as environment variables:
 #   ARCH            the compared architecture (default bert_a_tiny: a learned absolute PE added to
-#                   the words, where seed 002's absorption happens)
+#                   the words, where Kang et al.'s absorption happens)
 #   SOURCE_ARCH     the model whose embeddings are exported (default tupe_a_tiny)
 #   SOURCE_UPDATES  its updates (default 300)
 #   UPDATES         updates of each compared run (default 200)

@@ -8,7 +8,7 @@
 # DATA_BIN  the pre-training data-bin: its sentencepiece.bpe.model and dict.txt encode the task
 #
 # Prepares GLUE_DIR/TASK into BIN_DIR with scripts/prepare_glue.py, then runs fairseq-train with the
-# fine-tuning hyper-parameters of seed 001 Table 1: batch 32, peak lr 2e-5, 6% linear warm-up then linear
+# fine-tuning hyper-parameters of TUPE Table 1: batch 32, peak lr 2e-5, 6% linear warm-up then linear
 # decay to 0, 10 epochs (5 for MNLI, QNLI, QQP), Adam eps 1e-6 betas (0.9, 0.999), clip 1.0, dropout 0.1,
 # weight decay 0.01. The best checkpoint is chosen by the task's metric: CoLA mcc, MRPC f1 (acc_and_f1 is
 # logged too), STS-B pearson_and_spearman (regression, --num-classes 1), accuracy elsewhere.

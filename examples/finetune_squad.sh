@@ -9,7 +9,7 @@
 #
 # 1. scripts/prepare_squad.py: TRAIN_FILE and VALID_FILE into BIN_DIR (windows of MAX_SEQ_LENGTH tokens,
 #    DOC_STRIDE apart; questions over MAX_QUERY_LENGTH pieces are skipped and counted).
-# 2. fairseq-train --task squad_span --criterion squad_span with seed 000's SQuAD setting (App. A.3,
+# 2. fairseq-train --task squad_span --criterion squad_span with Wang et al.'s SQuAD setting (App. A.3,
 #    Table 4: length 384, 3 epochs, lr 3e-5, batch 32, weight decay 0.01; best checkpoint every 1000
 #    updates) and the huggingface recipe it follows for the rest (linear decay to 0 without warm-up,
 #    Adam eps 1e-6 betas (0.9, 0.999), dropout 0.1, doc stride 128, questions up to 64 pieces).

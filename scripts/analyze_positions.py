@@ -24,7 +24,7 @@ from tupe_plugin.analysis.report import AnalysisContext, format_table, run_secti
 # section(context) -> SectionResult (see tupe_plugin/analysis/report.py).
 SECTIONS = (*POSITION_SECTIONS, embeddings_vs_positions)
 
-DEFAULT_POSITIONS = 128  # seed 000 shows the first 128 positions (its footnote 10)
+DEFAULT_POSITIONS = 128  # Wang et al. 2021 shows the first 128 positions (its footnote 10)
 REPORT_NAME = "positions.json"
 
 

@@ -5,7 +5,7 @@ Every contender is built through fairseq's registry (``--task masked_lm --criter
 ``--arch``), gets the same random batch of the given shape (15 % of the tokens masked) and is timed
 over full training steps: forward, masked-LM loss, backward, fairseq's Adam step. Contenders run in
 turn, in a rotated order every round, so that load on a shared machine hits all of them alike; the
-tables report medians and ratios to a baseline, and the targets of issue 7 with their verdicts.
+tables report medians and ratios to a baseline, and the performance targets with their verdicts.
 
 Contenders (``--contenders``):
 
@@ -15,7 +15,7 @@ Contenders (``--contenders``):
   implementation: the content-free (H, T, T) term expanded to (B, H, T, T) with the padding once per
   forward and added to explicit ``softmax(q k^T * scale + bias) v`` logits in every layer;
 * ``sdpa_PRESET``: the plugin model with every layer calling ``scaled_dot_product_attention``
-  whatever the mask and dropout (the plugin's attention before issue 7), for comparison.
+  whatever the mask and dropout (before the per-forward kernel choice), for comparison.
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under

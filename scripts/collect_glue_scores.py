@@ -5,7 +5,7 @@ Each RUN_DIR is a ``SAVE_DIR`` of ``examples/finetune_glue.sh``: ``run.json`` na
 and metric, and ``train.log`` is fairseq-train's log (``--log-format simple``). A run's score is the best
 value of its metric over the ``valid on 'valid' subset`` lines of the log (every GLUE metric is maximised).
 Runs of the same task and arch are different seeds; the table has one row per arch and one column per task,
-each cell ``mean ± sample std (n seeds)``, like seed 000 Table 2::
+each cell ``mean ± sample std (n seeds)``, like Wang et al. 2021 Table 2::
 
     python scripts/collect_glue_scores.py checkpoints/glue/*/*/seed*
 """

@@ -3,7 +3,7 @@
 
 The release (``tupe_ckp.tar.gz``: ``model.pt`` + ``dict.txt``) was saved by their fairseq 0.8 fork
 (model ``bert``); its format and the ways its computation departs from the paper are described in
-``../shared/design/OFFICIAL_TUPE.md``. This script::
+docs/official_tupe.md. This script::
 
     python scripts/convert_official_tupe.py --checkpoint tupe_ckp/model.pt --dict tupe_ckp/dict.txt \\
         --out tupe_r_release

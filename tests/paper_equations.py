@@ -1,9 +1,9 @@
 """Plain, step-by-step twin of the plugin's encoder, written from the papers' equations.
 
 Nothing here calls the plugin's attention, positional-term, bucket or sinusoid code: it reads the
-model's parameters and loops over heads, computing each logit term of seed 001 Eq. 3-11 (and the
+model's parameters and loops over heads, computing each logit term of TUPE Eq. 3-11 (and the
 §4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
-seed 000 Table 1 element by element and the Shaw vectors of seed 000 Eq. 4 pair by pair.
+Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair.
 """
 
 import math
@@ -26,7 +26,7 @@ def t5_bucket(distance_key_minus_query, num_buckets=32, max_distance=128):
 
 
 def sinusoid(position, frequencies):
-    """[.., sin(w_i x), cos(w_i x), ..] for one integer position (seed 000 Table 1)."""
+    """[.., sin(w_i x), cos(w_i x), ..] for one integer position (Wang et al. 2021 Table 1)."""
     values = []
     for w in frequencies:
         values += [torch.sin(w * position), torch.cos(w * position)]
@@ -41,7 +41,7 @@ def absolute_position(encoder, t):
 
 
 def shaw_vector(encoder, distance):
-    """a_{clip(distance, -K, K)} of seed 000 Eq. 4."""
+    """a_{clip(distance, -K, K)} of Wang et al. 2021 Eq. 4."""
     shaw = encoder.positional_term.shaw
     clipped = max(-shaw.max_distance, min(shaw.max_distance, distance))
     if hasattr(shaw, "sinusoid"):
@@ -54,7 +54,7 @@ def layer_norm(x, module):
 
 
 def content_free_correlation(encoder, seq_len, head):
-    """v_ij of seed 001 §3.2 for one head, after reset_theta (Eq. 9), or None (BERT-A)."""
+    """v_ij of TUPE §3.2 for one head, after reset_theta (Eq. 9), or None (BERT-A)."""
     term = encoder.positional_term
     head_dim = encoder.layers[0].self_attn.head_dim
     rows = slice(head * head_dim, (head + 1) * head_dim)
@@ -157,7 +157,7 @@ def attention_layer(encoder, layer, x, padding_mask):
 
 
 def encoder_features(encoder, src_tokens):
-    """The encoder's final hidden states (B, T, C) with dropout off (seed 001 Eq. 3 input)."""
+    """The encoder's final hidden states (B, T, C) with dropout off (TUPE Eq. 3 input)."""
     padding_mask = src_tokens.eq(encoder.padding_idx)
     x = encoder.embed_tokens.weight[src_tokens]
     if encoder.embed_positions is not None:

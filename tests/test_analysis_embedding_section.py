@@ -1,4 +1,4 @@
-"""The analysis report's seed 002 section: the build-time embedding diagnosis, on a checkpoint."""
+"""The analysis report's Kang et al. section: the build-time embedding diagnosis, on a checkpoint."""
 
 import torch
 

@@ -12,7 +12,7 @@ PAPER_ROWS = {
     "tupe_r": ("none", "t5", "tupe", "paper"),
     "tupe_a_tie_cls": ("none", "none", "tupe", "none"),
     "bert_a_d": ("none", "none", "four-term", "none"),
-    # seed 000, Tables 2 and 3
+    # Wang et al. 2021, Tables 2 and 3
     "bert_nope": ("none", "none", "none", "none"),
     "bert_sin_ape": ("sinusoidal", "none", "none", "none"),
     "bert_lsin_ape": ("learnable-sinusoidal", "none", "none", "none"),

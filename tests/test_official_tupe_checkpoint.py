@@ -1,6 +1,6 @@
 """scripts/convert_official_tupe.py: the authors' released TUPE-R checkpoint, converted and checked
 against a plain implementation of the release's forward pass written here from
-../shared/design/OFFICIAL_TUPE.md (not from the plugin's modules)."""
+docs/official_tupe.md (not from the plugin's modules)."""
 
 import argparse
 import math
@@ -29,7 +29,7 @@ LAYERS, DIM, HEADS, FFN, MAX_POSITIONS, BUCKETS = 2, 32, 4, 64, 24, 32
 BOGUS_DATA = "/home/tupe-authors/data/wiki_book_32768"
 
 
-# ---------------------------------------------------------------- the release, from OFFICIAL_TUPE.md
+# ---------------------------------------------------------------- the release, from docs/official_tupe.md
 
 def release_bucket(rel):
     """T5 bidirectional bucket of rel = key - query: 32 buckets, max distance 128.
@@ -126,7 +126,7 @@ def release_forward(sd, tokens, pad, heads, post_ln=True):
 
 def release_state_dict(vocab, seed=0, embedding_ln=True, post_ln=True, fused_proj=False,
                        with_bucket_matrix=True, relative=True):
-    """Random tensors under the release's key names and shapes (OFFICIAL_TUPE.md), tiny sizes."""
+    """Random tensors under the release's key names and shapes (docs/official_tupe.md), tiny sizes."""
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape, std=0.3):

@@ -1,4 +1,4 @@
-"""The properties seed 000 states for its position encodings (§2, §3.2), and learnable frequencies."""
+"""The properties Wang et al. 2021 states for its position encodings (§2, §3.2), and learnable frequencies."""
 
 import pytest
 import torch

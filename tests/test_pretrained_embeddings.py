@@ -1,4 +1,4 @@
-"""--embed-init-*: reading, matching, standardising (seed 002), and the embeddings-vs-positions diagnosis."""
+"""--embed-init-*: reading, matching, standardising (Kang et al.), and the embeddings-vs-positions diagnosis."""
 
 import argparse
 import importlib.util

@@ -1,4 +1,7 @@
-"""fairseq --user-dir plugin: BERT-A/R, TUPE-A/R and the position encodings compared in the literature."""
+"""fairseq --user-dir plugin: the position encodings of TUPE (Ke, He, Liu, "Rethinking Positional
+Encoding in Language Pre-training", arXiv 2006.15595), of Wang et al. ("On Position Embeddings in
+BERT", ICLR 2021) and the embedding initialisation of Kang et al. ("On Initializing Transformers
+with Pre-trained Embeddings", arXiv 2407.12514)."""
 
 from . import fairseq_fixes  # noqa: F401  (checkpoints, binarized data, CPU DDP)
 from . import criterions, models, tasks  # noqa: F401  (register criterions, the model and --arch presets, tasks)

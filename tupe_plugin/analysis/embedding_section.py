@@ -1,4 +1,4 @@
-"""Report section for seed 002 §4: how much of the position signal the word embeddings leave.
+"""Report section for Kang et al. §4: how much of the position signal the word embeddings leave.
 
 Wraps :func:`tupe_plugin.modules.pretrained_embeddings.embedding_position_diagnosis` (mean norms of
 word and absolute position embeddings, their ratio, and the linear position probe) as a section of
@@ -10,7 +10,7 @@ from .report import SectionResult
 
 
 def embeddings_vs_positions(context):
-    name, title = "embeddings_vs_positions", "word vs position embedding scale (seed 002)"
+    name, title = "embeddings_vs_positions", "word vs position embedding scale (Kang et al.)"
     diagnosis = embedding_position_diagnosis(context.model, context.dictionary, seed=context.seed)
     if diagnosis["position_input"] == "none":
         return SectionResult.not_applicable(name, title, f"{context.arch}: {format_diagnosis(diagnosis)}")

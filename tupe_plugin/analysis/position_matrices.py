@@ -1,4 +1,4 @@
-"""The position matrices of a plugin model, as plain tensors (seed 001 Fig. 5; seed 000 Fig. 2, 3, 6, 7).
+"""The position matrices of a plugin model, as plain tensors (TUPE Fig. 5; Wang et al. 2021 Fig. 2, 3, 6, 7).
 
 Each function takes a :class:`~tupe_plugin.models.TupeRobertaModel` and returns its matrix, or
 None when the model has no such part (e.g. ``bert_nope`` has no position table); nothing here
@@ -29,7 +29,7 @@ def has_learned_table(model):
 def content_free_term(model, seq_len):
     """(H, T, T): everything content-free every layer adds to its logits, after the [CLS] reset.
 
-    The TUPE untied term (seed 001 Eq. 7, 10, 11), BERT-A^d's (pU^Q)(pU^K)^T / sqrt(4 d_h) and the
+    The TUPE untied term (TUPE Eq. 7, 10, 11), BERT-A^d's (pU^Q)(pU^K)^T / sqrt(4 d_h) and the
     T5 bias, each with the scale attention applies; None when the model has none of them (Shaw
     vectors depend on the query and are not part of it).
     """
@@ -56,7 +56,7 @@ def absolute_position_vectors(model, seq_len):
     """(kind, (T, d) vectors) of the absolute positions, or None.
 
     kind: ``learned`` / ``sinusoidal`` / ``learnable-sinusoidal`` for a PE added at the input, or
-    ``untied`` for TUPE's / BERT-A^d's table p = LayerNorm(P) (seed 001 Eq. 7).
+    ``untied`` for TUPE's / BERT-A^d's table p = LayerNorm(P) (TUPE Eq. 7).
     """
     encoder = positional_encoder(model)
     if encoder.embed_positions is not None:
@@ -69,7 +69,7 @@ def absolute_position_vectors(model, seq_len):
 
 @torch.no_grad()
 def first_layer_position_correlation(model, seq_len):
-    """(H, T, T): (P W^Q_h)(P W^K_h)^T * scale of the first layer (seed 000 Fig. 7), or None.
+    """(H, T, T): (P W^Q_h)(P W^K_h)^T * scale of the first layer (Wang et al. 2021 Fig. 7), or None.
 
     Only for a PE added at the input; P is the raw table as in the paper's figure (no input
     LayerNorm, no projection biases), the scale the one attention uses (1/sqrt(d_h)).
@@ -97,7 +97,7 @@ def relative_position_table(model):
 
 @torch.no_grad()
 def learnable_frequencies(model):
-    """{name: (initial, learned)} frequency vectors of every learnable sinusoid (seed 000 A.5)."""
+    """{name: (initial, learned)} frequency vectors of every learnable sinusoid (Wang et al. 2021 A.5)."""
     found = {}
     for name, module in positional_encoder(model).named_modules():
         if isinstance(module, Sinusoid) and module.learnable:
@@ -116,7 +116,7 @@ def probe_vocabulary(dictionary):
 
 @torch.no_grad()
 def identical_word_attention(model, dictionary, seq_len, samples, seed=0, batch_size=16):
-    """(H, T, T): first-layer attention of sentences of one repeated word (seed 000 §3.1, Eq. 5).
+    """(H, T, T): first-layer attention of sentences of one repeated word (Wang et al. 2021 §3.1, Eq. 5).
 
     Each sentence is one randomly drawn ordinary word repeated T times; the probabilities are
     averaged over ``samples`` sentences (words drawn with replacement).

@@ -1,4 +1,4 @@
-"""The position-encoding properties of seed 000 §2 (Eq. 1-3), measured on a proximity matrix.
+"""The position-encoding properties of Wang et al. 2021 §2 (Eq. 1-3), measured on a proximity matrix.
 
 A[x, y] is the proximity phi(x, y) of positions x and y (a dot product, an attention logit or an
 attention probability). Every function here is a pure function of A (anything ``numpy.asarray``
@@ -22,7 +22,7 @@ def diagonal(a, offset):
 
 
 def offset_profile(matrix, offsets):
-    """psi(m) = mean_x A[x, x + m] for each m of ``offsets`` (seed 000 Fig. 6)."""
+    """psi(m) = mean_x A[x, x + m] for each m of ``offsets`` (Wang et al. 2021 Fig. 6)."""
     a = as_matrix(matrix)
     size = a.shape[0]
     for m in offsets:

@@ -1,4 +1,4 @@
-"""Named architectures: every paper row (DESIGN §6) in every size; any flag on the command line wins."""
+"""Named architectures: every paper row (README, Architectures) in every size; any flag on the command line wins."""
 
 from fairseq.models import register_model_architecture
 from fairseq.utils import safe_getattr
@@ -24,7 +24,7 @@ POSITION_PRESETS = {
     "bert_a_d": dict(NO_POSITION, untied_pos="four-term"),
 }
 
-# The other position encodings of "On Position Embeddings in BERT" (seed 000, Tables 2 and 3);
+# The other position encodings of "On Position Embeddings in BERT" (Wang et al. 2021, Tables 2 and 3);
 # its fully learnable APE is bert_a above.
 LEARNED, LSIN = "learned", "learnable-sinusoidal"
 RPE, SIN_RPE, LSIN_RPE = "shaw-learned", "shaw-sinusoidal", "shaw-learnable-sinusoidal"

@@ -58,9 +58,9 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             "--rel-pos",
             choices=REL_POS_CHOICES,
             help="relative position term: t5 = one bias per head and distance bucket, shared by "
-            "all layers (seed 001 Eq. 5/8); shaw-* = Shaw vectors a_clip(j-i) added to keys and "
+            "all layers (TUPE Eq. 5/8); shaw-* = Shaw vectors a_clip(j-i) added to keys and "
             "values, one table shared by heads and layers, learned / fixed sinusoidal / "
-            "learnable-frequency sinusoidal (seed 000 Eq. 4)",
+            "learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
         )
         group.add_argument(
             "--rel-pos-buckets", type=int, metavar="N", help="T5 buckets (both directions)"
@@ -86,13 +86,13 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             "--untied-pos",
             choices=UNTIED_CHOICES,
             help="position-to-position term computed in attention: tupe = untied "
-            "(pU^Q)(pU^K)^T/sqrt(2d_h) (seed 001 Eq. 7); four-term = the BERT-A^d ablation",
+            "(pU^Q)(pU^K)^T/sqrt(2d_h) (TUPE Eq. 7); four-term = the BERT-A^d ablation",
         )
         group.add_argument(
             "--cls-reset",
             choices=CLS_RESET_CHOICES,
             help="paper = reset the content-free correlations from/to [CLS] to learned "
-            "theta_1/theta_2 (seed 001 Eq. 9); release = as the authors' released code: "
+            "theta_1/theta_2 (TUPE Eq. 9); release = as the authors' released code: "
             "theta_1/theta_2 from the untied table's rows 0 and 1 (the table gets "
             "max_positions + 1 rows), the T5 bias reset on its own to two extra buckets",
         )
@@ -106,7 +106,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             action="store_true",
             help="no LayerNorm on the input embeddings (the presets use one, as BERT does)",
         )
-        group = parser.add_argument_group("pre-trained embeddings (tupe_plugin, seed 002)")
+        group = parser.add_argument_group("pre-trained embeddings (tupe_plugin, Kang et al.)")
         group.add_argument(
             "--embed-init-path",
             metavar="FILE",
@@ -154,7 +154,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
         return model
 
     def initialize_from_flags(self, args, dictionary):
-        """--embed-init-* on a new model, then the seed 002 diagnosis, both logged.
+        """--embed-init-* on a new model, then the Kang et al. diagnosis, both logged.
 
         ``args.embed_init_applied`` is then set, so a config saved in a checkpoint never re-reads the
         vectors when the model is rebuilt to receive the checkpoint's weights (fairseq-validate,

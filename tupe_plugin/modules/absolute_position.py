@@ -1,4 +1,4 @@
-"""Absolute position embeddings added to the word embeddings at the input (seed 001 Eq. 3, seed 000 Table 1).
+"""Absolute position embeddings added to the word embeddings at the input (TUPE Eq. 3, Wang et al. 2021 Table 1).
 
 ``learned``: a table of ``max_positions`` vectors (Gehring et al.; BERT) — longer inputs are refused.
 ``sinusoidal`` / ``learnable-sinusoidal``: P(t) of :mod:`sinusoid`, defined for any t.

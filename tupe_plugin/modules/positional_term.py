@@ -1,6 +1,6 @@
 """The content-free part of the attention logits, built once per forward and shared by all layers.
 
-This is the one place that turns the position flags into what attention consumes (seed 001 Eq.
+This is the one place that turns the position flags into what attention consumes (TUPE Eq.
 7-11, §4.3). Terms that are low-rank products are handed over in factored form so that each layer
 keeps a fused attention kernel:
 
@@ -20,7 +20,7 @@ keeps a fused attention kernel:
   ablation — is handed over as ``q_shift``/``k_shift`` added to the word query/key.
 * The T5 bucket bias (Eq. 5 / 8 / 11) is not low-rank: it is a dense (H, T, T) ``bias``; under the
   paper's reset its row 0 and column 0 are zeroed, because the reset replaces the whole content-free term.
-* Shaw relative vectors (seed 000 Eq. 4) depend on the query, so they are not content-free: the
+* Shaw relative vectors (Wang et al. 2021 Eq. 4) depend on the query, so they are not content-free: the
   shared (2K+1, d_h) ``rel_table`` and (T, T) ``rel_index`` are handed over and each layer adds
   q . a_{j-i} (and, unless keys-only, the value term) itself.
 """

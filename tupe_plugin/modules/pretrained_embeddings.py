@@ -1,4 +1,4 @@
-"""Initialising the word embeddings from pre-trained vectors, standardised (seed 002), and the diagnosis.
+"""Initialising the word embeddings from pre-trained vectors, standardised (Kang et al.), and the diagnosis.
 
 Seed 002 (Kang et al., "On Initializing Transformers with Pre-trained Embeddings") finds that pre-trained
 vectors with a wide value range train worse than random init, partly because, added to the much smaller
@@ -235,7 +235,7 @@ def project(vectors, dim, method, seed=1):
 
 
 def standardize(rows, method, embedding_shape, init_std=FAIRSEQ_EMBED_INIT_STD):
-    """Rescale the matched rows (seed 002 §4); statistics are over all their entries together.
+    """Rescale the matched rows (Kang et al. §4); statistics are over all their entries together.
 
     * ``none``: unchanged.
     * ``std``: (x - mean) / std * init_std — zero mean and the model's own init std (population std).
@@ -306,7 +306,7 @@ def mean_norm(vectors):
 
 
 def position_probe_r2(words, positions, num_samples=4096, ridge=1e-3, seed=0):
-    """How well a linear map recovers the position index t from x = word + position_t (seed 002 §5).
+    """How well a linear map recovers the position index t from x = word + position_t (Kang et al. §5).
 
     ``words`` (V, d) and ``positions`` (T, d). Pairs (w, t) are drawn uniformly; the words are split in
     two disjoint halves, the probe is fit on pairs of the first half and scored on pairs of the held-out

@@ -1,4 +1,4 @@
-"""T5 relative position bias (seed 001 Eq. 5 and 8): one scalar b[h, bucket(j - i)] per head and bucket."""
+"""T5 relative position bias (TUPE Eq. 5 and 8): one scalar b[h, bucket(j - i)] per head and bucket."""
 
 import math
 
@@ -44,7 +44,7 @@ def relative_position_bucket(
 
 
 class T5RelativeBias(nn.Module):
-    """The (H, T, T) bias b[h, bucket(j - i)], shared by all layers (seed 001 Eq. 5 / 8).
+    """The (H, T, T) bias b[h, bucket(j - i)], shared by all layers (TUPE Eq. 5 / 8).
 
     The bias depends on j - i only: it is looked up for the 2T - 1 offsets and spread into the
     Toeplitz (T, T) matrix through a strided window view, so its backward sums along diagonals and

@@ -1,6 +1,6 @@
 """The [CLS] reset as the TUPE authors' released code computes it (``--cls-reset release``).
 
-The release departs from seed 001's Eq. 9 and 11 (see ``../shared/design/OFFICIAL_TUPE.md``):
+The release departs from TUPE's Eq. 9 and 11 (see docs/official_tupe.md):
 
 * The untied table has ``max_positions + 1`` rows; position t uses row t + 1. theta_1 and theta_2
   are not built from two extra vectors but read off the untied term itself: theta_1[h] is row 0's

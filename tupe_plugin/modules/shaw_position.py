@@ -1,4 +1,4 @@
-"""Shaw-style relative position vectors (seed 000 Eq. 4; Shaw et al., 2018).
+"""Shaw-style relative position vectors (Wang et al. 2021 Eq. 4; Shaw et al., 2018).
 
 a_r in R^{d_h} for r = clip(j - i, -K, K), one table shared by all heads and layers, added to the
 keys (score q_i . (k_j + a_{j-i})) and, unless keys-only, to the values

@@ -1,7 +1,7 @@
-"""Sinusoids of positions with fixed or learnable frequencies (Vaswani et al.; seed 000 §3.2, Table 1).
+"""Sinusoids of positions with fixed or learnable frequencies (Vaswani et al.; Wang et al. 2021 §3.2, Table 1).
 
 P(x) = [.., sin(w_i x), cos(w_i x), ..] (pairs interleaved), w_i = (1/10000)^(2i/D) at initialisation;
-with ``learnable=True`` the D/2 frequencies are parameters (seed 000's learnable sinusoidal PEs).
+with ``learnable=True`` the D/2 frequencies are parameters (Wang et al.'s learnable sinusoidal PEs).
 """
 
 import torch

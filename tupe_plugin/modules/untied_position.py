@@ -1,4 +1,4 @@
-"""TUPE's untied absolute positional correlation (seed 001 Eq. 7 and 10, §3.3).
+"""TUPE's untied absolute positional correlation (TUPE Eq. 7 and 10, §3.3).
 
 Positions are a learned table P, layer-normalised (p = LayerNorm(P)), projected by their own
 U^Q, U^K (one pair for the whole model, split into heads like W^Q / W^K). The per-head term is
