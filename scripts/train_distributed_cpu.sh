@@ -5,7 +5,7 @@
 #
 # torchrun starts NPROC copies of fairseq-train; each reads its RANK and WORLD_SIZE from the
 # environment torchrun sets. fairseq's default --ddp-backend pytorch_ddp works on CPU thanks to
-# tupe_plugin/distributed_cpu.py (so --user-dir tupe_plugin is required). Each process draws
+# tupe_plugin/fairseq_fixes/distributed_cpu.py (so --user-dir tupe_plugin is required). Each process draws
 # --batch-size sentences per step: the effective batch is NPROC x --batch-size x --update-freq, the
 # same as one process with --update-freq multiplied by NPROC. Extra torchrun options (e.g. a fixed
 # --master-port) go in TORCHRUN_ARGS.

@@ -16,6 +16,7 @@ from tupe_plugin.analysis import position_matrices as pm
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import AnalysisContext, run_sections
 from tupe_plugin.models.architectures import POSITION_PRESETS
+from tupe_plugin.modules.pretrained_embeddings import embedding_position_diagnosis
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS_WITHOUT_FIGURE = {"embeddings_vs_positions"}  # numbers only: norms, their ratio, the probe R^2
@@ -39,7 +40,7 @@ def trained(model):
 
 
 @pytest.mark.parametrize("preset", ["tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_r"])
-def test_content_free_term_is_seed_001_v_ij_after_the_cls_reset(preset):
+def test_content_free_term_is_tupe_v_ij_after_the_cls_reset(preset):
     model = trained(build_model(f"{preset}_tiny"))
     term = pm.content_free_term(model, 10)
     encoder = pm.positional_encoder(model)
@@ -59,7 +60,38 @@ def test_content_free_term_of_bert_a_d_is_its_position_to_position_term():
         torch.testing.assert_close(term[head], expected / math.sqrt(4 * 32), atol=1e-5, rtol=1e-5)
 
 
-def test_first_layer_position_correlation_is_seed_000_fig_7():
+@pytest.mark.parametrize("preset", ["tupe_a", "tupe_r"])
+def test_released_semantics_positions_are_rows_1_to_t_of_the_untied_table(preset):
+    model = trained(build_model(f"{preset}_tiny", cls_reset="release", untied_proj_bias=True))
+    untied = pm.positional_encoder(model).positional_term.untied_position
+    kind, vectors = pm.absolute_position_vectors(model, 10)
+    assert kind == "untied"
+    expected = layer_norm(untied.embed_positions.weight[1:11], untied.layer_norm)
+    torch.testing.assert_close(vectors, expected, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("preset", ["tupe_a", "tupe_r"])
+def test_released_semantics_diagnosis_counts_max_positions(preset):
+    model = trained(build_model(f"{preset}_tiny", cls_reset="release", untied_proj_bias=True,
+                                max_positions=24))
+    diagnosis = embedding_position_diagnosis(model)
+    assert diagnosis["num_positions"] == 24
+
+
+@pytest.mark.parametrize("cls_reset", ["paper", "release"])
+def test_t5_bias_by_distance_is_the_bias_of_ordinary_pairs(cls_reset):
+    model = trained(build_model("tupe_r_tiny", cls_reset=cls_reset, untied_proj_bias=cls_reset == "release"))
+    bias = pm.positional_encoder(model).positional_term.relative_bias
+    offsets, per_offset = pm.t5_bias_by_distance(model, 12)
+    with torch.no_grad():
+        dense = bias(12)
+    for i in range(1, 12):
+        for j in range(1, 12):
+            column = int((offsets == j - i).nonzero())
+            torch.testing.assert_close(per_offset[:, column], dense[:, i, j].float())
+
+
+def test_first_layer_position_correlation_is_wang_et_al_fig_7():
     model = trained(build_model("bert_a_tiny"))
     encoder = pm.positional_encoder(model)
     positions = encoder.embed_positions.weight[:10]

@@ -85,8 +85,8 @@ def per_head_profiles(offsets, values, title, path, ylabel, xlabel="offset j - i
 
 
 def heatmap_with_profile(matrix, axis_values, profile_offsets, profile, title, path,
-                         heatmap_title, profile_title, xlabel, ylabel, profile_xlabel,
-                         profile_ylabel):
+                         heatmap_title, xlabel, ylabel, profile_ylabel,
+                         profile_title="offset profile ψ(m)", profile_xlabel="offset m (positions)"):
     """A heatmap beside a line plot: profile (name -> values over profile_offsets)."""
     figure = _figure(1, 2, width=4.6, height=4.0)
     figure.suptitle(title, fontsize=11)

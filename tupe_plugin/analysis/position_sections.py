@@ -18,9 +18,10 @@ from .position_metrics import (
 from .report import SectionResult
 
 
-def _flags(context):
-    args = context.model.args
-    return f"--abs-pos {args.abs_pos}, --untied-pos {args.untied_pos}, --rel-pos {args.rel_pos}"
+def _not_applicable(context, name, title, why):
+    """The section does not apply: ``why`` is said of the architecture, with its position flags."""
+    flags = pm.position_config(context.model).describe()
+    return SectionResult.not_applicable(name, title, f"{context.arch} {why} ({flags})")
 
 
 def _first_measured(context):
@@ -51,14 +52,14 @@ def _profiles(matrix):
 
 
 def content_free_term(context):
-    """Seed 001 Fig. 5: the per-head content-free term v_ij shared by all layers."""
+    """TUPE Fig. 5: the per-head content-free term v_ij shared by all layers."""
     name, title = "content_free_term", "content-free term v_ij per head (TUPE Fig. 5)"
     term = pm.content_free_term(context.model, context.seq_len)
     if term is None:
-        return SectionResult.not_applicable(
-            name, title,
-            f"{context.arch} has no content-free term ({_flags(context)}): only --untied-pos "
-            "tupe/four-term and --rel-pos t5 add one (Shaw vectors depend on the query)",
+        return _not_applicable(
+            context, name, title,
+            "has no content-free term: only --untied-pos tupe/four-term and --rel-pos t5 add one "
+            "(Shaw vectors depend on the query)",
         )
     result = SectionResult(name, title)
     matrices = _numpy(term)
@@ -76,13 +77,11 @@ def content_free_term(context):
 
 
 def t5_bias(context):
-    """Seed 001 Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
+    """TUPE Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
     name, title = "t5_bias", "T5 relative bias b(j - i) per head"
     found = pm.t5_bias_by_distance(context.model, context.seq_len)
     if found is None:
-        return SectionResult.not_applicable(
-            name, title, f"{context.arch} has no T5 bias ({_flags(context)})"
-        )
+        return _not_applicable(context, name, title, "has no T5 bias")
     offsets, bias = (_numpy(t) for t in found)
     result = SectionResult(name, title)
     result.figures.append(figures.per_head_profiles(
@@ -107,15 +106,12 @@ def t5_bias(context):
 
 
 def first_layer_position_correlation(context):
-    """Seed 000 Fig. 7: (P W^Q_h)(P W^K_h)^T of the first layer for a PE added at the input."""
-    name, title = "first_layer_position_correlation", \
-        "first-layer (P W^Q)(P W^K)^T / sqrt(d_h) per head (Wang et al. 2021 Fig. 7)"
+    """Wang et al. 2021 Fig. 7: (P W^Q_h)(P W^K_h)^T of the first layer for a PE added at the input."""
     correlation = pm.first_layer_position_correlation(context.model, context.seq_len)
+    name = "first_layer_position_correlation"
+    title = "first-layer (P W^Q)(P W^K)^T / sqrt(d_h) per head (Wang et al. 2021 Fig. 7)"
     if correlation is None:
-        return SectionResult.not_applicable(
-            name, title,
-            f"{context.arch} adds no position vector at the input ({_flags(context)})",
-        )
+        return _not_applicable(context, name, title, "adds no position vector at the input")
     result = SectionResult(name, title)
     matrices = _numpy(correlation)
     result.figures.append(figures.per_head_heatmaps(
@@ -126,14 +122,12 @@ def first_layer_position_correlation(context):
 
 
 def absolute_position_dot_products(context):
-    """Seed 000 Fig. 2 (top) and Fig. 6: <p_x, p_y> of the absolute table and its profile psi(m)."""
+    """Wang et al. 2021 Fig. 2 (top) and Fig. 6: <p_x, p_y> of the absolute table and its profile psi(m)."""
     name, title = "absolute_position_dot_products", \
         "dot products <p_x, p_y> of absolute positions (Wang et al. 2021 Fig. 2, 6)"
     found = pm.absolute_position_vectors(context.model, context.seq_len)
     if found is None:
-        return SectionResult.not_applicable(
-            name, title, f"{context.arch} has no absolute position table ({_flags(context)})"
-        )
+        return _not_applicable(context, name, title, "has no absolute position table")
     kind, vectors = found
     first = _first_measured(context)
     vectors = _numpy(vectors)[first:]
@@ -146,8 +140,7 @@ def absolute_position_dot_products(context):
         dots, np.arange(first, first + len(dots)), offsets,
         {"ψ(+m) = mean_x <p_x, p_x+m>": forward, "ψ(-m) = mean_x <p_x, p_x-m>": backward},
         f"{context.arch}: {title}", context.figure_path(name),
-        heatmap_title=f"<p_x, p_y>, {label}", profile_title="offset profile ψ(m)",
-        xlabel="position y", ylabel="position x", profile_xlabel="offset m (positions)",
+        heatmap_title=f"<p_x, p_y>, {label}", xlabel="position y", ylabel="position x",
         profile_ylabel="mean dot product",
     ))
     properties = property_metrics(dots, context.window)
@@ -160,14 +153,12 @@ def absolute_position_dot_products(context):
 
 
 def relative_position_dot_products(context):
-    """Seed 000 Fig. 2 (bottom): <a_r, a_s> of the Shaw table, r, s = -K..K, and a_0 . a_{±m}."""
+    """Wang et al. 2021 Fig. 2 (bottom): <a_r, a_s> of the Shaw table, r, s = -K..K, and a_0 . a_{±m}."""
     name, title = "relative_position_dot_products", \
         "dot products <a_r, a_s> of Shaw relative vectors (Wang et al. 2021 Fig. 2)"
     found = pm.relative_position_table(context.model)
     if found is None:
-        return SectionResult.not_applicable(
-            name, title, f"{context.arch} has no Shaw relative table ({_flags(context)})"
-        )
+        return _not_applicable(context, name, title, "has no Shaw relative table")
     kind, table = found
     table = _numpy(table)
     reach = len(table) // 2
@@ -195,7 +186,7 @@ def relative_position_dot_products(context):
 
 
 def identical_word_probing(context):
-    """Seed 000 §3.1 (Eq. 5): first-layer attention of one repeated word, averaged over words and heads."""
+    """Wang et al. 2021 §3.1 (Eq. 5): first-layer attention of one repeated word, averaged over words and heads."""
     name, title = "identical_word_probing", \
         "identical-word probing: first-layer attention (Wang et al. 2021 §3.1)"
     probs = _numpy(pm.identical_word_attention(
@@ -210,9 +201,8 @@ def identical_word_probing(context):
         mean, np.arange(len(mean)), np.arange(len(forward)),
         {"ψ(+m) (keys after the query)": forward, "ψ(-m) (keys before)": backward},
         f"{context.arch}: {title}, {context.probe_samples} words", context.figure_path(name),
-        heatmap_title=f"attention, mean of {len(probs)} heads", profile_title="offset profile ψ(m)",
-        xlabel="key position j", ylabel="query position i", profile_xlabel="offset m (positions)",
-        profile_ylabel="mean attention probability",
+        heatmap_title=f"attention, mean of {len(probs)} heads",
+        xlabel="key position j", ylabel="query position i", profile_ylabel="mean attention probability",
     ))
     properties = property_metrics(measured, context.window)
     result.metrics.update(
@@ -225,13 +215,11 @@ def identical_word_probing(context):
 
 
 def learned_frequencies(context):
-    """Seed 000 A.5: learned frequencies of learnable sinusoids against their initial values."""
+    """Wang et al. 2021 A.5: learned frequencies of learnable sinusoids against their initial values."""
     name, title = "learned_frequencies", "learnable-sinusoidal frequencies (Wang et al. 2021 A.5)"
     found = pm.learnable_frequencies(context.model)
     if not found:
-        return SectionResult.not_applicable(
-            name, title, f"{context.arch} has no learnable-sinusoidal PE ({_flags(context)})"
-        )
+        return _not_applicable(context, name, title, "has no learnable-sinusoidal PE")
     result = SectionResult(name, title)
     shaw = pm.positional_encoder(context.model).positional_term.shaw
     entries = {}

@@ -10,8 +10,6 @@ by name, instead of being accepted and ignored.
 
 import math
 from dataclasses import dataclass
-from typing import Optional
-
 from fairseq.utils import safe_getattr
 
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
@@ -96,97 +94,49 @@ class PositionConfig:
         config.check()
         return config
 
-    # -- derived facts -------------------------------------------------------------------------
+    # -- derived facts (read these, never the flag strings) -------------------------------------
 
-    @property
-    def head_dim(self):
-        return self.embed_dim // self.num_heads
-
-    @property
-    def absolute(self) -> Optional[str]:
-        """The absolute PE added at the input (``learned`` / ``sinusoidal`` / ``learnable-sinusoidal``)."""
-        return None if self.abs_pos == "none" else self.abs_pos
-
-    @property
-    def untied(self):
-        """TUPE's untied (pU^Q)(pU^K)^T term, factored into widened heads (Eq. 7)."""
-        return self.untied_pos == "tupe"
-
-    @property
-    def four_term(self):
-        """The BERT-A^d ablation: positions shift the word query and key (TUPE §4.3)."""
-        return self.untied_pos == "four-term"
-
-    @property
-    def untied_table(self):
-        """Whether the model has an untied position table with U^Q/U^K (TUPE or BERT-A^d)."""
-        return self.untied_pos != "none"
-
-    @property
-    def t5_bias(self):
-        return self.rel_pos == "t5"
-
-    @property
-    def shaw_table(self) -> Optional[str]:
-        """The Shaw table kind (``learned`` / ``sinusoidal`` / ``learnable-sinusoidal``), or None."""
-        return self.rel_pos[len(SHAW_PREFIX):] if self.rel_pos.startswith(SHAW_PREFIX) else None
-
-    @property
-    def shaw_values(self):
-        """Whether Shaw vectors are added to the values too (the probabilities are then needed)."""
-        return self.shaw_table is not None and not self.shaw_keys_only
-
-    @property
-    def shaw_learned(self):
-        return self.shaw_table == "learned"
-
-    @property
-    def shaw_learnable_frequencies(self):
-        return self.shaw_table == "learnable-sinusoidal"
-
-    @property
-    def cls_reset_applies(self):
-        return self.cls_reset != "none"
-
-    @property
-    def release(self):
-        """The authors' released [CLS] semantics (extra table row, per-term T5 reset)."""
-        return self.cls_reset == "release"
-
-    @property
-    def zero_cls_bias(self):
-        """Eq. 11: the paper's reset replaces row/column 0 of the whole content-free term."""
-        return self.cls_reset == "paper"
-
-    @property
-    def learned_absolute_table(self):
-        return self.abs_pos == "learned"
-
-    @property
-    def learnable_absolute_frequencies(self):
-        return self.abs_pos == "learnable-sinusoidal"
-
-    @property
-    def learned_tables(self):
-        """Whether a learned table fixes the longest input (learned APE, TUPE / BERT-A^d table)."""
-        return self.learned_absolute_table or self.untied_table
-
-    @property
-    def learned_dense_bias(self):
-        """Whether a layer's logits get a dense bias that needs a gradient (T5 bias, Shaw keys)."""
-        return self.t5_bias or self.shaw_table is not None
-
-    @property
-    def scale(self):
-        """The logit scale: 1/sqrt(d_h), 1/sqrt(2 d_h) with TUPE's untied term, 1/sqrt(4 d_h) for BERT-A^d."""
-        terms = {"none": 1, "tupe": 2, "four-term": 4}[self.untied_pos]
-        return 1.0 / math.sqrt(terms * self.head_dim)
+    def __post_init__(self):
+        shaw = self.rel_pos[len(SHAW_PREFIX):] if self.rel_pos.startswith(SHAW_PREFIX) else None
+        terms = {"none": 1, "tupe": 2, "four-term": 4}.get(self.untied_pos, 1)
+        facts = dict(
+            head_dim=self.embed_dim // max(self.num_heads, 1),
+            # the absolute PE added at the input (learned / sinusoidal / learnable-sinusoidal) or None
+            absolute=None if self.abs_pos == "none" else self.abs_pos,
+            learned_absolute_table=self.abs_pos == "learned",
+            learnable_absolute_frequencies=self.abs_pos == "learnable-sinusoidal",
+            # TUPE's untied (pU^Q)(pU^K)^T term (Eq. 7), factored into widened heads
+            untied=self.untied_pos == "tupe",
+            # the BERT-A^d ablation: positions shift the word query and key (TUPE §4.3)
+            four_term=self.untied_pos == "four-term",
+            # an untied table with U^Q/U^K (TUPE or BERT-A^d)
+            untied_table=self.untied_pos != "none",
+            t5_bias=self.rel_pos == "t5",
+            # the Shaw table kind, or None; with values the probabilities are needed
+            shaw_table=shaw,
+            shaw_learned=shaw == "learned",
+            shaw_learnable_frequencies=shaw == "learnable-sinusoidal",
+            shaw_values=shaw is not None and not self.shaw_keys_only,
+            cls_reset_applies=self.cls_reset != "none",
+            # the authors' released [CLS] semantics (extra table row, per-term T5 reset)
+            release=self.cls_reset == "release",
+            # Eq. 11: the paper's reset replaces row/column 0 of the whole content-free term
+            zero_cls_bias=self.cls_reset == "paper",
+        )
+        # a learned table fixes the longest input; a learned dense bias needs BiasedFlashAttention
+        facts.update(
+            learned_tables=facts["learned_absolute_table"] or facts["untied_table"],
+            learned_dense_bias=facts["t5_bias"] or shaw is not None,
+            # 1/sqrt(d_h); 1/sqrt(2 d_h) with TUPE's untied term; 1/sqrt(4 d_h) for BERT-A^d
+            scale=1.0 / math.sqrt(terms * max(facts["head_dim"], 1)),
+        )
+        for name, value in facts.items():
+            object.__setattr__(self, name, value)
 
     def describe(self):
         """The position flags as they would be passed on the command line."""
-        flags = [f"--abs-pos {self.abs_pos}", f"--rel-pos {self.rel_pos}",
-                 f"--untied-pos {self.untied_pos}", f"--cls-reset {self.cls_reset}"]
-        return " ".join(flags)
+        return (f"--abs-pos {self.abs_pos}, --untied-pos {self.untied_pos}, "
+                f"--rel-pos {self.rel_pos}, --cls-reset {self.cls_reset}")
 
     # -- checks --------------------------------------------------------------------------------
 

@@ -1,0 +1,78 @@
+"""One decision per forward picks the attention path; the untied term is folded exactly when that
+path wants it, and every layer runs the path it was given."""
+
+import pytest
+import torch
+from conftest import build_model, random_tokens
+from tupe_plugin.modules import attention_kernels
+from tupe_plugin.modules.attention_kernels import AttentionPath, choose_path, fold_untied_term
+from tupe_plugin.modules.position_config import PositionConfig
+
+TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
+                        cls_reset="paper")
+TUPE_A = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, untied_pos="tupe", cls_reset="paper")
+SHAW_VALUES = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="shaw-learned")
+
+
+@pytest.mark.parametrize("config, device, dropout, need_weights, expected", [
+    (TUPE_A, "cpu", 0.0, False, AttentionPath.SDPA),
+    (TUPE_A, "cpu", 0.1, False, AttentionPath.EXPLICIT),
+    (TUPE_A, "cpu", 0.0, True, AttentionPath.EXPLICIT),
+    (TUPE_R, "cpu", 0.0, False, AttentionPath.BIASED_FLASH),
+    (TUPE_R, "cpu", 0.1, False, AttentionPath.EXPLICIT),
+    (TUPE_R, "cuda", 0.1, False, AttentionPath.SDPA),
+    (TUPE_A, "cuda", 0.0, True, AttentionPath.EXPLICIT),
+    (SHAW_VALUES, "cuda", 0.0, False, AttentionPath.EXPLICIT),
+    (SHAW_VALUES, "cpu", 0.0, False, AttentionPath.EXPLICIT),
+])
+def test_the_path_follows_device_dropout_weights_and_value_terms(config, device, dropout, need_weights,
+                                                                  expected):
+    assert choose_path(device, dropout, need_weights, config) is expected
+
+
+def test_a_learned_bias_without_gradients_keeps_the_plain_fused_kernel():
+    with torch.no_grad():
+        assert choose_path("cpu", 0.0, False, TUPE_R) is AttentionPath.SDPA
+
+
+@pytest.mark.parametrize("path", list(AttentionPath))
+def test_the_untied_term_is_folded_on_the_explicit_path_and_beside_a_t5_bias(path):
+    assert fold_untied_term(path, TUPE_R)
+    assert fold_untied_term(path, TUPE_A) == (path is AttentionPath.EXPLICIT)
+
+
+def _head_widths_on_explicit_path(model, dictionary, monkeypatch, **forward_kwargs):
+    widths = []
+    original = attention_kernels.explicit_attention
+
+    def recording(q, *args, **kwargs):
+        widths.append(q.size(-1))
+        return original(q, *args, **kwargs)
+
+    monkeypatch.setattr(attention_kernels, "explicit_attention", recording)
+    model(random_tokens(dictionary, [7, 5]), features_only=True, **forward_kwargs)
+    return widths
+
+
+@pytest.mark.parametrize("preset", ["tupe_a", "tupe_a_tie_cls", "tupe_r"])
+def test_attention_maps_run_the_explicit_path_on_heads_of_d_h(preset, dictionary, monkeypatch):
+    model = build_model(f"{preset}_tiny", dictionary).eval()
+    widths = _head_widths_on_explicit_path(model, dictionary, monkeypatch, need_attn=True)
+    assert widths == [model.encoder.sentence_encoder.config.head_dim] * 2
+
+
+def test_untied_term_with_shaw_values_runs_the_explicit_path_on_heads_of_d_h(dictionary, monkeypatch):
+    model = build_model("tupe_a_tiny", dictionary, rel_pos="shaw-learned")
+    widths = _head_widths_on_explicit_path(model, dictionary, monkeypatch)
+    assert widths == [model.encoder.sentence_encoder.config.head_dim] * 2
+
+
+@pytest.mark.parametrize("preset", ["tupe_a", "tupe_r", "bert_rpe"])
+def test_attention_maps_do_not_change_the_features(preset, dictionary):
+    model = build_model(f"{preset}_tiny", dictionary).eval()
+    tokens = random_tokens(dictionary, [7, 5])
+    with torch.no_grad():
+        plain, _ = model(tokens, features_only=True)
+        with_maps, extra = model(tokens, features_only=True, need_attn=True)
+    torch.testing.assert_close(with_maps, plain, atol=1e-5, rtol=1e-5)
+    assert len(extra["attn"]) == 2

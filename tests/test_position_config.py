@@ -1,0 +1,91 @@
+"""PositionConfig owns the position flags: no other module compares their strings."""
+
+import ast
+import pathlib
+from dataclasses import FrozenInstanceError
+
+import pytest
+from conftest import REPO
+from tupe_plugin.modules.position_config import (
+    ABS_POS_CHOICES,
+    CLS_RESET_CHOICES,
+    DEFAULTS,
+    REL_POS_CHOICES,
+    SHAW_PREFIX,
+    UNTIED_CHOICES,
+    PositionConfig,
+)
+
+OWNER = pathlib.Path(REPO, "tupe_plugin", "modules", "position_config.py")
+FLAG_NAMES = set(DEFAULTS)
+# choice strings that mean a position flag wherever they appear ("none", "learned" and "sinusoidal"
+# also name other things: module kinds, other flags' values)
+FLAG_VALUES = (set(ABS_POS_CHOICES + REL_POS_CHOICES + UNTIED_CHOICES + CLS_RESET_CHOICES)
+               - {"none", "learned", "sinusoidal"})
+
+
+def _names(node):
+    return {n.attr if isinstance(n, ast.Attribute) else n.id
+            for n in ast.walk(node) if isinstance(n, (ast.Attribute, ast.Name))}
+
+
+def _strings(node):
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def flag_string_comparisons(path):
+    """(line, source) of every comparison of a position flag or of one of its values in ``path``."""
+    source = path.read_text(encoding="utf-8")
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_names(o) & FLAG_NAMES for o in operands) or any(_strings(o) & FLAG_VALUES for o in operands):
+                found.append((node.lineno, ast.get_source_segment(source, node)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("startswith", "endswith") \
+                and any(s.startswith(SHAW_PREFIX) or s in FLAG_VALUES for s in _strings(node)):
+            found.append((node.lineno, ast.get_source_segment(source, node)))
+    return found
+
+
+def test_no_module_but_the_config_compares_position_flag_strings():
+    sources = [p for p in pathlib.Path(REPO).glob("tupe_plugin/**/*.py") if p != OWNER]
+    sources += list(pathlib.Path(REPO).glob("scripts/*.py"))
+    offenders = {str(p.relative_to(REPO)): found for p in sources if (found := flag_string_comparisons(p))}
+    assert offenders == {}
+
+
+def test_the_scan_finds_a_flag_string_comparison(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('def f(args):\n    return args.rel_pos.startswith("shaw-") or args.cls_reset == "x"\n')
+    assert [line for line, _ in flag_string_comparisons(planted)] == [2, 2]
+
+
+def test_config_is_frozen():
+    config = PositionConfig(embed_dim=8, num_heads=2, max_positions=8)
+    with pytest.raises(FrozenInstanceError):
+        config.rel_pos = "t5"
+
+
+@pytest.mark.parametrize("flags, facts", [
+    (dict(untied_pos="tupe", cls_reset="paper", rel_pos="t5"),
+     dict(untied=True, t5_bias=True, zero_cls_bias=True, release=False, learned_tables=True)),
+    (dict(untied_pos="tupe", cls_reset="release", rel_pos="t5"),
+     dict(untied=True, release=True, zero_cls_bias=False, cls_reset_applies=True)),
+    (dict(rel_pos="shaw-learnable-sinusoidal", shaw_keys_only=True),
+     dict(shaw_table="learnable-sinusoidal", shaw_values=False, shaw_learnable_frequencies=True,
+          learned_dense_bias=True, learned_tables=False)),
+    (dict(abs_pos="learnable-sinusoidal"),
+     dict(absolute="learnable-sinusoidal", learnable_absolute_frequencies=True, learned_tables=False)),
+    (dict(untied_pos="four-term"), dict(four_term=True, untied=False, untied_table=True)),
+])
+def test_derived_facts_follow_the_flags(flags, facts):
+    config = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **flags)
+    assert {name: getattr(config, name) for name in facts} == facts
+
+
+@pytest.mark.parametrize("untied_pos, terms", [("none", 1), ("tupe", 2), ("four-term", 4)])
+def test_scale_is_one_over_sqrt_of_the_summed_terms_times_d_h(untied_pos, terms):
+    config = PositionConfig(embed_dim=64, num_heads=4, max_positions=8, untied_pos=untied_pos)
+    assert config.scale == pytest.approx((terms * 16) ** -0.5)
