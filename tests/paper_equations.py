@@ -3,7 +3,8 @@
 Nothing here calls the plugin's attention, positional-term, bucket or sinusoid code: it reads the
 model's parameters and loops over heads, computing each logit term of TUPE Eq. 3-11 (and the
 §4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
-Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair.
+Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair,
+the ALiBi bias pair by pair and RoPE's rotation as 2x2 blocks.
 """
 
 import math
@@ -49,6 +50,28 @@ def shaw_vector(encoder, distance):
     return shaw.weight[clipped + shaw.max_distance]
 
 
+def alibi_slope(head, num_heads):
+    """m_h of ALiBi (Press et al. 2022) for head index ``head`` (0-based), the paper's rule."""
+    def geometric(heads):
+        return [2 ** (-8 * h / heads) for h in range(1, heads + 1)]
+
+    if math.log2(num_heads).is_integer():
+        return geometric(num_heads)[head]
+    below = 2 ** int(math.log2(num_heads))
+    return (geometric(below) + geometric(2 * below)[0::2])[head]
+
+
+def rotated(x, frequencies):
+    """RoPE (Su et al. 2021): x (B, T, d) at position t times the block-diagonal matrix of the 2x2
+    rotations by the angles frequencies[k] * t, one block per pair (2k, 2k+1)."""
+    rows = []
+    for t in range(x.size(1)):
+        cos, sin = torch.cos(frequencies * t), torch.sin(frequencies * t)
+        blocks = [torch.stack([torch.stack([c, -s]), torch.stack([s, c])]) for c, s in zip(cos, sin)]
+        rows.append(x[:, t] @ torch.block_diag(*blocks).t())
+    return torch.stack(rows, 1)
+
+
 def layer_norm(x, module):
     return F.layer_norm(x, x.shape[-1:], module.weight, module.bias, module.eps)
 
@@ -67,7 +90,11 @@ def content_free_correlation(encoder, seq_len, head):
         pk = p @ untied.k_proj.weight[rows].t()
         v = v + (pq @ pk.t()) / math.sqrt(2 * head_dim)
         used = True
-    if term.relative_bias is not None:
+    if encoder.config.alibi:
+        v = v + torch.tensor([[-alibi_slope(head, encoder.config.num_heads) * abs(j - i)
+                               for j in range(seq_len)] for i in range(seq_len)])
+        used = True
+    if encoder.config.t5_bias:
         table = term.relative_bias.relative_attention_bias.weight
         bias = torch.stack(
             [
@@ -117,6 +144,9 @@ def attention_layer(encoder, layer, x, padding_mask):
         q = x @ w[:embed_dim][rows].t() + b[:embed_dim][rows]
         k = x @ w[embed_dim : 2 * embed_dim][rows].t() + b[embed_dim : 2 * embed_dim][rows]
         v = x @ w[2 * embed_dim :][rows].t() + b[2 * embed_dim :][rows]
+        if encoder.config.rotary_applies:
+            frequencies = term.rotary.sinusoid.frequencies
+            q, k = rotated(q, frequencies), rotated(k, frequencies)
         if encoder.config.four_term:
             untied = term.untied_position
             p = layer_norm(untied.embed_positions.weight[:seq_len], untied.layer_norm)

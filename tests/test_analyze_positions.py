@@ -82,7 +82,7 @@ def test_released_semantics_diagnosis_counts_max_positions(preset):
 def test_t5_bias_by_distance_is_the_bias_of_ordinary_pairs(cls_reset):
     model = trained(build_model("tupe_r_tiny", cls_reset=cls_reset, untied_proj_bias=cls_reset == "release"))
     bias = pm.positional_encoder(model).positional_term.relative_bias
-    offsets, per_offset = pm.t5_bias_by_distance(model, 12)
+    offsets, per_offset = pm.relative_bias_by_distance(model, 12, "t5")
     with torch.no_grad():
         dense = bias(12)
     for i in range(1, 12):
@@ -135,13 +135,15 @@ def test_probe_words_are_ordinary_words():
 def expected_sections(preset):
     flags = POSITION_PRESETS[preset]
     applies = {
-        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] == "t5",
+        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] in ("t5", "alibi"),
         "t5_bias": flags["rel_pos"] == "t5",
+        "alibi_bias": flags["rel_pos"] == "alibi",
+        "rotary_profile": flags["rotary"] != "none",
         "first_layer_position_correlation": flags["abs_pos"] != "none",
         "absolute_position_dot_products": flags["abs_pos"] != "none" or flags["untied_pos"] != "none",
         "relative_position_dot_products": flags["rel_pos"].startswith("shaw-"),
         "identical_word_probing": True,
-        "learned_frequencies": "learnable" in flags["abs_pos"] + flags["rel_pos"],
+        "learned_frequencies": "learnable" in flags["abs_pos"] + flags["rel_pos"] + flags["rotary"],
     }
     return {name for name, yes in applies.items() if yes}
 
@@ -169,6 +171,40 @@ def test_sections_apply_exactly_where_the_position_flags_say(preset, tmp_path, n
             )
         else:
             assert f"{preset}_tiny" in result.reason and "--abs-pos" in result.reason
+
+
+def test_alibi_section_reports_the_papers_slopes(tmp_path, no_drawing):
+    dictionary = make_dictionary()
+    model = build_model("bert_alibi_tiny", dictionary).eval()
+    context = AnalysisContext(model, dictionary, "bert_alibi_tiny", 12, str(tmp_path), window=4)
+    result = next(r for r in run_sections(context, POSITION_SECTIONS) if r.name == "alibi_bias")
+    forward = [head["bias_forward"] for head in result.metrics["heads"]]
+    for head, slope in enumerate([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]):
+        assert forward[head] == pytest.approx([-slope * m for m in range(12)])
+
+
+def test_rotary_profile_is_one_at_offset_zero_and_symmetric(tmp_path, no_drawing):
+    dictionary = make_dictionary()
+    model = build_model("bert_rope_tiny", dictionary).eval()
+    matrix = pm.rotary_offset_matrix(model, 16)
+    torch.testing.assert_close(torch.diagonal(matrix), torch.ones(16, dtype=torch.float64))
+    torch.testing.assert_close(matrix, matrix.t())
+    context = AnalysisContext(model, dictionary, "bert_rope_tiny", 16, str(tmp_path), window=4)
+    result = next(r for r in run_sections(context, POSITION_SECTIONS) if r.name == "rotary_profile")
+    properties = result.metrics["properties"]
+    assert properties["symmetry_violation"] == pytest.approx(0.0, abs=1e-9)
+    assert properties["translation_invariance_violation"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_learned_rotary_frequencies_are_compared_with_their_initial_values(tmp_path, no_drawing):
+    dictionary = make_dictionary()
+    model = build_model("bert_lrope_tiny", dictionary, rotary_base=100.0)
+    frequencies = pm.positional_encoder(model).positional_term.rotary.sinusoid.frequencies
+    with torch.no_grad():
+        frequencies.mul_(2.0)
+    context = AnalysisContext(model, dictionary, "bert_lrope_tiny", 16, str(tmp_path))
+    result = next(r for r in run_sections(context, POSITION_SECTIONS) if r.name == "learned_frequencies")
+    assert result.metrics["RoPE"]["mean_relative_change"] == pytest.approx(1.0, rel=1e-5)
 
 
 def test_learned_frequencies_are_compared_with_their_initial_values(tmp_path, no_drawing):
@@ -204,8 +240,9 @@ def run_script(*argv):
 
 @pytest.mark.parametrize("arch, not_applicable", [
     ("tupe_r_tiny", {"first_layer_position_correlation", "relative_position_dot_products",
-                     "learned_frequencies"}),
-    pytest.param("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias"},
+                     "learned_frequencies", "alibi_bias", "rotary_profile"}),
+    pytest.param("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias", "alibi_bias",
+                                                 "rotary_profile"},
                  marks=pytest.mark.slow),
 ])
 def test_script_writes_figures_json_and_table_for_a_trained_checkpoint(

@@ -1,4 +1,5 @@
-"""Wang et al. 2021 §4.2: encodings without a table of positions validate beyond the training length."""
+"""Encodings without a table of positions validate beyond the training length (Wang et al. 2021 §4.2;
+ALiBi and RoPE)."""
 
 import math
 
@@ -9,14 +10,15 @@ from cli import logged_losses, run_fairseq_steps, train_args
 TRAIN_LENGTH, VALID_LENGTH = 32, 128
 
 
-def train_short_validate_long(data, save_dir, arch, check=True):
-    """fairseq-train at TRAIN_LENGTH, then fairseq-validate its checkpoint at VALID_LENGTH."""
+def train_short_validate_long(data, save_dir, arch, check=True, train_length=TRAIN_LENGTH,
+                              valid_length=VALID_LENGTH):
+    """fairseq-train at ``train_length``, then fairseq-validate its checkpoint at ``valid_length``."""
     return run_fairseq_steps(
-        ("train", train_args(data, save_dir, arch, 2, "--tokens-per-sample", TRAIN_LENGTH)),
+        ("train", train_args(data, save_dir, arch, 2, "--tokens-per-sample", train_length)),
         ("validate", [
             data, "--user-dir", "tupe_plugin", "--path", save_dir / "checkpoint_last.pt",
-            "--task", "masked_lm", "--tokens-per-sample", VALID_LENGTH,
-            "--model-overrides", f"{{'max_positions': {VALID_LENGTH}}}",
+            "--task", "masked_lm", "--tokens-per-sample", valid_length,
+            "--model-overrides", f"{{'max_positions': {valid_length}}}",
             "--batch-size", 4, "--cpu",
         ]),
         check=check,
@@ -28,6 +30,14 @@ def test_models_without_position_tables_validate_at_4x_the_training_length(
     arch, wikitext_bin, tmp_path
 ):
     _, validated = train_short_validate_long(wikitext_bin, tmp_path, arch)
+    (loss,) = logged_losses(validated, "valid")
+    assert math.isfinite(loss)
+
+
+@pytest.mark.parametrize("arch", ["bert_alibi_tiny", "bert_rope_tiny"])
+def test_alibi_and_rope_trained_at_64_tokens_validate_at_256(arch, wikitext_bin, tmp_path):
+    _, validated = train_short_validate_long(wikitext_bin, tmp_path, arch, train_length=64,
+                                             valid_length=256)
     (loss,) = logged_losses(validated, "valid")
     assert math.isfinite(loss)
 

@@ -42,13 +42,27 @@ def has_cls_reset(model):
 
 
 @torch.no_grad()
-def t5_bias_by_distance(model, seq_len):
-    """(offsets (2T-1,), bias (H, 2T-1)): b[h, bucket(j - i)] for j - i = -(T-1)..T-1, or None."""
+def relative_bias_by_distance(model, seq_len, kind):
+    """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1 of the relative bias of ``kind``
+    (``t5``: b[h, bucket(j - i)]; ``alibi``: -m_h |j - i|), or None when the model has no such bias."""
     bias = positional_encoder(model).positional_term.relative_bias
-    if bias is None:
+    if bias is None or bias.kind != kind:
         return None
     offsets, per_offset = bias.per_offset(seq_len)
     return offsets.cpu(), per_offset.float()
+
+
+@torch.no_grad()
+def rotary_offset_matrix(model, seq_len):
+    """(T, T): psi(j - i) = (2 / d_h) sum_k cos(theta_k (j - i)), the expected RoPE logit
+    q_i . R_{j-i} q_j of identical, isotropic content (1 at offset 0), or None without RoPE."""
+    rotary = positional_encoder(model).positional_term.rotary
+    if rotary is None:
+        return None
+    frequencies = rotary.sinusoid.frequencies.detach().double().cpu()
+    positions = torch.arange(seq_len, dtype=torch.float64)
+    offsets = positions[None, :] - positions[:, None]
+    return torch.cos(offsets[..., None] * frequencies).mean(-1)
 
 
 @torch.no_grad()
@@ -102,7 +116,7 @@ def learnable_frequencies(model):
     for name, module in positional_encoder(model).named_modules():
         if isinstance(module, Sinusoid) and module.learnable:
             learned = module.frequencies.detach().float().cpu()
-            found[name] = (initial_frequencies(2 * learned.numel()), learned)
+            found[name] = (initial_frequencies(2 * learned.numel(), module.base), learned)
     return found
 
 

@@ -78,10 +78,18 @@ def content_free_term(context):
 
 def t5_bias(context):
     """TUPE Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
-    name, title = "t5_bias", "T5 relative bias b(j - i) per head"
-    found = pm.t5_bias_by_distance(context.model, context.seq_len)
+    return _relative_bias_section(context, "t5", "t5_bias", "T5 relative bias b(j - i) per head")
+
+
+def alibi_bias(context):
+    """ALiBi (Press et al. 2022): the fixed bias -m_h |j - i| against the offset, per head."""
+    return _relative_bias_section(context, "alibi", "alibi_bias", "ALiBi bias -m_h |j - i| per head")
+
+
+def _relative_bias_section(context, kind, name, title):
+    found = pm.relative_bias_by_distance(context.model, context.seq_len, kind)
     if found is None:
-        return _not_applicable(context, name, title, "has no T5 bias")
+        return _not_applicable(context, name, title, f"has no {kind} bias")
     offsets, bias = (_numpy(t) for t in found)
     result = SectionResult(name, title)
     result.figures.append(figures.per_head_profiles(
@@ -102,6 +110,27 @@ def t5_bias(context):
     mean = {key: float(np.mean([h[key] for h in heads])) for key in keys}
     result.metrics.update(heads=heads, mean_over_heads=mean)
     result.add_row(f"b(j-i) (mean of {len(heads)} heads)", mean)
+    return result
+
+
+def rotary_profile(context):
+    """RoPE (Su et al. 2021): the logit of identical content at offset j - i, psi(j - i)."""
+    name, title = "rotary_profile", "RoPE: expected q_i . R_(j-i) q_j of identical content"
+    matrix = pm.rotary_offset_matrix(context.model, context.seq_len)
+    if matrix is None:
+        return _not_applicable(context, name, title, "has no rotary position embedding")
+    matrix = _numpy(matrix)
+    forward, backward = _profiles(matrix)
+    result = SectionResult(name, title)
+    result.figures.append(figures.heatmap_with_profile(
+        matrix, np.arange(len(matrix)), np.arange(len(forward)),
+        {"ψ(+m)": forward, "ψ(-m)": backward}, f"{context.arch}: {title}", context.figure_path(name),
+        heatmap_title="ψ(j - i) = mean_k cos(θ_k (j - i))", xlabel="key position j",
+        ylabel="query position i", profile_ylabel="ψ(m)",
+    ))
+    properties = property_metrics(matrix, context.window)
+    result.metrics.update(properties=properties, psi_forward=forward.tolist())
+    result.add_row("ψ(j - i)", properties)
     return result
 
 
@@ -225,9 +254,10 @@ def learned_frequencies(context):
     entries = {}
     for module_name, (initial, learned) in found.items():
         initial, learned = _numpy(initial), _numpy(learned)
-        label = "APE" if module_name.startswith("embed_positions") else "RPE"
+        label = ("APE" if module_name.startswith("embed_positions")
+                 else "RoPE" if module_name.startswith("positional_term.rotary") else "RPE")
         # Shaw distances are clipped at K: the RPE's profile stops there.
-        reach = context.seq_len if label == "APE" else min(context.seq_len, shaw.max_distance + 1)
+        reach = min(context.seq_len, shaw.max_distance + 1) if label == "RPE" else context.seq_len
         offsets = np.arange(reach)
         psi_initial = np.cos(np.outer(offsets, initial)).sum(1)
         psi_learned = np.cos(np.outer(offsets, learned)).sum(1)
@@ -255,6 +285,8 @@ def learned_frequencies(context):
 POSITION_SECTIONS = (
     content_free_term,
     t5_bias,
+    alibi_bias,
+    rotary_profile,
     first_layer_position_correlation,
     absolute_position_dot_products,
     relative_position_dot_products,

@@ -13,7 +13,7 @@ SIZES = {
     "large": (24, 1024, 16, 4096),
 }
 
-NO_POSITION = dict(abs_pos="none", rel_pos="none", untied_pos="none", cls_reset="none")
+NO_POSITION = dict(abs_pos="none", rel_pos="none", untied_pos="none", cls_reset="none", rotary="none")
 
 POSITION_PRESETS = {
     "bert_a": dict(NO_POSITION, abs_pos="learned"),
@@ -41,6 +41,14 @@ POSITION_PRESETS.update(
     bert_lsin_ape_rpe=dict(NO_POSITION, abs_pos=LSIN, rel_pos=RPE),
     bert_lsin_ape_sin_rpe=dict(NO_POSITION, abs_pos=LSIN, rel_pos=SIN_RPE),
     bert_lsin_ape_lsin_rpe=dict(NO_POSITION, abs_pos=LSIN, rel_pos=LSIN_RPE),
+)
+
+# Beyond the papers: the encodings comparisons are made against today.
+POSITION_PRESETS.update(
+    bert_rope=dict(NO_POSITION, rotary="fixed"),
+    bert_lrope=dict(NO_POSITION, rotary="learnable"),
+    bert_alibi=dict(NO_POSITION, rel_pos="alibi"),
+    tupe_rope=dict(NO_POSITION, untied_pos="tupe", cls_reset="paper", rotary="fixed"),
 )
 
 

@@ -18,7 +18,13 @@ from fairseq.models.roberta.model import base_architecture as roberta_base_archi
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..modules import position_config
-from ..modules.position_config import ABS_POS_CHOICES, CLS_RESET_CHOICES, REL_POS_CHOICES, UNTIED_CHOICES
+from ..modules.position_config import (
+    ABS_POS_CHOICES,
+    CLS_RESET_CHOICES,
+    REL_POS_CHOICES,
+    ROTARY_CHOICES,
+    UNTIED_CHOICES,
+)
 from ..modules.positional_encoder import PositionalTransformerEncoder
 from ..modules.pretrained_embeddings import (
     PROJECT_CHOICES,
@@ -58,9 +64,19 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             "--rel-pos",
             choices=REL_POS_CHOICES,
             help="relative position term: t5 = one bias per head and distance bucket, shared by "
-            "all layers (TUPE Eq. 5/8); shaw-* = Shaw vectors a_clip(j-i) added to keys and "
-            "values, one table shared by heads and layers, learned / fixed sinusoidal / "
-            "learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
+            "all layers (TUPE Eq. 5/8); alibi = the fixed bias -m_h|j-i| (Press et al. 2022); "
+            "shaw-* = Shaw vectors a_clip(j-i) added to keys and values, one table shared by heads "
+            "and layers, learned / fixed sinusoidal / learnable-frequency sinusoidal (Wang et al. "
+            "2021 Eq. 4)",
+        )
+        group.add_argument(
+            "--rotary",
+            choices=ROTARY_CHOICES,
+            help="rotary position embedding (RoPE, Su et al. 2021): q and k of every layer rotated "
+            "by position; learnable = the d_h/2 frequencies are parameters initialised at the fixed ones",
+        )
+        group.add_argument(
+            "--rotary-base", type=float, metavar="B", help="RoPE's frequency base (default 10000)"
         )
         group.add_argument(
             "--rel-pos-buckets", type=int, metavar="N", help="T5 buckets (both directions)"

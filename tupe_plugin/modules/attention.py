@@ -2,7 +2,7 @@
 Wang et al. 2021, Eq. 4).
 
 Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v`` with q, k shifted by
-``q_shift`` / ``k_shift`` when given (see :mod:`positional_term`). Shaw relative vectors add
+``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see :mod:`positional_term`). Shaw relative vectors add
 ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered) to the mask, and
 their value term ``sum_j alpha_ij a_{j-i}`` to the output. Which kernel runs was decided once for the
 whole forward (:func:`~.attention_kernels.choose_path`); this layer only executes it.
@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention_kernels import add_bias, attend
+from .rotary_position import rotate
 
 
 class PositionalSelfAttention(nn.Module):
@@ -41,6 +42,9 @@ class PositionalSelfAttention(nn.Module):
         if term.q_shift is not None:
             q = q + term.q_shift.to(q.dtype)
             k = k + term.k_shift.to(k.dtype)
+        if term.rotary_cos is not None:
+            q = rotate(q, term.rotary_cos, term.rotary_sin)
+            k = rotate(k, term.rotary_cos, term.rotary_sin)
         if term.rel_table is not None:
             attn_mask = add_bias(attn_mask, self._shaw_key_bias(q, term))
         if term.q_extra is not None:

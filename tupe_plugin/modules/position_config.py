@@ -15,9 +15,10 @@ from fairseq.utils import safe_getattr
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_PREFIX = "shaw-"
-REL_POS_CHOICES = ("none", "t5") + tuple(SHAW_PREFIX + table for table in SHAW_TABLES)
+REL_POS_CHOICES = ("none", "t5", "alibi") + tuple(SHAW_PREFIX + table for table in SHAW_TABLES)
 UNTIED_CHOICES = ("none", "tupe", "four-term")
 CLS_RESET_CHOICES = ("none", "paper", "release")
+ROTARY_CHOICES = ("none", "fixed", "learnable")
 
 # What a preset leaves unset: TUPE-R (the base architecture of the model).
 DEFAULTS = dict(
@@ -30,6 +31,8 @@ DEFAULTS = dict(
     untied_pos="tupe",
     cls_reset="paper",
     untied_proj_bias=False,
+    rotary="none",
+    rotary_base=10000.0,
 )
 
 # RoBERTa flags the plugin's encoder does not implement: (flag, value that means "off", why).
@@ -79,6 +82,8 @@ class PositionConfig:
     shaw_max_distance: int = 64
     shaw_keys_only: bool = False
     untied_proj_bias: bool = False
+    rotary: str = "none"
+    rotary_base: float = 10000.0
 
     @classmethod
     def from_args(cls, args):
@@ -112,6 +117,11 @@ class PositionConfig:
             # an untied table with U^Q/U^K (TUPE or BERT-A^d)
             untied_table=self.untied_pos != "none",
             t5_bias=self.rel_pos == "t5",
+            # ALiBi (Press et al. 2022): the fixed -m_h |j - i| bias, no parameters
+            alibi=self.rel_pos == "alibi",
+            # RoPE (Su et al. 2021): q, k rotated by position; learnable = the frequencies are parameters
+            rotary_applies=self.rotary != "none",
+            learnable_rotary_frequencies=self.rotary == "learnable",
             # the Shaw table kind, or None; with values the probabilities are needed
             shaw_table=shaw,
             shaw_learned=shaw == "learned",
@@ -136,14 +146,15 @@ class PositionConfig:
     def describe(self):
         """The position flags as they would be passed on the command line."""
         return (f"--abs-pos {self.abs_pos}, --untied-pos {self.untied_pos}, "
-                f"--rel-pos {self.rel_pos}, --cls-reset {self.cls_reset}")
+                f"--rel-pos {self.rel_pos}, --rotary {self.rotary}, --cls-reset {self.cls_reset}")
 
     # -- checks --------------------------------------------------------------------------------
 
     def check(self):
         errors = []
         for flag, choices in (("abs_pos", ABS_POS_CHOICES), ("rel_pos", REL_POS_CHOICES),
-                              ("untied_pos", UNTIED_CHOICES), ("cls_reset", CLS_RESET_CHOICES)):
+                              ("untied_pos", UNTIED_CHOICES), ("cls_reset", CLS_RESET_CHOICES),
+                              ("rotary", ROTARY_CHOICES)):
             if getattr(self, flag) not in choices:
                 errors.append(f"{_flag(flag)} must be one of {', '.join(choices)}, got {getattr(self, flag)}")
         if errors:
@@ -178,10 +189,38 @@ class PositionConfig:
                 errors.append(f"--shaw-max-distance must be >= 1, got {self.shaw_max_distance}")
             if not self.shaw_learned and self.head_dim % 2:
                 errors.append(f"--rel-pos {self.rel_pos} needs an even head dimension, got {self.head_dim}")
+        errors += self._rotary_and_alibi_errors()
         if self.absolute is not None and not self.learned_absolute_table and self.embed_dim % 2:
             errors.append(f"--abs-pos {self.abs_pos} needs an even --encoder-embed-dim, got {self.embed_dim}")
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
+
+    def _rotary_and_alibi_errors(self):
+        errors = []
+        if self.rotary_applies:
+            if self.head_dim % 2:
+                errors.append(f"--rotary {self.rotary} rotates pairs of dimensions: the head "
+                              f"dimension must be even, got {self.head_dim}")
+            if self.rotary_base <= 1:
+                errors.append(f"--rotary-base must be > 1, got {self.rotary_base}")
+            if self.four_term:
+                errors.append(
+                    f"--rotary {self.rotary} with --untied-pos four-term: BERT-A^d adds positions to the "
+                    "query and key that RoPE would rotate again; use --untied-pos tupe (TUPE's untied "
+                    "term beside a rotary word term) or none"
+                )
+            if self.shaw_table is not None:
+                errors.append(
+                    f"--rotary {self.rotary} with --rel-pos {self.rel_pos}: two query-dependent relative "
+                    "encodings; choose one (--rotary may be combined with --rel-pos t5)"
+                )
+            if self.alibi:
+                errors.append(f"--rotary {self.rotary} with --rel-pos alibi: two relative encodings; "
+                              "choose one")
+        if self.alibi and self.release:
+            errors.append("--cls-reset release reproduces the released TUPE-R's T5 bias; use "
+                          "--cls-reset paper (or none) with --rel-pos alibi")
+        return errors
 
 
 def check_model_flags(args):

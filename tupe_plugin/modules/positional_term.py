@@ -32,9 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .alibi_position import AlibiBias
 from .attention_kernels import AttentionPath, fold_untied_term
 from .relative_position import T5RelativeBias
 from .release_position import ReleaseT5RelativeBias, ReleaseUntiedPositionalCorrelation
+from .rotary_position import RotaryPosition
 from .shaw_position import ShawRelativePosition
 from .untied_position import UntiedPositionalCorrelation
 
@@ -54,6 +56,8 @@ class PositionalTerm:
     rel_table: Optional[torch.Tensor] = None
     rel_index: Optional[torch.Tensor] = None
     rel_values: bool = False
+    rotary_cos: Optional[torch.Tensor] = None
+    rotary_sin: Optional[torch.Tensor] = None
     path: AttentionPath = AttentionPath.SDPA
     attn_mask: Optional[torch.Tensor] = None
 
@@ -121,9 +125,15 @@ class SharedPositionalTerm(nn.Module):
                 config.cls_reset_applies, config.untied_proj_bias,
             )
         relative_bias = ReleaseT5RelativeBias if config.release else T5RelativeBias
-        self.relative_bias = (
-            relative_bias(config.num_heads, config.rel_pos_buckets, config.rel_pos_max_distance)
-            if config.t5_bias
+        if config.t5_bias:
+            self.relative_bias = relative_bias(
+                config.num_heads, config.rel_pos_buckets, config.rel_pos_max_distance
+            )
+        else:
+            self.relative_bias = AlibiBias(config.num_heads) if config.alibi else None
+        self.rotary = (
+            RotaryPosition(self.head_dim, config.rotary_base, config.learnable_rotary_frequencies)
+            if config.rotary_applies
             else None
         )
         self.shaw = (
@@ -166,6 +176,8 @@ class SharedPositionalTerm(nn.Module):
                 bias[:, 0, :] = 0
                 bias[:, :, 0] = 0
             term.bias = bias
+        if self.rotary is not None:
+            term.rotary_cos, term.rotary_sin = self.rotary(seq_len)
         if self.shaw is not None:
             term.rel_table = self.shaw.table()
             term.rel_index = self.shaw.index(seq_len, term.rel_table.device)

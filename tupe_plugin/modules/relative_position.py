@@ -52,6 +52,8 @@ class T5RelativeBias(nn.Module):
     the rest of the shared term's forward and backward together).
     """
 
+    kind = "t5"
+
     def __init__(self, num_heads, num_buckets=32, max_distance=128):
         super().__init__()
         self.num_buckets = num_buckets

@@ -8,17 +8,18 @@ import torch
 from torch import nn
 
 
-def initial_frequencies(dim):
-    return 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float) / dim)
+def initial_frequencies(dim, base=10000.0):
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float) / dim)
 
 
 class Sinusoid(nn.Module):
-    def __init__(self, dim, learnable=False):
+    def __init__(self, dim, learnable=False, base=10000.0):
         super().__init__()
         if dim % 2:
             raise ValueError(f"sinusoidal position encodings need an even dimension, got {dim}")
         self.learnable = learnable
-        frequencies = initial_frequencies(dim)
+        self.base = base
+        frequencies = initial_frequencies(dim, base)
         if learnable:
             self.frequencies = nn.Parameter(frequencies)
         else:
@@ -28,7 +29,11 @@ class Sinusoid(nn.Module):
     def kind(self):
         return "learnable-sinusoidal" if self.learnable else "sinusoidal"
 
+    def angles(self, positions):
+        """positions: float tensor (...,) -> (..., dim / 2) angles w_i x."""
+        return positions[..., None] * self.frequencies
+
     def forward(self, positions):
         """positions: float tensor (...,) -> (..., dim)."""
-        angles = positions[..., None] * self.frequencies
+        angles = self.angles(positions)
         return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)

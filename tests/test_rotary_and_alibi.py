@@ -1,0 +1,119 @@
+"""RoPE (Su et al. 2021) and ALiBi (Press et al. 2022): the properties their papers state."""
+
+import pytest
+import torch
+from conftest import build_model, random_tokens
+from tupe_plugin.modules.alibi_position import AlibiBias, alibi_slopes
+from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.modules.rotary_position import RotaryPosition, rotate
+
+
+@pytest.mark.parametrize("heads, expected", [
+    (8, [2 ** -1, 2 ** -2, 2 ** -3, 2 ** -4, 2 ** -5, 2 ** -6, 2 ** -7, 2 ** -8]),
+    (4, [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]),
+    # not a power of two: the 8 slopes of 8 heads, then every other slope of 16 heads from the first
+    (12, [2 ** -1, 2 ** -2, 2 ** -3, 2 ** -4, 2 ** -5, 2 ** -6, 2 ** -7, 2 ** -8,
+          2 ** -0.5, 2 ** -1.5, 2 ** -2.5, 2 ** -3.5]),
+    (6, [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3]),
+])
+def test_alibi_slopes_follow_the_papers_rule(heads, expected):
+    torch.testing.assert_close(alibi_slopes(heads), torch.tensor(expected, dtype=torch.float64))
+
+
+def test_alibi_bias_is_minus_slope_times_distance_and_has_no_parameters():
+    module = AlibiBias(4)
+    bias = module(6)
+    slopes = alibi_slopes(4).float()
+    for i in range(6):
+        for j in range(6):
+            torch.testing.assert_close(bias[:, i, j], -slopes * abs(j - i))
+    assert list(module.parameters()) == [] and module.state_dict() == {}
+
+
+def test_alibi_probabilities_with_constant_content_are_the_softmax_of_the_bias(dictionary):
+    model = build_model("bert_alibi_tiny", dictionary).eval()
+    tokens = torch.full((1, 9), dictionary.index("w3"))  # one word everywhere: equal content logits
+    slopes = alibi_slopes(4).float()
+    distance = (torch.arange(9)[None, :] - torch.arange(9)[:, None]).abs()
+    expected = torch.softmax(-slopes[:, None, None] * distance, -1)
+    with torch.no_grad():
+        _, extra = model(tokens, features_only=True, need_attn=True)
+    torch.testing.assert_close(extra["attn"][0][0], expected, atol=1e-5, rtol=1e-4)
+
+
+def test_rotary_logits_depend_only_on_the_offset_for_identical_content():
+    rotary = RotaryPosition(32)
+    cos, sin = rotary(12)
+    q, k = torch.randn(32), torch.randn(32)
+    rotated_q = rotate(q.expand(12, -1), cos, sin)
+    rotated_k = rotate(k.expand(12, -1), cos, sin)
+    logits = rotated_q @ rotated_k.t()
+    for offset in range(-11, 12):
+        diagonal = torch.diagonal(logits, offset)
+        torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(torch.diagonal(logits, 1)[0], torch.diagonal(logits, 3)[0])
+
+
+def test_rotary_model_logits_depend_only_on_the_offset_for_identical_words(dictionary):
+    model = build_model("bert_rope_tiny", dictionary).eval()
+    encoder = model.encoder.sentence_encoder
+    x = encoder.embed(torch.full((1, 10), dictionary.index("w5")))
+    attention = encoder.layers[0].self_attn
+    q, k, _ = attention.in_proj(x).view(1, 10, 3, 4, 32).permute(2, 0, 3, 1, 4).unbind(0)
+    cos, sin = encoder.positional_term.rotary(10)
+    logits = rotate(q, cos, sin) @ rotate(k, cos, sin).transpose(-1, -2)
+    for offset in range(-9, 10):
+        diagonal = torch.diagonal(logits, offset, dim1=-2, dim2=-1)
+        torch.testing.assert_close(diagonal, diagonal[..., :1].expand_as(diagonal), atol=1e-4, rtol=1e-4)
+
+
+def test_rotation_keeps_the_norm_of_every_pair():
+    cos, sin = RotaryPosition(16)(7)
+    x = torch.randn(3, 7, 16)
+    pairs = rotate(x, cos, sin).view(3, 7, 8, 2).norm(dim=-1)
+    torch.testing.assert_close(pairs, x.view(3, 7, 8, 2).norm(dim=-1))
+
+
+def test_learnable_rotary_frequencies_start_at_the_fixed_ones_and_get_gradients(dictionary):
+    model = build_model("bert_lrope_tiny", dictionary)
+    fixed = build_model("bert_rope_tiny", dictionary)
+    learnable = model.encoder.sentence_encoder.positional_term.rotary.sinusoid.frequencies
+    constant = fixed.encoder.sentence_encoder.positional_term.rotary.sinusoid.frequencies
+    assert isinstance(learnable, torch.nn.Parameter) and not isinstance(constant, torch.nn.Parameter)
+    torch.testing.assert_close(learnable.detach(), constant)
+    model(random_tokens(dictionary, [7, 4]), features_only=True)[0].sum().backward()
+    assert learnable.grad is not None and learnable.grad.abs().sum() > 0
+
+
+def test_rotary_base_sets_the_frequencies(dictionary):
+    model = build_model("bert_rope_tiny", dictionary, rotary_base=500.0)
+    frequencies = model.encoder.sentence_encoder.positional_term.rotary.sinusoid.frequencies
+    torch.testing.assert_close(frequencies, 500.0 ** (-torch.arange(0, 32, 2).float() / 32))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(rotary="fixed", untied_pos="four-term"), "--rotary fixed with --untied-pos four-term"),
+    (dict(rotary="learnable", rel_pos="shaw-learned"), "two query-dependent relative encodings"),
+    (dict(rotary="fixed", rel_pos="alibi"), "--rotary fixed with --rel-pos alibi"),
+    (dict(rel_pos="alibi", untied_pos="tupe", cls_reset="release"), "--cls-reset release .* alibi"),
+    (dict(rotary="fixed", rotary_base=1.0), "--rotary-base must be > 1"),
+    (dict(rotary="spiral"), "--rotary must be one of none, fixed, learnable"),
+])
+def test_nonsense_rotary_and_alibi_combinations_are_refused_by_name(flags, message):
+    with pytest.raises(PositionFlagError, match=message):
+        PositionConfig(embed_dim=64, num_heads=4, max_positions=8, **flags).check()
+
+
+def test_rotary_needs_an_even_head_dimension():
+    with pytest.raises(PositionFlagError, match="head dimension must be even, got 9"):
+        PositionConfig(embed_dim=36, num_heads=4, max_positions=8, rotary="fixed").check()
+
+
+@pytest.mark.parametrize("flags", [
+    dict(rotary="fixed", rel_pos="t5"), dict(rotary="fixed", untied_pos="tupe", cls_reset="paper"),
+    dict(rel_pos="alibi", untied_pos="tupe", cls_reset="paper"), dict(rel_pos="alibi", abs_pos="learned"),
+])
+def test_meaningful_combinations_build(flags, dictionary):
+    model = build_model("bert_nope_tiny", dictionary, **flags)
+    out = model(random_tokens(dictionary, [6, 3]), features_only=True)[0]
+    assert torch.isfinite(out).all()
