@@ -56,7 +56,8 @@ PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
 PLAIN_PREFIX = "plain_"
 SDPA_PREFIX = "sdpa_"
 VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX)
-DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r"]
+DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r", "bert_rope",
+                      "bert_alibi"]
 # (what, contender, reference, bound, sequence lengths it applies to or None for all)
 TARGETS = [
     ("step time", "bert_a", "roberta", 1.02, None),
@@ -66,6 +67,10 @@ TARGETS = [
     ("step time", "tupe_a", "bert_a", 1.10, lambda t: t < 512),
     ("step time", "tupe_r", "plain_tupe_r", 0.70, None),
     ("peak memory", "tupe_r", "bert_a", 1.05, None),
+    ("step time", "bert_rope", "bert_a", 1.03, lambda t: t >= 512),
+    ("step time", "bert_alibi", "bert_a", 1.03, lambda t: t >= 512),
+    ("peak memory", "bert_rope", "bert_a", 1.02, lambda t: t >= 512),
+    ("peak memory", "bert_alibi", "bert_a", 1.02, lambda t: t >= 512),
 ]
 POSITIONAL_TERM_SHARE_BOUND = 0.02
 MASK_FRACTION = 0.15
