@@ -31,6 +31,8 @@ import enum
 import torch
 import torch.nn.functional as F
 
+from .attention_dropout import keep_mask, keep_probability
+
 # Logits recomputed at once in the backward (batch rows of H x T x T): 16 MiB of float32.
 CHUNK_LOGITS = 4 * 2**20
 
@@ -118,14 +120,16 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
 
 
 def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_index=None):
-    """softmax(scale q k^T + mask) v step by step, with the probabilities (and Shaw value vectors)."""
+    """softmax(scale q k^T + mask) v step by step, with the probabilities (and Shaw value vectors);
+    attention dropout with :func:`~.attention_dropout.keep_mask`."""
     # float32 logits before the mask is added: a float32 mask's padding value (its most negative
     # number) would round to -inf in bf16 and turn an all-padded row into NaN.
-    logits = torch.matmul(q * scale, k.transpose(-1, -2)).float()
+    logits = torch.matmul(q * scale, k.transpose(-1, -2))
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     if mask is not None:
         add_mask_(logits, mask)
     probs = torch.softmax(logits, dim=-1).to(q.dtype)
-    dropped = F.dropout(probs, dropout, training=dropout > 0)
+    dropped = probs if dropout == 0 else probs * keep_mask(probs.shape, dropout, probs.device)
     out = torch.matmul(dropped, v)
     if value_table is not None:
         per_distance = torch.zeros(
@@ -134,6 +138,8 @@ def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_in
         index = value_index.expand(*probs.shape[:2], -1, -1)
         shaw = torch.matmul(per_distance.scatter_add(-1, index, dropped), value_table.to(probs.dtype))
         out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
+    if dropout > 0:  # the kept probabilities' scale, applied to the (B, H, T, d) output: linear in them
+        out = out * (1.0 / keep_probability(dropout, probs.device.type))
     return out, probs
 
 
