@@ -73,6 +73,7 @@ TARGETS = [
     ("peak memory", "bert_alibi", "bert_a", 1.02, lambda t: t >= 512),
 ]
 POSITIONAL_TERM_SHARE_BOUND = 0.02
+MIN_ROUNDS_FOR_VERDICTS = 5
 MASK_FRACTION = 0.15
 
 
@@ -90,7 +91,8 @@ def parse_args(argv=None):
                         help="rows after the first are shortened by up to this fraction of T "
                         "(right padding); 0 = full rows, as masked_lm's blocks are")
     parser.add_argument("--vocab", type=int, default=32000, help="dictionary size")
-    parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help=f"round-robin rounds (met/missed verdicts need {MIN_ROUNDS_FOR_VERDICTS} or more)")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per contender per round")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per contender first")
     parser.add_argument("--dropout", type=float, default=0.1, help="--dropout of every contender")
@@ -113,6 +115,11 @@ def parse_args(argv=None):
                             for t in args.seq_lens]
     if len(args.batch_sizes) != len(args.seq_lens):
         parser.error(f"--batch-sizes needs one value per --seq-lens ({len(args.seq_lens)})")
+    for flag in ("rounds", "steps"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be 0 or more, got {args.warmup}")
     if args.baseline not in args.contenders:
         parser.error(f"--baseline {args.baseline} is not among --contenders {args.contenders}")
     if not 0 <= args.padding < 1:
@@ -359,6 +366,17 @@ class Contender:
             self.step(sample)
         return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
 
+    def attention_path(self):
+        """The attention path every layer takes in the timed (training) steps."""
+        if self.name == "roberta":
+            return "fairseq MultiheadAttention"
+        if self.name.startswith(PLAIN_PREFIX):
+            return "plain reference (explicit)"
+        encoder = self.model.encoder.sentence_encoder
+        path = AttentionPath.SDPA if self.name.startswith(SDPA_PREFIX) else choose_path(
+            self.device, encoder.attention_dropout, False, encoder.config)
+        return path.value
+
     def positional_term_seconds(self, sample, repeats):
         """Median forward time of the shared term and its mask (plugin contenders only)."""
         if self.name == "roberta":
@@ -439,6 +457,7 @@ def measure_shape(args, seq_len, batch, data_dir, log):
             "tokens_per_second": batch * seq_len / step,
             "positional_term_seconds": term,
             "positional_term_share": None if term is None else term / step,
+            "attention_path": contender.attention_path(),
             "peak_bytes": None if args.no_memory else contender.peak_bytes(sample),
             "parameters": sum(p.numel() for p in contender.params),
         }
@@ -462,7 +481,8 @@ def ratio(results, name, reference, key):
     return None if value is None or base is None else value / base
 
 
-def verdicts(shapes, bound_share=POSITIONAL_TERM_SHARE_BOUND):
+def verdicts(shapes, rounds, bound_share=POSITIONAL_TERM_SHARE_BOUND):
+    """The targets' rows; ``met`` is None (no verdict) from fewer than MIN_ROUNDS_FOR_VERDICTS rounds."""
     rows = []
     for shape in shapes:
         results, seq_len = shape["results"], shape["seq_len"]
@@ -472,14 +492,23 @@ def verdicts(shapes, bound_share=POSITIONAL_TERM_SHARE_BOUND):
             key = "median_step_seconds" if what == "step time" else "peak_bytes"
             value = ratio(results, name, reference, key)
             if value is not None:
-                rows.append({"seq_len": seq_len, "target": f"{name} {what} / {reference}",
+                rows.append({"seq_len": seq_len, "target": f"{name} {what} / {reference}", "unit": "x",
                              "bound": bound, "ratio": value, "met": value <= bound})
         for name, result in results.items():
             share = result["positional_term_share"]
             if share is not None and preset_of(name) == name and name != "bert_a":
-                rows.append({"seq_len": seq_len, "target": f"{name} positional term / step",
+                rows.append({"seq_len": seq_len, "target": f"{name} positional term / step", "unit": "%",
                              "bound": bound_share, "ratio": share, "met": share <= bound_share})
+    if rounds < MIN_ROUNDS_FOR_VERDICTS:
+        for row in rows:
+            row["met"] = None
     return rows
+
+
+def spread(values, factor=1e3):
+    """``median [min-max]`` of a list of seconds, in ms."""
+    return (f"{factor * statistics.median(values):.1f} "
+            f"[{factor * min(values):.0f}–{factor * max(values):.0f}]")
 
 
 def markdown(report):
@@ -487,22 +516,30 @@ def markdown(report):
     lines = []
     for shape in report["shapes"]:
         lines += [f"T = {shape['seq_len']}, B = {shape['batch']}", "",
-                  "| contender | step (ms, median) | tokens/s | peak memory (MiB) "
+                  "| contender | attention path | step (ms, median [min–max]) | tokens/s | peak memory (MiB) "
                   f"| step / {baseline} | memory / {baseline} | positional term (% of step) |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
         results = shape["results"]
         for name, r in results.items():
             time_ratio = ratio(results, name, baseline, "median_step_seconds")
             mem_ratio = ratio(results, name, baseline, "peak_bytes")
             lines.append(
-                f"| {name} | {1e3 * r['median_step_seconds']:.1f} | {r['tokens_per_second']:.0f} "
+                f"| {name} | {r['attention_path']} | {spread(r['step_seconds'])} | {r['tokens_per_second']:.0f} "
                 f"| {fmt(r['peak_bytes'], 2 ** -20, '.0f')} | {fmt(time_ratio, 1, '.3f')} "
                 f"| {fmt(mem_ratio, 1, '.3f')} | {fmt(r['positional_term_share'], 100, '.2f')} |")
         lines.append("")
+    rounds = report["settings"]["rounds"]
+    if rounds < MIN_ROUNDS_FOR_VERDICTS:
+        lines += [f"Too few rounds ({rounds} < {MIN_ROUNDS_FOR_VERDICTS}): the ratios below carry no "
+                  "met/missed verdict; rerun with --rounds 5 or more on a quiet machine.", ""]
     lines += ["| T | target | bound | measured | verdict |", "|---:|---|---:|---:|---|"]
     for row in report["targets"]:
-        lines.append(f"| {row['seq_len']} | {row['target']} | {row['bound']:.2f} "
-                     f"| {row['ratio']:.3f} | {'met' if row['met'] else 'MISSED'} |")
+        verdict = "–" if row["met"] is None else "met" if row["met"] else "MISSED"
+        if row["unit"] == "%":
+            bound, measured = f"{100 * row['bound']:.2f} %", f"{100 * row['ratio']:.2f} %"
+        else:
+            bound, measured = f"{row['bound']:.2f} ×", f"{row['ratio']:.3f} ×"
+        lines.append(f"| {row['seq_len']} | {row['target']} | {bound} | {measured} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
@@ -544,7 +581,7 @@ def main(argv=None):
             results = measure_shape(args, seq_len, batch, data_dir, log)
             report["shapes"].append({"seq_len": seq_len, "batch": batch, "results": results})
     report["machine"]["load_average_after"] = os.getloadavg()
-    report["targets"] = verdicts(report["shapes"])
+    report["targets"] = verdicts(report["shapes"], args.rounds)
     report["markdown"] = markdown(report)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)

@@ -48,14 +48,35 @@ def test_report_has_a_row_per_contender_ratios_and_target_verdicts(tmp_path, cap
         assert (result["positional_term_share"] is None) == (name == "roberta")
     assert shape["results"]["bert_a"]["parameters"] == shape["results"]["roberta"]["parameters"] \
         - 2 * 128
+    assert all(row["met"] is None for row in report["targets"])
     targets = {row["target"] for row in report["targets"]}
     assert {"bert_a step time / roberta", "tupe_r step time / bert_a",
             "tupe_r step time / plain_tupe_r", "tupe_r peak memory / bert_a",
             "tupe_r positional term / step"} == targets
     printed = capsys.readouterr().out
     assert printed.strip() == report["markdown"].strip()
+    assert "Too few rounds (1 < 5)" in printed and "MISSED" not in printed and "| met |" not in printed
     for name in CONTENDERS:
         assert f"| {name} |" in printed
+
+
+def test_verdicts_need_five_rounds():
+    shape = {"seq_len": 512, "results": {
+        "bert_a": {"median_step_seconds": 1.0, "peak_bytes": 10, "positional_term_share": 0.0},
+        "tupe_r": {"median_step_seconds": 1.2, "peak_bytes": 10, "positional_term_share": 0.01},
+    }}
+    assert {row["met"] for row in benchmark.verdicts([shape], rounds=4)} == {None}
+    rows = {row["target"]: row for row in benchmark.verdicts([shape], rounds=5)}
+    assert rows["tupe_r step time / bert_a"]["met"] is False
+    assert rows["tupe_r positional term / step"]["met"] is True
+    assert rows["tupe_r positional term / step"]["unit"] == "%"
+
+
+@pytest.mark.parametrize("flag", ["--rounds", "--steps"])
+def test_zero_rounds_or_steps_name_the_flag(flag, capsys):
+    with pytest.raises(SystemExit):
+        benchmark.main([flag, "0", "--json", os.devnull])
+    assert f"{flag} must be at least 1" in capsys.readouterr().err
 
 
 def test_unknown_contender_names_the_flag():
