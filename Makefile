@@ -21,8 +21,9 @@ DEMO_OUTPUTS := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp checkpoints 
 # Benchmark settings, passed to scripts/benchmark.py (see its --help).
 BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
+BENCH_DATA ?=
 
-.PHONY: help install test test-slow demo bench clean distclean
+.PHONY: help install test test-slow demo bench bench-train clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
@@ -32,6 +33,8 @@ help:
 	@echo "                 settings: CORPUS=file ARCH=$(ARCH) UPDATES=$(UPDATES) WORKDIR=$(WORKDIR)"
 	@echo "make bench       side-by-side training-step benchmark (scripts/benchmark.py): prints the"
 	@echo "                 markdown tables, writes $(BENCH_JSON); extra flags: BENCH_ARGS=\"...\""
+	@echo "make bench-train real fairseq-train updates side by side, words/s from its log"
+	@echo "                 (scripts/benchmark_train.py): BENCH_DATA=data-bin folder, BENCH_ARGS=\"...\""
 	@echo "make clean       remove the demo outputs in WORKDIR"
 	@echo "make distclean   clean, and remove .venv"
 
@@ -55,6 +58,10 @@ demo: install
 
 bench: install
 	$(BIN)/python scripts/benchmark.py --json $(BENCH_JSON) $(BENCH_ARGS)
+
+bench-train: install
+	@test -n "$(BENCH_DATA)" || { echo "make bench-train: set BENCH_DATA to a fairseq-preprocess output folder (make demo writes one)" >&2; exit 2; }
+	$(BIN)/python scripts/benchmark_train.py $(BENCH_DATA) --json benchmark_train.json $(BENCH_ARGS)
 
 clean:
 	rm -rf $(addprefix $(WORKDIR)/,$(DEMO_OUTPUTS))

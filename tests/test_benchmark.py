@@ -82,3 +82,28 @@ def test_zero_rounds_or_steps_name_the_flag(flag, capsys):
 def test_unknown_contender_names_the_flag():
     with pytest.raises(SystemExit, match="--contenders"):
         benchmark.main(["--contenders", "bert_a", "tupe_x", "--json", os.devnull])
+
+
+def test_fairseq_train_mode_reports_words_per_second_of_every_run(wikitext_bin, tmp_path, capsys):
+    import benchmark_train
+
+    path = tmp_path / "train.json"
+    result = benchmark_train.main([
+        str(wikitext_bin), "--contenders", "bert_a", "tupe_r", "--size", "tiny",
+        "--tokens-per-sample", "32", "--batch-size", "2", "--updates", "3", "--skip", "1",
+        "--repetitions", "1", "--json", str(path),
+    ])
+    assert json.loads(path.read_text())["words_per_second"] == result["words_per_second"]
+    assert {name: len(runs) for name, runs in result["words_per_second"].items()} == {"bert_a": 1, "tupe_r": 1}
+    assert all(wps > 0 for runs in result["words_per_second"].values() for wps in runs)
+    assert [row["met"] for row in result["targets"]] == [None]
+    assert "Too few repetitions" in capsys.readouterr().out
+    assert "--arch tupe_r_tiny" in result["commands"]["tupe_r"]
+
+
+def test_fairseq_train_mode_refuses_a_folder_without_a_dictionary(tmp_path, capsys):
+    import benchmark_train
+
+    with pytest.raises(SystemExit):
+        benchmark_train.main([str(tmp_path)])
+    assert "holds no dict.txt" in capsys.readouterr().err

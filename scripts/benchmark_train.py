@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Real ``fairseq-train`` updates side by side: words/s from fairseq's own log.
+
+``scripts/benchmark.py`` times one training step in one process; this times what users run. For each
+repetition every contender runs ``fairseq-train`` for ``--updates`` updates on the same binarized data
+(``--sample-break-mode none``, so every batch is full), contenders in a rotated order (repetition r
+starts with contender r), one process at a time. The words/s of a run is the median of the ``wps``
+that fairseq logs for each update after the first ``--skip`` (start-up and warm-up); a contender's
+figure is the median over repetitions, with the spread (min-max) beside it. Order and drift effects
+on a shared machine are of the size of the differences measured: rotate, repeat, and read the spread.
+
+    python scripts/benchmark_train.py DATA-BIN --contenders roberta bert_a tupe_r --repetitions 3
+
+Targets (attention dropout 0.1, the presets' setting): ``tupe_r`` at most 1.02 x ``bert_a``'s time per
+word, and ``bert_a`` at most 0.90 x fairseq's ``roberta``; verdicts need 3 repetitions or more.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from tupe_plugin.models.architectures import POSITION_PRESETS, SIZES  # noqa: E402
+
+MIN_REPETITIONS_FOR_VERDICTS = 3
+# (contender, reference, bound on time per word = reference's words/s over the contender's)
+TARGETS = [("tupe_r", "bert_a", 1.02), ("bert_a", "roberta", 0.90)]
+WPS = re.compile(r"train_inner .*?wps=([0-9.]+)")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", help="binarized masked-LM data (fairseq-preprocess --only-source)")
+    parser.add_argument("--contenders", nargs="+", default=["roberta", "bert_a", "tupe_r"],
+                        help="roberta and plugin presets (bert_a, tupe_r, ...)")
+    parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
+    parser.add_argument("--size", choices=sorted(SIZES), default="medium")
+    parser.add_argument("--tokens-per-sample", type=int, default=512, metavar="T")
+    parser.add_argument("--batch-size", type=int, default=4, metavar="B")
+    parser.add_argument("--updates", type=int, default=12, help="fairseq-train updates per run")
+    parser.add_argument("--skip", type=int, default=2, help="first updates left out of the median")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--attention-dropout", type=float, default=0.1)
+    parser.add_argument("--json", default="benchmark_train.json", help="where to write the results")
+    args = parser.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.data, "dict.txt")):
+        parser.error(f"{args.data} holds no dict.txt: pass a fairseq-preprocess output folder "
+                     "(make demo writes one)")
+    unknown = [c for c in args.contenders if c != "roberta" and c not in POSITION_PRESETS]
+    if unknown:
+        parser.error(f"unknown --contenders {unknown}: use roberta or one of {sorted(POSITION_PRESETS)}")
+    if args.baseline not in args.contenders:
+        parser.error(f"--baseline {args.baseline} is not among --contenders {args.contenders}")
+    for flag in ("updates", "repetitions"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    if not 0 <= args.skip < args.updates:
+        parser.error(f"--skip must be in [0, --updates), got {args.skip}")
+    return args
+
+
+def command(args, contender):
+    layers, dim, heads, ffn = SIZES[args.size]
+    arch = "roberta_base" if contender == "roberta" else f"{contender}_{args.size}"
+    return [
+        os.path.join(os.path.dirname(sys.executable), "fairseq-train"), args.data,
+        "--user-dir", os.path.join(REPO, "tupe_plugin"), "--task", "masked_lm", "--criterion", "masked_lm",
+        "--arch", arch, "--encoder-layers", layers, "--encoder-embed-dim", dim,
+        "--encoder-attention-heads", heads, "--encoder-ffn-embed-dim", ffn,
+        "--tokens-per-sample", args.tokens_per_sample, "--max-positions", args.tokens_per_sample,
+        "--sample-break-mode", "none", "--batch-size", args.batch_size, "--max-update", args.updates,
+        "--dropout", args.dropout, "--attention-dropout", args.attention_dropout,
+        "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--seed", 1, "--no-save",
+        "--disable-validation", "--log-format", "simple", "--log-interval", 1, "--num-workers", 0,
+    ]
+
+
+def words_per_second(args, contender):
+    """Median wps fairseq logged after the first ``--skip`` updates of one run."""
+    argv = [str(a) for a in command(args, contender)]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    values = [float(v) for v in WPS.findall(proc.stdout)]
+    if proc.returncode != 0 or len(values) < args.updates:
+        raise SystemExit(f"fairseq-train for {contender} failed (exit {proc.returncode}, "
+                         f"{len(values)} updates logged):\n{proc.stdout[-3000:]}\ncommand: {' '.join(argv)}")
+    return statistics.median(values[args.skip:]), " ".join(argv)
+
+
+def report(args, runs):
+    baseline = statistics.median(runs[args.baseline])
+    rows = ["| contender | words/s (median [min–max]) | time per word / " + args.baseline + " |",
+            "|---|---:|---:|"]
+    for name, values in runs.items():
+        rows.append(f"| {name} | {statistics.median(values):.0f} [{min(values):.0f}–{max(values):.0f}] "
+                    f"| {baseline / statistics.median(values):.3f} |")
+    verdicts = []
+    for name, reference, bound in TARGETS:
+        if name in runs and reference in runs:
+            value = statistics.median(runs[reference]) / statistics.median(runs[name])
+            met = None if args.repetitions < MIN_REPETITIONS_FOR_VERDICTS else value <= bound
+            verdicts.append({"target": f"{name} time per word / {reference}", "bound": bound,
+                             "ratio": value, "met": met})
+    if args.repetitions < MIN_REPETITIONS_FOR_VERDICTS:
+        rows += ["", f"Too few repetitions ({args.repetitions} < {MIN_REPETITIONS_FOR_VERDICTS}): "
+                 "no met/missed verdict."]
+    rows += ["", "| target | bound | measured | verdict |", "|---|---:|---:|---|"]
+    for v in verdicts:
+        verdict = "–" if v["met"] is None else "met" if v["met"] else "MISSED"
+        rows.append(f"| {v['target']} | {v['bound']:.2f} × | {v['ratio']:.3f} × | {verdict} |")
+    return "\n".join(rows) + "\n", verdicts
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    runs = {name: [] for name in args.contenders}
+    commands = {}
+    started = time.time()
+    for repetition in range(args.repetitions):
+        shift = repetition % len(args.contenders)
+        for name in args.contenders[shift:] + args.contenders[:shift]:
+            wps, commands[name] = words_per_second(args, name)
+            runs[name].append(wps)
+            print(f"repetition {repetition + 1}/{args.repetitions}: {name} {wps:.0f} words/s "
+                  f"({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
+    markdown, verdicts = report(args, runs)
+    result = {"settings": vars(args), "words_per_second": runs, "targets": verdicts,
+              "commands": commands, "load_average": os.getloadavg(), "markdown": markdown}
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    print(markdown)
+    return result
+
+
+if __name__ == "__main__":
+    main()
