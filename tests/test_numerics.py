@@ -7,6 +7,8 @@ the whole model. bf16 keeps 8 significant bits (relative rounding 2^-9), so the 
 architecture at 512 tokens.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import PRESETS, build_model, random_tokens
@@ -89,3 +91,21 @@ def test_summed_bias_is_built_in_float32_under_autocast(preset, dictionary):
     for mask in masks:
         assert mask.dtype == torch.float32
         assert torch.isfinite(mask).all() and torch.all(mask[1, :, :, 3:] == torch.finfo(torch.float32).min)
+
+
+def test_dense_term_does_not_overflow_fp16_where_the_scaled_logits_fit(dictionary):
+    """dense() (analysis, the benchmark's plain reference) scales before the product, as the kernels
+    do: factors whose scaled product peaks at 2e4 have an unscaled product over fp16's 65504."""
+    positional = build_model("bert_a_d_tiny", dictionary).encoder.sentence_encoder.positional_term
+    with torch.no_grad():
+        term = positional(16)
+        factor = (2e4 / term.dense().abs().max().item()) ** 0.5
+        for projection in (positional.untied_position.q_proj, positional.untied_position.k_proj):
+            projection.weight.mul_(factor)
+        positional.half()
+        term = positional(16)
+        dense = term.dense()
+        reference = replace(term, q_shift=term.q_shift.float(), k_shift=term.k_shift.float()).dense()
+    assert (term.q_shift.float() @ term.k_shift.float().transpose(1, 2)).abs().max() > 65504
+    assert dense.dtype == torch.float16 and torch.isfinite(dense).all()
+    torch.testing.assert_close(dense.float(), reference, rtol=0, atol=1e-3 * 2e4)  # fp16 rounding
