@@ -3,7 +3,7 @@
 # bf16 without attention dropout, with the SDPA backend each contender takes (--kernels), and the
 # fp16/bf16 numerics tests on CUDA (tests/test_numerics_cuda.py). Run from the repository root:
 #
-#   scripts/gpu_checks.sh [OUTDIR]          # default gpu-results; about 5-8 minutes on one GPU
+#   scripts/gpu_checks.sh [OUTDIR]          # default gpu-results; each step time-limited, 560 s in all
 #
 # Writes OUTDIR/run.log, numerics.xml (JUnit; each test's measured error is a <property>) and
 # bench_bf16.json, bench_fp16.json, bench_bf16_ad0.json, bench_bf16_small.json.
