@@ -23,12 +23,13 @@ BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
 BENCH_DATA ?=
 
-.PHONY: help install test test-slow demo bench bench-train clean distclean
+.PHONY: help install test test-slow test-gpu demo bench bench-train clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
 	@echo "make test        fast test suite (tests not marked slow)"
 	@echo "make test-slow   tests marked slow"
+	@echo "make test-gpu    fp16/bf16 checks on a CUDA device (tests marked gpu; needs a GPU)"
 	@echo "make demo        pre-train a tiny model on CPU end to end (examples/demo.sh);"
 	@echo "                 settings: CORPUS=file ARCH=$(ARCH) UPDATES=$(UPDATES) WORKDIR=$(WORKDIR)"
 	@echo "make bench       side-by-side training-step benchmark (scripts/benchmark.py): prints the"
@@ -47,11 +48,16 @@ $(STAMP): setup.py Makefile
 	touch $@
 
 test: install
-	$(BIN)/python -m pytest -q tests -m "not slow"
+	$(BIN)/python -m pytest -q tests -m "not slow and not gpu"
 
 # pytest exits with 5 when no test is selected: no slow tests is not a failure.
 test-slow: install
-	$(BIN)/python -m pytest -q tests -m slow || test $$? -eq 5
+	$(BIN)/python -m pytest -q tests -m "slow and not gpu" || test $$? -eq 5
+
+# The CUDA checks refuse to run (rather than skip) where torch sees no GPU.
+test-gpu: install
+	@$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no CUDA device')"
+	$(BIN)/python -m pytest -q tests -m gpu
 
 demo: install
 	CORPUS="$(CORPUS)" ARCH="$(ARCH)" UPDATES="$(UPDATES)" WORKDIR="$(WORKDIR)" bash examples/demo.sh

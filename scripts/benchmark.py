@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -104,6 +105,9 @@ def parse_args(argv=None):
     precision.add_argument("--fp16", action="store_true", help="autocast to float16 (cuda)")
     precision.add_argument("--bf16", action="store_true", help="autocast to bfloat16")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak memory step")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also record which attention operators and GPU kernels one step of "
+                        "each contender runs (SDPA backend: flash, efficient, cudnn or math)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile one step per contender and keep its N costliest ops "
                         "(self CPU time) in the JSON and on stderr")
@@ -377,13 +381,27 @@ class Contender:
             self.device, encoder.attention_dropout, False, encoder.config)
         return path.value
 
+    def attention_kernels(self, sample):
+        """Attention operators (aten) and GPU kernels one step runs, with their call counts: which
+        ``scaled_dot_product_attention`` backend was picked (flash / efficient / cudnn / math), or
+        none for the explicit path."""
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device != "cpu":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with native_stderr_silenced(), torch.profiler.profile(activities=activities) as prof:
+            self.step(sample)
+            synchronize(self.device)
+        return attention_events(prof)
+
     def positional_term_seconds(self, sample, repeats):
         """Median forward time of the shared term and its mask (plugin contenders only)."""
         if self.name == "roberta":
             return None
         encoder = self.model.encoder.sentence_encoder
         tokens = sample["net_input"]["src_tokens"]
-        dtype = torch.bfloat16 if self.autocast.fast_dtype == torch.bfloat16 else torch.float32
+        # the dtype the encoder builds its mask in: its activations' (float32 under autocast), not
+        # the autocast dtype (a bf16 mask here timed a cast the model does not do)
+        dtype = encoder.embed_tokens.weight.dtype
         times = []
         for _ in range(repeats + 1):
             synchronize(self.device)
@@ -410,6 +428,21 @@ def native_stderr_silenced():
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+ATTENTION_EVENT = re.compile(r"scaled_dot_product|flash|efficient_attention|fmha|cudnn|sdpa|attention",
+                             re.IGNORECASE)
+
+
+def attention_events(prof):
+    """{event name: calls} of the profiled attention operators and kernels (names shortened to
+    their first 120 characters: CUDA kernel names carry long template arguments)."""
+    counts = {}
+    for event in prof.events():
+        if ATTENTION_EVENT.search(event.name):
+            name = event.name[:120]
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def peak_of_allocations(prof):
@@ -461,6 +494,10 @@ def measure_shape(args, seq_len, batch, data_dir, log):
             "peak_bytes": None if args.no_memory else contender.peak_bytes(sample),
             "parameters": sum(p.numel() for p in contender.params),
         }
+        if args.kernels:
+            results[contender.name]["attention_kernels"] = contender.attention_kernels(sample)
+            log(f"attention of {contender.name} at T={seq_len}: "
+                f"{results[contender.name]['attention_kernels']}")
         if args.profile:
             results[contender.name]["profile"] = contender.profile(sample, args.profile)
             log(f"profile of {contender.name} at T={seq_len}:\n{results[contender.name]['profile']}")

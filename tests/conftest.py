@@ -144,3 +144,13 @@ def pretrained_dir(tmp_path_factory):
     shutil.copy(root / "spm.model", data / "sentencepiece.bpe.model")
     run_fairseq("train", *train_args(data, root / "checkpoints", "tupe_r_tiny", 2))
     return root
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` are deselected (not skipped) where torch sees no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu:
+        config.hook.pytest_deselected(items=gpu)
+        items[:] = [item for item in items if not item.get_closest_marker("gpu")]

@@ -107,3 +107,37 @@ def test_fairseq_train_mode_refuses_a_folder_without_a_dictionary(tmp_path, caps
     with pytest.raises(SystemExit):
         benchmark_train.main([str(tmp_path)])
     assert "holds no dict.txt" in capsys.readouterr().err
+
+
+def _contender(tmp_path, name, *flags):
+    args = benchmark.parse_args(["--size", "tiny", "--vocab", "50", *flags])
+    benchmark.write_dictionary(str(tmp_path), args.vocab)
+    contender = benchmark.Contender(name, "tiny", 16, str(tmp_path), args)
+    sample = benchmark.random_batch(contender.task.source_dictionary, 2, 16, 0.3,
+                                    torch.Generator().manual_seed(0))
+    return contender, sample
+
+
+@pytest.mark.parametrize("attention_dropout, flash", [("0", True), ("0.1", False)])
+def test_attention_kernels_name_the_sdpa_backend(tmp_path, attention_dropout, flash):
+    """On CPU, bert_a takes SDPA's flash kernel without attention dropout and the explicit path with
+    it (docs/benchmarks.md); on CUDA the same record names the GPU backend and its kernels."""
+    contender, sample = _contender(tmp_path, "bert_a", "--attention-dropout", attention_dropout)
+    kernels = contender.attention_kernels(sample)
+    assert ("aten::_scaled_dot_product_flash_attention_for_cpu" in kernels) == flash
+    assert all(count > 0 for count in kernels.values())
+
+
+def test_positional_term_timing_builds_the_mask_in_the_dtype_the_model_uses(tmp_path, monkeypatch):
+    """Under autocast the encoder builds its mask in its activations' dtype (float32); the timing
+    of the positional term must build the same mask, not one in the autocast dtype."""
+    from tupe_plugin.modules.positional_term import PositionalTerm
+
+    contender, sample = _contender(tmp_path, "tupe_r", "--bf16")
+    dtypes = []
+    original = PositionalTerm.attention_mask
+    monkeypatch.setattr(PositionalTerm, "attention_mask",
+                        lambda term, padding, dtype: dtypes.append(dtype) or original(term, padding, dtype))
+    contender.step(sample)
+    contender.positional_term_seconds(sample, repeats=1)
+    assert dtypes == [torch.float32] * 3

@@ -41,7 +41,7 @@ class SinusoidalAbsolutePosition(nn.Module):
 
     def forward(self, seq_len):
         positions = torch.arange(seq_len, device=self.sinusoid.frequencies.device)
-        return self.sinusoid(positions.to(self.sinusoid.frequencies.dtype))
+        return self.sinusoid(positions)
 
 
 def build_absolute_position(config):

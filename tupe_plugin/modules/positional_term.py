@@ -66,7 +66,9 @@ class PositionalTerm:
         parts = []
         for q, k in ((self.q_extra, self.k_extra), (self.q_shift, self.k_shift)):
             if q is not None:
-                parts.append(torch.einsum("hid,hjd->hij", q, k) * self.scale)
+                # scaled before the product, as the kernels do: in fp16 the unscaled product of
+                # large factors overflows (65504) where the scaled logits do not
+                parts.append(torch.einsum("hid,hjd->hij", q * self.scale, k))
         if self.bias is not None:
             parts.append(self.bias)
         return sum(parts) if parts else None

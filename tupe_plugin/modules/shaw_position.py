@@ -40,7 +40,7 @@ class ShawRelativePosition(nn.Module):
             return self.weight
         distances = torch.arange(-self.max_distance, self.max_distance + 1,
                                  device=self.sinusoid.frequencies.device)
-        return self.sinusoid(distances.to(self.sinusoid.frequencies.dtype))
+        return self.sinusoid(distances)
 
     def index(self, seq_len, device):
         """(T, T) row of the table for each (query i, key j): clip(j - i, -K, K) + K."""

@@ -17,6 +17,7 @@ class Sinusoid(nn.Module):
         super().__init__()
         if dim % 2:
             raise ValueError(f"sinusoidal position encodings need an even dimension, got {dim}")
+        self.dim = dim
         self.learnable = learnable
         self.base = base
         frequencies = initial_frequencies(dim, base)
@@ -30,10 +31,21 @@ class Sinusoid(nn.Module):
         return "learnable-sinusoidal" if self.learnable else "sinusoidal"
 
     def angles(self, positions):
-        """positions: float tensor (...,) -> (..., dim / 2) angles w_i x."""
-        return positions[..., None] * self.frequencies
+        """positions: integer or float tensor (...,) -> (..., dim / 2) angles w_i x, in float32.
+
+        The angles are taken in float32 whatever the frequencies' dtype: in a model cast to bf16
+        (fp16), positions above 256 (2048) are not representable, and an angle of a few hundred
+        radians is off by up to a radian (a quarter), which left the sinusoids of long inputs wrong
+        (fairseq's --bf16/--fp16). Fixed frequencies are float32 too (the cast rounds the buffer);
+        learnable ones are used as stored, in the precision the model trains them in.
+        """
+        frequencies = self.frequencies.float()
+        if not self.learnable and self.frequencies.dtype != torch.float32:
+            frequencies = initial_frequencies(self.dim, self.base).to(frequencies.device)
+        return positions.float()[..., None] * frequencies
 
     def forward(self, positions):
-        """positions: float tensor (...,) -> (..., dim)."""
+        """positions (...,) -> (..., dim), in the frequencies' dtype (computed in float32)."""
         angles = self.angles(positions)
-        return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
+        waves = torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
+        return waves.to(self.frequencies.dtype)

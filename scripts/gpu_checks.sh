@@ -1,0 +1,53 @@
+#!/bin/bash
+# The GPU checks in one go (docs/benchmarks.md, "GPU"): the base-size benchmarks in bf16, fp16 and
+# bf16 without attention dropout, with the SDPA backend each contender takes (--kernels), and the
+# fp16/bf16 numerics tests on CUDA (tests/test_numerics_cuda.py). Run from the repository root:
+#
+#   scripts/gpu_checks.sh [OUTDIR]          # default gpu-results; each step time-limited, 560 s in all
+#
+# Writes OUTDIR/run.log, numerics.xml (JUnit; each test's measured error is a <property>) and
+# bench_bf16.json, bench_fp16.json, bench_bf16_ad0.json, bench_bf16_small.json.
+#
+# On a machine without network whose python3 has torch but not fairseq, set WHEELS to a folder of
+# wheels made beforehand where pip works (ve-fairseq publishes cp312 builds; fairseq itself has none):
+#
+#   P="--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+#      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+#   pip download --no-deps --only-binary=:all: $P -d WHEELS ve-fairseq==0.12.3 hydra-core==1.3.2 \
+#       omegaconf==2.3.1 bitarray cffi pycparser
+#   pip wheel --no-deps -w WHEELS antlr4-python3-runtime==4.9.3     # sdist only: build it here
+#
+# (about 22 MB; sacrebleu, regex, scikit-learn, torchaudio, numpy, pyyaml, pytest and pytest-xdist
+# are expected on the machine already). The script installs them into /tmp/site.
+set -u
+OUTDIR=${1:-gpu-results}
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+exec > >(tee -a "$OUTDIR/run.log") 2>&1
+cd "$(dirname "$0")/.."
+if [ -n "${WHEELS:-}" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$WHEELS"/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+python3 -c "import sys, torch, fairseq, tupe_plugin; print(sys.version); print('torch', torch.__version__,
+'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'fairseq', fairseq.__version__,
+torch.cuda.get_device_name())" || exit 1
+
+# Base size (12 layers, d 768, 12 heads), 32 768 tokens a step at both lengths: B = 256 at T = 128,
+# B = 64 at T = 512, so that the GPU work of a step (tens of ms) outweighs the per-op launch cost of
+# fairseq's Adam (a Python loop over ~200 parameters). The small-batch run (B = 32 / 16) shows the
+# launch-bound regime.
+BENCH="python3 scripts/benchmark.py --device cuda --size base --seq-lens 128 512 --rounds 9 --warmup 2 --kernels"
+date; timeout 150 $BENCH --bf16 --batch-sizes 256 64 --json "$OUTDIR/bench_bf16.json"; echo "rc=$?"
+date; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_numerics_cuda.py -n 4 \
+    -o junit_family=xunit1 --junitxml="$OUTDIR/numerics.xml" -rf 2>&1 | tail -40; echo "rc=$?"
+date; timeout 120 $BENCH --fp16 --batch-sizes 256 64 --json "$OUTDIR/bench_fp16.json"; echo "rc=$?"
+date; timeout 100 $BENCH --bf16 --batch-sizes 256 64 --attention-dropout 0 \
+    --json "$OUTDIR/bench_bf16_ad0.json"; echo "rc=$?"
+date; timeout 40 $BENCH --bf16 --batch-sizes 32 16 --rounds 5 --json "$OUTDIR/bench_bf16_small.json"
+echo "rc=$?"; date
