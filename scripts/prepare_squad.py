@@ -202,11 +202,12 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
         {"max_seq_length": max_seq_length, "doc_stride": doc_stride, "max_query_length": max_query_length,
          "max_articles": max_articles},
     )
-    return write_prepared_folder(
+    summary, reused = write_prepared_folder(
         out, expected, lambda folder: _prepare_into(files, sentencepiece_model, dictionary_path, folder,
                                                     max_seq_length, doc_stride, max_query_length,
                                                     max_articles),
         "prepare_squad.py")
+    return {split: Counter(counts) for split, counts in summary.items()}, reused
 
 
 def _prepare_into(files, sentencepiece_model, dictionary_path, out, max_seq_length, doc_stride,
@@ -228,7 +229,7 @@ def _prepare_into(files, sentencepiece_model, dictionary_path, out, max_seq_leng
         write_split(out, split, dictionary, tokens, spans, features)
         counts["features"] = len(tokens)
         counts["no_answer_features"] = sum(span == (NO_ANSWER, NO_ANSWER) for span in spans)
-        summary[split] = dict(counts)
+        summary[split] = counts
     return summary
 
 
