@@ -44,4 +44,5 @@ def input_length_fix(limit, argv=None):
     if command == "validate":
         return (f"validate with --tokens-per-sample {limit} or less (a learned table cannot grow; "
                 "architectures with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)")
-    return f"pass at most {limit} tokens (a learned table cannot grow)"
+    return (f"pass at most {limit} tokens; a learned table cannot grow (fairseq-train: raise "
+            f"--max-positions when pre-training; fairseq-validate: --tokens-per-sample {limit} or less)")
