@@ -21,8 +21,10 @@ from tupe_plugin.modules.position_config import PositionFlagError
 from tupe_plugin.modules.relative_position import relative_position_bucket
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
-import convert_official_tupe  # noqa: E402
-from convert_official_tupe import ReleaseCheckpointError, convert, release_key  # noqa: E402
+import convert_official_tupe  # noqa: E402  (the command line)
+
+from tupe_plugin.conversion import official_tupe  # noqa: E402
+from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert, release_key  # noqa: E402
 
 S = "decoder.sentence_encoder."
 LAYERS, DIM, HEADS, FFN, MAX_POSITIONS, BUCKETS = 2, 32, 4, 64, 24, 32
@@ -196,11 +198,15 @@ def save_release(path, sd, args=None):
 
 @pytest.fixture
 def release_dir(tmp_path):
-    """(directory for the release's files holding its dict.txt, embedding rows = 4 specials + 40 + <mask>)."""
+    """(directory for the release's files holding its dict.txt, embedding rows).
+
+    As the release saves it: its Dictionary has 7 special symbols (<s> <pad> </s> <unk> <file> <email>
+    <url>), dict.txt lists only the 40 words after them, and <mask> is the last row.
+    """
     root = tmp_path / "release"
     root.mkdir()
     (root / "dict.txt").write_text("".join(f"w{i} {100 - i}\n" for i in range(40)))
-    return root, 4 + 40 + 1
+    return root, 7 + 40 + 1
 
 
 def convert_release(release, tmp_path, fp16=False, **variant):
@@ -293,7 +299,8 @@ def test_converted_checkpoint_records_the_release_options_not_the_authors_data_p
              model_cfg.encoder_ffn_embed_dim, model_cfg.max_positions)
     assert sizes == (LAYERS, DIM, HEADS, FFN, MAX_POSITIONS)
     assert task_cfg["data"] == str(out) and BOGUS_DATA not in repr(state["cfg"])
-    assert (out / "dict.txt").read_text() == (release_dir[0] / "dict.txt").read_text()
+    assert (out / "dict.txt").read_text() == \
+        "<file> 0\n<email> 0\n<url> 0\n" + (release_dir[0] / "dict.txt").read_text()
 
 
 def test_hub_from_pretrained_loads_the_converted_directory(release_dir, tmp_path):
@@ -332,8 +339,8 @@ def _shapes_only(vocab, layers, dim, heads, ffn, positions):
 @pytest.mark.parametrize("size, shape", [("base", (12, 768, 12, 3072)), ("large", (24, 1024, 16, 4096))])
 def test_sizes_and_architecture_are_read_from_the_tensors(size, shape):
     layers, dim, heads, ffn = shape
-    opts = convert_official_tupe.release_options(_shapes_only(32773, layers, dim, heads, ffn, 512), None)
-    line = convert_official_tupe.plugin_command_line(opts, "DATA")
+    opts = official_tupe.release_options(_shapes_only(32773, layers, dim, heads, ffn, 512), None)
+    line = official_tupe.plugin_command_line(opts, "DATA")
     assert line[line.index("--arch") + 1] == f"tupe_r_{size}"
     for flag, value in [("--encoder-layers", layers), ("--encoder-embed-dim", dim),
                         ("--encoder-attention-heads", heads), ("--encoder-ffn-embed-dim", ffn),
@@ -392,9 +399,11 @@ def test_wrong_shape_is_named_with_both_shapes(release_dir, tmp_path):
                   rf"\({DIM}, {FFN + 1}\), expected \({DIM}, {FFN}\)")
 
 
-def test_dictionary_of_another_size_is_refused(release_dir, tmp_path):
-    sd = release_state_dict(release_dir[1] + 3)
-    _expect_error(release_dir, tmp_path, sd, r"--dict .* gives 45 symbols .*embed_tokens\.weight has 48 rows")
+@pytest.mark.parametrize("rows", [7 + 40 + 1 + 1, 7 + 40, 4 + 40, 4 + 40 + 2])
+def test_dictionary_of_another_size_is_refused(release_dir, tmp_path, rows):
+    sd = release_state_dict(rows)
+    _expect_error(release_dir, tmp_path, sd, rf"--dict .* lists 40 symbols, but .*embed_tokens\.weight has {rows} "
+                  r"rows; the release's dict.txt gives 48 rows .* a fairseq 0.12 one 45: pass the dict.txt")
 
 
 def test_stored_bucket_matrix_that_differs_is_refused(release_dir, tmp_path):
@@ -419,10 +428,11 @@ def test_pickled_objects_need_allow_pickle(release_dir, tmp_path):
 def test_existing_output_is_never_overwritten(release_dir, tmp_path):
     root, _ = release_dir
     save_release(root / "model.pt", release_state_dict(release_dir[1]))
-    before = (root / "model.pt").read_bytes()
-    with pytest.raises(ReleaseCheckpointError, match="exists; choose another --out"):
+    before = (root / "model.pt").read_bytes(), (root / "dict.txt").read_bytes()
+    with pytest.raises(ReleaseCheckpointError, match="already holds model.pt and dict.txt; nothing is "
+                                                     "overwritten: choose another --out, or add --force"):
         convert(str(root / "model.pt"), str(root / "dict.txt"), str(root))
-    assert (root / "model.pt").read_bytes() == before
+    assert ((root / "model.pt").read_bytes(), (root / "dict.txt").read_bytes()) == before
 
 
 def test_command_line_reports_errors_without_a_traceback(release_dir, tmp_path):
