@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 002 on CPU: pre-train a tiny model from random, raw pre-trained and standardised embeddings on the
+# Kang et al. on CPU: pre-train a tiny model from random, raw pre-trained and standardised embeddings on the
 # same data and print their validation losses side by side, with the embeddings-vs-positions diagnosis.
 #
 #   examples/demo.sh (corpus, sentencepiece, data-bin, a source model)

@@ -1,4 +1,4 @@
-"""Seed 000 §4.2: encodings without a table of positions validate beyond the training length."""
+"""Wang et al. 2021 §4.2: encodings without a table of positions validate beyond the training length."""
 
 import math
 

@@ -51,7 +51,7 @@ def _profiles(matrix):
 
 
 def content_free_term(context):
-    """Seed 001 Fig. 5: the per-head content-free term v_ij shared by all layers."""
+    """TUPE Fig. 5: the per-head content-free term v_ij shared by all layers."""
     name, title = "content_free_term", "content-free term v_ij per head (TUPE Fig. 5)"
     term = pm.content_free_term(context.model, context.seq_len)
     if term is None:
@@ -76,7 +76,7 @@ def content_free_term(context):
 
 
 def t5_bias(context):
-    """Seed 001 Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
+    """TUPE Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
     name, title = "t5_bias", "T5 relative bias b(j - i) per head"
     found = pm.t5_bias_by_distance(context.model, context.seq_len)
     if found is None:
@@ -107,7 +107,7 @@ def t5_bias(context):
 
 
 def first_layer_position_correlation(context):
-    """Seed 000 Fig. 7: (P W^Q_h)(P W^K_h)^T of the first layer for a PE added at the input."""
+    """Wang et al. 2021 Fig. 7: (P W^Q_h)(P W^K_h)^T of the first layer for a PE added at the input."""
     name, title = "first_layer_position_correlation", \
         "first-layer (P W^Q)(P W^K)^T / sqrt(d_h) per head (Wang et al. 2021 Fig. 7)"
     correlation = pm.first_layer_position_correlation(context.model, context.seq_len)
@@ -126,7 +126,7 @@ def first_layer_position_correlation(context):
 
 
 def absolute_position_dot_products(context):
-    """Seed 000 Fig. 2 (top) and Fig. 6: <p_x, p_y> of the absolute table and its profile psi(m)."""
+    """Wang et al. 2021 Fig. 2 (top) and Fig. 6: <p_x, p_y> of the absolute table and its profile psi(m)."""
     name, title = "absolute_position_dot_products", \
         "dot products <p_x, p_y> of absolute positions (Wang et al. 2021 Fig. 2, 6)"
     found = pm.absolute_position_vectors(context.model, context.seq_len)
@@ -160,7 +160,7 @@ def absolute_position_dot_products(context):
 
 
 def relative_position_dot_products(context):
-    """Seed 000 Fig. 2 (bottom): <a_r, a_s> of the Shaw table, r, s = -K..K, and a_0 . a_{±m}."""
+    """Wang et al. 2021 Fig. 2 (bottom): <a_r, a_s> of the Shaw table, r, s = -K..K, and a_0 . a_{±m}."""
     name, title = "relative_position_dot_products", \
         "dot products <a_r, a_s> of Shaw relative vectors (Wang et al. 2021 Fig. 2)"
     found = pm.relative_position_table(context.model)
@@ -195,7 +195,7 @@ def relative_position_dot_products(context):
 
 
 def identical_word_probing(context):
-    """Seed 000 §3.1 (Eq. 5): first-layer attention of one repeated word, averaged over words and heads."""
+    """Wang et al. 2021 §3.1 (Eq. 5): first-layer attention of one repeated word, averaged over words and heads."""
     name, title = "identical_word_probing", \
         "identical-word probing: first-layer attention (Wang et al. 2021 §3.1)"
     probs = _numpy(pm.identical_word_attention(
@@ -225,7 +225,7 @@ def identical_word_probing(context):
 
 
 def learned_frequencies(context):
-    """Seed 000 A.5: learned frequencies of learnable sinusoids against their initial values."""
+    """Wang et al. 2021 A.5: learned frequencies of learnable sinusoids against their initial values."""
     name, title = "learned_frequencies", "learnable-sinusoidal frequencies (Wang et al. 2021 A.5)"
     found = pm.learnable_frequencies(context.model)
     if not found:
