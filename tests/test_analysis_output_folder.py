@@ -80,3 +80,34 @@ def test_table_prints_nan_as_nan():
     result = SectionResult("s", "title")
     result.add_row("m", {"translation_invariance_violation": math.nan})
     assert format_table([result]).splitlines()[-1].split()[2] == "nan"
+
+
+def drawn_figure(monkeypatch):
+    from tupe_plugin.analysis import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda figure, path: drawn.append(figure) or str(path))
+    return figures, drawn
+
+
+def test_signed_heatmaps_share_one_diverging_scale_centred_on_zero(monkeypatch, tmp_path):
+    figures, drawn = drawn_figure(monkeypatch)
+    matrices = [[[0.5, -2.0], [1.0, 0.0]], [[0.1, 0.2], [-0.3, 0.05]]]
+    figures.per_head_heatmaps(matrices, "t", tmp_path / "x.png", signed=True)
+    images = [axes.images[0] for axes in drawn[0].axes if axes.images]
+    assert [image.get_clim() for image in images] == [(-2.0, 2.0)] * 2
+    assert {image.get_cmap().name for image in images} == {"RdBu_r"}
+
+
+def test_unsigned_heatmaps_keep_their_own_scale(monkeypatch, tmp_path):
+    figures, drawn = drawn_figure(monkeypatch)
+    figures.per_head_heatmaps([[[0.0, 1.0], [1.0, 0.0]], [[0.0, 3.0], [3.0, 0.0]]], "t", tmp_path / "x.png")
+    assert [a.images[0].get_clim() for a in drawn[0].axes if a.images] == [(0.0, 1.0), (0.0, 3.0)]
+
+
+def test_t5_profile_axis_is_linear_over_the_exact_distances(monkeypatch, tmp_path):
+    figures, drawn = drawn_figure(monkeypatch)
+    offsets = list(range(-20, 21))
+    figures.per_head_profiles(offsets, [offsets, offsets], "t", tmp_path / "x.png", "b", linear_within=8)
+    panels = [a for a in drawn[0].axes if a.lines]
+    assert all(a.get_xscale() == "symlog" and a.xaxis.get_transform().linthresh == 8 for a in panels)
