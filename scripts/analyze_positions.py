@@ -5,7 +5,8 @@
 
 Writes one PNG per section that applies to the architecture, ``positions.json`` with every
 number (sections that do not apply say why), and prints a short table. ``--out`` is a new or empty
-folder, or one an earlier analysis wrote: its figures and report are replaced, other files are kept. The sections, the
+folder, or one an earlier analysis wrote: its figures and report are replaced, other files are kept.
+The sections, the
 matrices and the metrics are defined in docs/analysis.md.
 """
 

@@ -30,7 +30,8 @@ def main(argv=None):
     parser.add_argument("--dict", required=True, help="the release's dict.txt")
     parser.add_argument("--out", required=True, help="folder for model.pt and dict.txt")
     parser.add_argument("--force", action="store_true",
-                        help="replace model.pt and dict.txt already in --out (only once the conversion succeeded)")
+                        help="replace model.pt and dict.txt already in --out (only once the conversion "
+                        "succeeded)")
     parser.add_argument("--allow-pickle", action="store_true",
                         help="load with torch.load(weights_only=False): only for a file you trust")
     args = parser.parse_args(argv)

@@ -101,7 +101,8 @@ def warn_missing(scores, gold_file, predicted, max_articles=None):
     total = predicted + len(missing)
     if len(missing) * 2 > total:
         hint = ("the predictions cover only part of --gold-file: evaluate against the part they were made "
-                "from" + (" (--max-articles N, as given to prepare_squad.py)" if max_articles is None else ""))
+                "from" + (" (--max-articles N, as given to prepare_squad.py)"
+                          if max_articles is None else ""))
         print(f"evaluate_squad.py: WARNING: {len(missing)} of the {total} questions of {gold_file} have no "
               f"prediction ({predicted} predicted); {hint}", file=sys.stderr)
     else:

@@ -39,7 +39,8 @@ def test_run_with_only_nan_evaluations_is_a_failed_run(tmp_path):
 
 
 def test_failed_runs_are_excluded_from_the_mean_counted_in_the_cell_and_reported(tmp_path, capsys):
-    dirs = [run_dir(tmp_path, 1, ["0.5"]), run_dir(tmp_path, 2, ["nan", "0.7"]), run_dir(tmp_path, 3, ["nan"])]
+    dirs = [run_dir(tmp_path, 1, ["0.5"]), run_dir(tmp_path, 2, ["nan", "0.7"]),
+            run_dir(tmp_path, 3, ["nan"])]
     collect_glue_scores.main(dirs)
     captured = capsys.readouterr()
     table = captured.out.splitlines()

@@ -49,7 +49,8 @@ def test_checkpoint_table_length_refusal_names_the_fix_of_the_running_command(
     assert expected in str(error.value) and unexpected not in str(error.value)
 
 
-@pytest.mark.parametrize("arch, program", [("bert_a_tiny", "fairseq-validate"), ("tupe_a_tiny", "fairseq-validate"),
+@pytest.mark.parametrize("arch, program", [("bert_a_tiny", "fairseq-validate"),
+                                           ("tupe_a_tiny", "fairseq-validate"),
                                            ("bert_a_tiny", "fairseq-train")])
 def test_longer_input_refusal_names_the_fix_of_the_running_command(monkeypatch, dictionary, arch, program):
     model = build_model(arch, dictionary, max_positions=8).eval()

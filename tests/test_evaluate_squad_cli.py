@@ -82,4 +82,5 @@ def test_bad_predictions_file_is_one_error_line_naming_it(tmp_path, content, fla
         path.write_text(content)
     with pytest.raises(SystemExit) as error:
         evaluate_squad.main(["--gold-file", DEV, "--predictions", str(path)])
-    assert str(error.value).startswith(f"evaluate_squad.py: error: {flag} {path}") and message in str(error.value)
+    assert str(error.value).startswith(f"evaluate_squad.py: error: {flag} {path}")
+    assert message in str(error.value)

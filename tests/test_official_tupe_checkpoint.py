@@ -402,7 +402,8 @@ def test_wrong_shape_is_named_with_both_shapes(release_dir, tmp_path):
 @pytest.mark.parametrize("rows", [7 + 40 + 1 + 1, 7 + 40, 4 + 40, 4 + 40 + 2])
 def test_dictionary_of_another_size_is_refused(release_dir, tmp_path, rows):
     sd = release_state_dict(rows)
-    _expect_error(release_dir, tmp_path, sd, rf"--dict .* lists 40 symbols, but .*embed_tokens\.weight has {rows} "
+    _expect_error(release_dir, tmp_path, sd,
+                  rf"--dict .* lists 40 symbols, but .*embed_tokens\.weight has {rows} "
                   r"rows; the release's dict.txt gives 48 rows .* a fairseq 0.12 one 45: pass the dict.txt")
 
 
@@ -504,7 +505,8 @@ def test_release_dictionary_of_seven_specials_keeps_every_word_id(release_dir, t
     dictionary = Dictionary.load(str(out / "dict.txt"))
     dictionary.add_symbol("<mask>")
     assert len(dictionary) == release_dir[1]
-    assert [dictionary[i] for i in range(7)] == ["<s>", "<pad>", "</s>", "<unk>", "<file>", "<email>", "<url>"]
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<file>", "<email>", "<url>"]
+    assert [dictionary[i] for i in range(7)] == specials
     model, _, _ = load_converted(out)
     embeddings = model.encoder.sentence_encoder.embed_tokens.weight
     for word, release_row in (("w0", 7), ("w5", 12), ("w39", 46)):

@@ -185,9 +185,10 @@ def squad_vocabulary(tmp_path_factory):
 def test_squad_preparation_is_reused_then_redone_for_other_settings(tmp_path, squad_vocabulary):
     out = tmp_path / "squad-bin"
     files = {"valid": squad_file(tmp_path)}
-    first, reused_first = prepare_squad.prepare(files, *squad_vocabulary, str(out), max_seq_length=64, max_query_length=32)
-    second, reused_second = prepare_squad.prepare(files, *squad_vocabulary, str(out), max_seq_length=64, max_query_length=32)
-    third, reused_third = prepare_squad.prepare(files, *squad_vocabulary, str(out), max_seq_length=96, max_query_length=32)
+    short, longer = dict(max_seq_length=64, max_query_length=32), dict(max_seq_length=96, max_query_length=32)
+    first, reused_first = prepare_squad.prepare(files, *squad_vocabulary, str(out), **short)
+    second, reused_second = prepare_squad.prepare(files, *squad_vocabulary, str(out), **short)
+    third, reused_third = prepare_squad.prepare(files, *squad_vocabulary, str(out), **longer)
     assert (reused_first, reused_second, reused_third) == (False, True, False)
     assert second == first and third["valid"]["features"] < first["valid"]["features"]
     assert siblings(out) == ["squad-bin"]

@@ -40,7 +40,8 @@ def config_record(config):
 
 def big_config():
     return OmegaConf.create({"common": {f"option_{i}": "x" * 40 for i in range(100)},
-                             "model": {"_name": "tupe_r_tiny"}, "task": {"_name": "masked_lm", "data": "data-bin"},
+                             "model": {"_name": "tupe_r_tiny"},
+                             "task": {"_name": "masked_lm", "data": "data-bin"},
                              "criterion": {"_name": "masked_lm"}})
 
 

@@ -21,8 +21,9 @@ def user_environment(**extra):
 
 def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pretrained_dir, tmp_path):
     data = pretrained_dir / "data-bin"
+    glue = os.path.dirname(os.path.dirname(shared_data("glue", "RTE", "train.tsv")))
     prepare = [sys.executable, os.path.join(REPO, "scripts", "prepare_glue.py"), "--task", "RTE",
-               "--glue-dir", os.path.dirname(os.path.dirname(shared_data("glue", "RTE", "train.tsv"))), "--sentencepiece-model", data / "sentencepiece.bpe.model",
+               "--glue-dir", glue, "--sentencepiece-model", data / "sentencepiece.bpe.model",
                "--dict", data / "dict.txt", "--out", "glue-bin/RTE-bin", "--max-examples", "48"]
     subprocess.run([str(a) for a in prepare], cwd=tmp_path, check=True, stdout=subprocess.PIPE)
     outputs = []
@@ -31,14 +32,15 @@ def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pre
             [os.path.join(REPO, "examples", "finetune_glue.sh"), "RTE",
              str(pretrained_dir / "checkpoints" / "checkpoint_last.pt"), str(data),
              "--max-update", "2", "--num-workers", "0"],
-            cwd=tmp_path, env=user_environment(SEED=str(seed), GLUE_DIR=os.path.dirname(os.path.dirname(shared_data("glue", "RTE", "train.tsv"))), CPU="1",
-                                               MAX_EXAMPLES="48", MAX_EPOCH="1", BATCH_SIZE="16"),
+            cwd=tmp_path, env=user_environment(SEED=str(seed), GLUE_DIR=glue, CPU="1", MAX_EXAMPLES="48",
+                                               MAX_EPOCH="1", BATCH_SIZE="16"),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.returncode == 0, proc.stdout[-3000:]
         outputs.append(proc.stdout)
     assert all("glue-bin/RTE-bin already holds this preparation" in out for out in outputs)
     for seed in (1, 2):
-        assert (tmp_path / "checkpoints" / "glue" / "RTE" / "tupe_r_tiny" / f"seed{seed}" / "run.json").is_file()
+        run = tmp_path / "checkpoints" / "glue" / "RTE" / "tupe_r_tiny" / f"seed{seed}"
+        assert (run / "run.json").is_file()
 
 
 def test_demo_of_a_second_architecture_keeps_the_first_ones_run(tmp_path):

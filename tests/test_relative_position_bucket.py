@@ -91,7 +91,8 @@ def release_float32_bucket(relative_position):
     return bucket + torch.where(n < 8, n, large.clamp(max=15))
 
 
-BOUNDARIES = [d + delta for d in (8, 16, 32, 64, 128) for delta in (-1, 0, 1)] + [11, 12, 22, 23, 45, 46, 90, 91]
+BOUNDARIES = [d + delta for d in (8, 16, 32, 64, 128) for delta in (-1, 0, 1)] + \
+    [11, 12, 22, 23, 45, 46, 90, 91]
 
 
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))

@@ -302,8 +302,8 @@ def release_dictionary(dict_path, rows):
     lines = read_dict_lines(dict_path)
     symbols = [line.split()[0] for line in lines[:len(RELEASE_EXTRA_SPECIALS)]]
     if rows == FAIRSEQ_SPECIALS + len(lines) + 1:
-        return lines, FAIRSEQ_SPECIALS + (len(RELEASE_EXTRA_SPECIALS) if tuple(symbols) == RELEASE_EXTRA_SPECIALS
-                                          else 0)
+        listed = tuple(symbols) == RELEASE_EXTRA_SPECIALS
+        return lines, FAIRSEQ_SPECIALS + (len(RELEASE_EXTRA_SPECIALS) if listed else 0)
     release_specials = FAIRSEQ_SPECIALS + len(RELEASE_EXTRA_SPECIALS)
     if rows == release_specials + len(lines) + 1 and tuple(symbols) != RELEASE_EXTRA_SPECIALS:
         return [f"{symbol} 0\n" for symbol in RELEASE_EXTRA_SPECIALS] + lines, release_specials
@@ -319,7 +319,8 @@ def check_output_folder(out_dir, force=False):
     """Refuse ``out_dir`` when it is a file, or holds model.pt / dict.txt and ``force`` is off."""
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise ReleaseCheckpointError(f"--out {out_dir} is a file; give a folder")
-    existing = [name for name in (CHECKPOINT_NAME, "dict.txt") if os.path.lexists(os.path.join(out_dir, name))]
+    existing = [name for name in (CHECKPOINT_NAME, "dict.txt")
+                if os.path.lexists(os.path.join(out_dir, name))]
     if existing and not force:
         raise ReleaseCheckpointError(
             f"--out {out_dir} already holds {' and '.join(existing)}; nothing is overwritten: choose another "

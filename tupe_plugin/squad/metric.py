@@ -96,7 +96,8 @@ def evaluate(articles, predictions, version="1.1"):
                 "f1": 100.0 * sum(f1s.values()) / max(total, 1), "total": total, "missing": missing}
     scores = _means(em, f1s, list(em))
     scores = {"exact": scores["exact"], "f1": scores["f1"], "total": scores["total"]}
-    for name, ids in (("HasAns", [q for q in em if has_answer[q]]), ("NoAns", [q for q in em if not has_answer[q]])):
+    split = (("HasAns", [q for q in em if has_answer[q]]), ("NoAns", [q for q in em if not has_answer[q]]))
+    for name, ids in split:
         if ids:
             scores.update({f"{name}_{key}": value for key, value in _means(em, f1s, ids).items()})
     scores["missing"] = missing
