@@ -8,15 +8,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 sentencepiece tensorboard matplotlib pytest hypothesis
+REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 sentencepiece tensorboard tensorboardX matplotlib pytest hypothesis
 
 # Demo settings, passed to examples/demo.sh (see its header).
 CORPUS ?=
 ARCH ?= tupe_r_tiny
 UPDATES ?= 400
 WORKDIR ?= demo
-DEMO_OUTPUTS := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp checkpoints tensorboard \
-	train.log valid.log analysis
+# WORKDIR holds the data shared by every architecture; each architecture's run is WORKDIR/ARCH/.
+DEMO_DATA := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp
+DEMO_RUN_OUTPUTS := checkpoints tensorboard train.log valid.log analysis
 
 # Benchmark settings, passed to scripts/benchmark.py (see its --help).
 BENCH_ARGS ?=
@@ -36,7 +37,7 @@ help:
 	@echo "                 markdown tables, writes $(BENCH_JSON); extra flags: BENCH_ARGS=\"...\""
 	@echo "make bench-train real fairseq-train updates side by side, words/s from its log"
 	@echo "                 (scripts/benchmark_train.py): BENCH_DATA=data-bin folder, BENCH_ARGS=\"...\""
-	@echo "make clean       remove the demo outputs in WORKDIR"
+	@echo "make clean       remove the demo outputs in WORKDIR (data and every architecture's run)"
 	@echo "make distclean   clean, and remove .venv"
 
 install: $(STAMP)
@@ -70,7 +71,11 @@ bench-train: install
 	$(BIN)/python scripts/benchmark_train.py $(BENCH_DATA) --json benchmark_train.json $(BENCH_ARGS)
 
 clean:
-	rm -rf $(addprefix $(WORKDIR)/,$(DEMO_OUTPUTS))
+	rm -rf $(addprefix $(WORKDIR)/,$(DEMO_DATA))
+	for run in $(WORKDIR)/*/; do \
+		test -e "$$run/train.log" || test -d "$$run/checkpoints" || continue; \
+		(cd "$$run" && rm -rf $(DEMO_RUN_OUTPUTS)); rmdir "$$run" 2>/dev/null || true; \
+	done
 	rmdir $(WORKDIR) 2>/dev/null || true
 
 distclean: clean

@@ -13,12 +13,15 @@
 #   ARCH        fairseq --arch (default tupe_r_tiny: 2 layers, d 128, 4 heads)
 #   UPDATES     number of training updates, at least 10 (default 400)
 #   WORKDIR     folder for everything the demo writes (default: demo/ in the
-#               repository)
+#               repository). The data (corpus, spm, data-bin) are shared by all
+#               architectures; each run writes into WORKDIR/ARCH/ (checkpoints,
+#               tensorboard, train.log, valid.log, analysis), so a demo of another
+#               architecture leaves the previous one alone
 #   TRAIN_ARGS  extra fairseq-train flags, e.g. TRAIN_ARGS='--dropout 0.2'
 #   PYTHON      the Python whose fairseq to use (default .venv/bin/python)
 #
 # Corpus, sentencepiece model and data-bin are reused when WORKDIR already has
-# them; training always starts afresh. Exits non-zero when the validation loss
+# them; training always starts afresh (in WORKDIR/ARCH only). Exits non-zero when the validation loss
 # is not finite or not below the first logged training loss.
 set -euo pipefail
 
@@ -48,10 +51,11 @@ read -r -a EXTRA_TRAIN_ARGS <<< "$TRAIN_ARGS"
 CORPUS_DIR=$WORKDIR/corpus
 SPM_DIR=$WORKDIR/spm
 DATA_BIN=$WORKDIR/data-bin
-SAVE_DIR=$WORKDIR/checkpoints
-TENSORBOARD_DIR=$WORKDIR/tensorboard
-TRAIN_LOG=$WORKDIR/train.log
-VALID_LOG=$WORKDIR/valid.log
+RUN_DIR=$WORKDIR/$ARCH
+SAVE_DIR=$RUN_DIR/checkpoints
+TENSORBOARD_DIR=$RUN_DIR/tensorboard
+TRAIN_LOG=$RUN_DIR/train.log
+VALID_LOG=$RUN_DIR/valid.log
 mkdir -p "$WORKDIR"
 START=$SECONDS
 
@@ -92,30 +96,26 @@ else
     mv "$DATA_BIN.tmp" "$DATA_BIN"
 fi
 
-# A progress bar when a person watches, plain log lines otherwise. The bar goes
-# to stderr and is kept out of the log.
-if [[ -t 1 ]]; then LOG_FORMAT=tqdm; else LOG_FORMAT=simple; fi
 WARMUP=$(( UPDATES / 10 > 0 ? UPDATES / 10 : 1 ))
 SAVE_INTERVAL=$(( UPDATES / 4 > 0 ? UPDATES / 4 : 1 ))
 
 PREPARED=$SECONDS
 step "4/6 fairseq-train --arch $ARCH, $UPDATES updates -> $SAVE_DIR"
 rm -rf "$SAVE_DIR" "$TENSORBOARD_DIR"
+mkdir -p "$RUN_DIR"
 TRAIN=("$BIN/fairseq-train" "$DATA_BIN" --user-dir tupe_plugin
     --task masked_lm --criterion masked_lm --arch "$ARCH"
     --sample-break-mode complete --tokens-per-sample 128
     --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --clip-norm 1.0
     --lr 5e-4 --lr-scheduler polynomial_decay --warmup-updates "$WARMUP"
     --total-num-update "$UPDATES" --max-update "$UPDATES" --batch-size 16
-    --log-format "$LOG_FORMAT" --log-interval 10
+    --log-format simple --log-interval 10
     --save-dir "$SAVE_DIR" --tensorboard-logdir "$TENSORBOARD_DIR"
     --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL" --keep-interval-updates 1
     --seed 1 --num-workers 0 --cpu "${EXTRA_TRAIN_ARGS[@]}")
-if [[ $LOG_FORMAT == tqdm ]]; then
-    "${TRAIN[@]}" | tee "$TRAIN_LOG"
-else
-    "${TRAIN[@]}" 2>&1 | tee "$TRAIN_LOG"
-fi
+# The log goes to the screen and to train.log; the progress over the UPDATES
+# requested (not fairseq's per-epoch count) goes to stderr.
+"${TRAIN[@]}" 2>&1 | "$PYTHON" scripts/show_progress.py --total "$UPDATES" --label train | tee "$TRAIN_LOG"
 TRAINED=$SECONDS
 
 step "5/6 fairseq-validate $SAVE_DIR/checkpoint_last.pt"
@@ -125,7 +125,7 @@ VALIDATED=$SECONDS
 
 step "6/6 summary"
 # The first training loss comes from the tensorboard events, which hold every
-# logged update whatever the log format (tqdm keeps them out of train.log).
+# logged update.
 TENSORBOARD_DIR=$TENSORBOARD_DIR VALID_LOG=$VALID_LOG "$PYTHON" - <<'EOF'
 import math
 import os
@@ -159,7 +159,7 @@ tensorboard: $TENSORBOARD_DIR  (view with: $BIN/tensorboard --logdir $TENSORBOAR
 data-bin:    $DATA_BIN  (sentencepiece model: $DATA_BIN/sentencepiece.bpe.model)
 EOF
 
-ANALYSIS_DIR=$WORKDIR/analysis
+ANALYSIS_DIR=$RUN_DIR/analysis
 step "what the positions learned: scripts/analyze_positions.py -> $ANALYSIS_DIR"
 "$PYTHON" scripts/analyze_positions.py --path "$SAVE_DIR/checkpoint_last.pt" --data "$DATA_BIN" \
     --out "$ANALYSIS_DIR" --device cpu

@@ -34,11 +34,13 @@ BIN=$(dirname "$PYTHON")
 
 mkdir -p "$WORKDIR"
 printf '\n==== source model: examples/demo.sh, %s, %s updates ====\n' "$SOURCE_ARCH" "$SOURCE_UPDATES"
+echo "(its log: $WORKDIR/source.log)"
 WORKDIR=$WORKDIR/source ARCH=$SOURCE_ARCH UPDATES=$SOURCE_UPDATES PYTHON=$PYTHON bash examples/demo.sh \
-    > "$WORKDIR/source.log" 2>&1 || { tail -20 "$WORKDIR/source.log"; die "examples/demo.sh failed"; }
+    2>&1 | "$PYTHON" scripts/show_progress.py --total "$SOURCE_UPDATES" --label source \
+    --log "$WORKDIR/source.log" || { tail -20 "$WORKDIR/source.log"; die "examples/demo.sh failed"; }
 DATA_BIN=$WORKDIR/source/data-bin
 VECTORS=$WORKDIR/vectors.txt
-"$PYTHON" scripts/export_embeddings.py "$WORKDIR/source/checkpoints/checkpoint_last.pt" \
+"$PYTHON" scripts/export_embeddings.py "$WORKDIR/source/$SOURCE_ARCH/checkpoints/checkpoint_last.pt" \
     --dict "$DATA_BIN/dict.txt" --scale "$SCALE" --out "$VECTORS"
 
 train() {  # name, extra flags...
@@ -52,9 +54,10 @@ train() {  # name, extra flags...
         --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --clip-norm 1.0 \
         --lr 5e-4 --lr-scheduler polynomial_decay --warmup-updates $(( UPDATES / 10 + 1 )) \
         --total-num-update "$UPDATES" --max-update "$UPDATES" --batch-size 16 \
-        --log-format simple --log-interval 50 --save-dir "$WORKDIR/checkpoints/$name" \
-        --no-epoch-checkpoints --no-save --seed 1 --num-workers 0 --cpu "$@" \
-        > "$WORKDIR/$name.log" 2>&1 || { tail -20 "$WORKDIR/$name.log"; die "training $name failed"; }
+        --log-format simple --log-interval 10 --save-dir "$WORKDIR/checkpoints/$name" \
+        --no-epoch-checkpoints --no-save --seed 1 --num-workers 0 --cpu "$@" 2>&1 \
+        | "$PYTHON" scripts/show_progress.py --total "$UPDATES" --label "$name" --log "$WORKDIR/$name.log" \
+        || { tail -20 "$WORKDIR/$name.log"; die "training $name failed"; }
     grep -o "embed-init: .*\|embeddings vs positions .*" "$WORKDIR/$name.log" || true
 }
 

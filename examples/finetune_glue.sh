@@ -17,7 +17,7 @@
 # Environment (defaults): LR (2e-5) SEED (1) MAX_EPOCH (per task) BATCH_SIZE (32) CPU (empty; 1 adds --cpu)
 #   GLUE_DIR (../shared/data/glue beside the repository) BIN_DIR (glue-bin/TASK-bin)
 #   SAVE_DIR (checkpoints/glue/TASK/ARCH/seedSEED) MAX_EXAMPLES (all; N keeps the first N of each split)
-#   PYTHON (python)
+#   PYTHON (the repository's .venv/bin/python when present, else python)
 # The training log is SAVE_DIR/train.log and SAVE_DIR/run.json records task, arch, seed and metric for
 # scripts/collect_glue_scores.py. Validate the result with
 #   fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \
@@ -31,7 +31,11 @@ fi
 TASK=$1 CKPT=$2 DATA_BIN=$3
 shift 3
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# The project's .venv when there is one (no need to activate it); PYTHON= chooses another Python, whose
+# fairseq-train is then used too.
+if [[ -z ${PYTHON:-} && -x $REPO/.venv/bin/python ]]; then PYTHON=$REPO/.venv/bin/python; fi
 PYTHON=${PYTHON:-python}
+PATH=$(dirname "$(command -v "$PYTHON" || echo "$PYTHON")"):$PATH
 GLUE_DIR=${GLUE_DIR:-$REPO/../shared/data/glue}
 BIN_DIR=${BIN_DIR:-glue-bin/$TASK-bin}
 LR=${LR:-2e-5}

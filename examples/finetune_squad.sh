@@ -22,7 +22,7 @@
 #   LR (3e-5) SEED (1) MAX_EPOCH (3) BATCH_SIZE (32) WARMUP_RATIO (0, in percent of all updates)
 #   MAX_SEQ_LENGTH (384, at most the checkpoint's max_positions) DOC_STRIDE (128) MAX_QUERY_LENGTH (64)
 #   MAX_ANSWER_LENGTH (30) NULL_THRESHOLD (0.0) MAX_ARTICLES (all; N keeps the first N articles of each file)
-#   CPU (empty; 1 adds --cpu) PYTHON (python)
+#   CPU (empty; 1 adds --cpu) PYTHON (the repository's .venv/bin/python when present, else python)
 # Validate the result with
 #   fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \
 #       --task squad_span --criterion squad_span --batch-size 32
@@ -40,7 +40,11 @@ case $VERSION in
     *) echo "finetune_squad.sh: VERSION must be 1.1 or 2.0, got '$VERSION'" >&2; exit 2 ;;
 esac
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# The project's .venv when there is one (no need to activate it); PYTHON= chooses another Python, whose
+# fairseq-train is then used too.
+if [[ -z ${PYTHON:-} && -x $REPO/.venv/bin/python ]]; then PYTHON=$REPO/.venv/bin/python; fi
 PYTHON=${PYTHON:-python}
+PATH=$(dirname "$(command -v "$PYTHON" || echo "$PYTHON")"):$PATH
 SQUAD_DIR=${SQUAD_DIR:-$REPO/../shared/data/squad}
 TRAIN_FILE=${TRAIN_FILE:-$SQUAD_DIR/train-v$VERSION.json}
 VALID_FILE=${VALID_FILE:-$SQUAD_DIR/dev-v$VERSION.json}

@@ -4,7 +4,9 @@
     python scripts/analyze_positions.py --path checkpoints/checkpoint_last.pt --out analysis/
 
 Writes one PNG per section that applies to the architecture, ``positions.json`` with every
-number (sections that do not apply say why), and prints a short table. The sections, the
+number (sections that do not apply say why), and prints a short table. ``--out`` is a new or empty
+folder, or one an earlier analysis wrote: its figures and report are replaced, other files are kept.
+The sections, the
 matrices and the metrics are defined in docs/analysis.md.
 """
 
@@ -18,7 +20,8 @@ from tupe_plugin.analysis.checkpoint import CheckpointError, load_checkpoint
 from tupe_plugin.analysis.embedding_section import embeddings_vs_positions
 from tupe_plugin.analysis.position_matrices import has_learned_table
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
-from tupe_plugin.analysis.report import AnalysisContext, format_table, run_sections, write_json
+from tupe_plugin.analysis.report import (AnalysisContext, OutputFolderError, claim_output_folder,
+                                         format_table, run_sections, write_json)
 
 # The report's sections, in order; further diagnoses are appended here as functions
 # section(context) -> SectionResult (see tupe_plugin/analysis/report.py).
@@ -72,7 +75,8 @@ def main(argv=None):
     try:
         model, dictionary, arch = load_checkpoint(args.path, args.data)
         seq_len = positions_to_analyse(model, args.max_positions)
-    except CheckpointError as error:
+        claim_output_folder(args.out, REPORT_NAME)
+    except (CheckpointError, OutputFolderError) as error:
         parser.error(str(error))
     model.to(args.device)
     context = AnalysisContext(

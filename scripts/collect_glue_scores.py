@@ -4,6 +4,9 @@
 Each RUN_DIR is a ``SAVE_DIR`` of ``examples/finetune_glue.sh``: ``run.json`` names the task, arch, seed
 and metric, and ``train.log`` is fairseq-train's log (``--log-format simple``). A run's score is the best
 value of its metric over the ``valid on 'valid' subset`` lines of the log (every GLUE metric is maximised).
+A ``nan`` value is a failed evaluation (e.g. STS-B's correlations of constant predictions): it is left
+out of the best value and counted; a run whose every evaluation is ``nan`` is a failed run, left out of
+the mean and counted in its cell (``2 failed``). Both are listed on stderr.
 Runs of the same task and arch are different seeds; the table has one row per arch and one column per task,
 each cell ``mean ± sample std (n seeds)``, like Wang et al. 2021 Table 2::
 
@@ -12,11 +15,13 @@ each cell ``mean ± sample std (n seeds)``, like Wang et al. 2021 Table 2::
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
 import sys
 from collections import defaultdict
+from typing import NamedTuple, Optional
 
 VALID_LINE = re.compile(r"\| valid on 'valid' subset \| (.*)$")
 
@@ -35,8 +40,19 @@ def valid_scores(log_path, metric):
     return scores
 
 
+class Run(NamedTuple):
+    task: str
+    arch: str
+    seed: int
+    metric: str
+    score: Optional[float]  # the best finite value; None when every evaluation gave nan
+    evaluations: int
+    nan_evaluations: int
+    run_dir: str = ""
+
+
 def read_run(run_dir):
-    """``(task, arch, seed, metric, best score)`` of one run directory."""
+    """The :class:`Run` of one run directory."""
     info_path, log_path = os.path.join(run_dir, "run.json"), os.path.join(run_dir, "train.log")
     for path in (info_path, log_path):
         if not os.path.isfile(path):
@@ -51,17 +67,22 @@ def read_run(run_dir):
     scores = valid_scores(log_path, info["metric"])
     if not scores:
         raise ValueError(f"{log_path}: no validation line reports {info['metric']}")
-    return info["task"], info["arch"], info["seed"], info["metric"], max(scores)
+    finite = [score for score in scores if not math.isnan(score)]
+    return Run(info["task"], info["arch"], info["seed"], info["metric"], max(finite) if finite else None,
+               len(scores), len(scores) - len(finite), run_dir)
 
 
 def markdown_table(runs):
-    """Markdown table of ``runs`` (tuples of :func:`read_run`)."""
-    cells, metrics = defaultdict(list), {}
-    for task, arch, _, metric, score in runs:
-        cells[arch, task].append(score)
-        metrics[task] = metric
+    """Markdown table of ``runs`` (:class:`Run`); failed runs are counted in their cell, not averaged."""
+    cells, failed, metrics = defaultdict(list), defaultdict(int), {}
+    for run in runs:
+        if run.score is None:
+            failed[run.arch, run.task] += 1
+        else:
+            cells[run.arch, run.task].append(run.score)
+        metrics[run.task] = run.metric
     tasks = sorted(metrics)
-    archs = sorted({arch for arch, _ in cells})
+    archs = sorted({arch for arch, _ in [*cells, *failed]})
     lines = ["| arch | " + " | ".join(f"{t} ({metrics[t]})" for t in tasks) + " |",
              "|---|" + "---|" * len(tasks)]
     for arch in archs:
@@ -69,11 +90,14 @@ def markdown_table(runs):
         for task in tasks:
             scores = cells.get((arch, task), [])
             if not scores:
-                row.append("–")
+                cell = "–"
             elif len(scores) == 1:
-                row.append(f"{scores[0]:.1f} (1)")
+                cell = f"{scores[0]:.1f} (1)"
             else:
-                row.append(f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f} ({len(scores)})")
+                cell = f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f} ({len(scores)})"
+            if failed[arch, task]:
+                cell += f", {failed[arch, task]} failed"
+            row.append(cell)
         lines.append(f"| {arch} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -88,6 +112,12 @@ def main(argv=None):
         runs = [read_run(d) for d in args.run_dirs]
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"collect_glue_scores.py: error: {e}")
+    for run in runs:
+        if run.nan_evaluations:
+            what = ("every evaluation gave nan: failed run, left out of the mean" if run.score is None else
+                    "left out of the best value")
+            print(f"collect_glue_scores.py: {run.run_dir}: {run.nan_evaluations} of {run.evaluations} "
+                  f"evaluations of {run.metric} gave nan ({what})", file=sys.stderr)
     print(markdown_table(runs))
 
 

@@ -1,29 +1,42 @@
 #!/usr/bin/env python3
 """Evaluate a ``squad_span`` checkpoint on SQuAD: predictions JSON and the official EM and F1.
 
+Two modes:
+
+- ``--path CKPT --data SQUAD-BIN --gold-file dev.json``: run the model, write ``--output``, print the scores;
+- ``--gold-file dev.json --predictions predictions.json`` (no model): score a predictions file, with the
+  interface and output of the official evaluation script (``--version-2-with-negative`` for v2.0).
+
+Each version's own rules apply (:mod:`tupe_plugin.squad.metric`): v1.1 keeps gold answers that normalise
+to the empty string and averages over every question of the file; v2.0 drops them and averages over the
+predicted questions.
+
 Runs the model over the features ``scripts/prepare_squad.py`` wrote for ``--split`` (default valid),
 decodes each question's answer from all its windows (:mod:`tupe_plugin.squad.spans`: best valid span,
 start <= end, at most ``--max-answer-length`` tokens, ``--n-best`` starts and ends per window; with
 ``--version-2-with-negative`` no answer when null score - best span score > ``--null-threshold``),
 writes ``{question id: answer text}`` to ``--output`` and prints EM and F1 computed as the official
-evaluation scripts do (:mod:`tupe_plugin.squad.metric`) against the gold answers of ``--gold-file``,
-the SQuAD JSON the features were prepared from (same ``--max-articles``). Questions without a
-prediction (skipped by prepare_squad.py) score 0, as in the official scripts.
+evaluation scripts do against the gold answers of ``--gold-file``, the SQuAD JSON the features were
+prepared from (same ``--max-articles``). Questions without a prediction (skipped by prepare_squad.py)
+score 0 in v1.1, as in the official script; when most questions have none (features prepared from part
+of the file), a warning says so.
 
 Example::
 
     python scripts/evaluate_squad.py --path checkpoints/squad/checkpoint_best.pt --data squad-bin \\
         --gold-file dev-v1.1.json --output predictions.json
+    python scripts/evaluate_squad.py --gold-file dev-v1.1.json --predictions predictions.json
 """
 
 import argparse
 import json
 import logging
+import sys
 
 import torch
 
 from tupe_plugin.squad.features import load_features
-from tupe_plugin.squad.metric import evaluate
+from tupe_plugin.squad.metric import evaluate, official_output
 from tupe_plugin.squad.spans import best_answer
 
 logger = logging.getLogger("evaluate_squad")
@@ -70,13 +83,63 @@ def predict_answers(articles, features, logits, **decoding):
             for qid, question_windows in windows.items()}
 
 
+def read_json(path, flag, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        sys.exit(f"evaluate_squad.py: error: {flag} {path}: no such file")
+    except (ValueError, UnicodeDecodeError) as e:
+        sys.exit(f"evaluate_squad.py: error: {flag} {path} is not a {what} JSON file ({e})")
+
+
+def warn_missing(scores, gold_file, predicted, max_articles=None):
+    """A warning line on stderr for questions without a prediction; loud when they are the majority."""
+    missing = scores["missing"]
+    if not missing:
+        return
+    total = predicted + len(missing)
+    if len(missing) * 2 > total:
+        hint = ("the predictions cover only part of --gold-file: evaluate against the part they were made "
+                "from" + (" (--max-articles N, as given to prepare_squad.py)"
+                          if max_articles is None else ""))
+        print(f"evaluate_squad.py: WARNING: {len(missing)} of the {total} questions of {gold_file} have no "
+              f"prediction ({predicted} predicted); {hint}", file=sys.stderr)
+    else:
+        print(f"evaluate_squad.py: warning: {len(missing)} of the {total} questions of {gold_file} have no "
+              f"prediction (e.g. {missing[0]})", file=sys.stderr)
+
+
+def score_predictions(args):
+    """The official script's mode: --gold-file and --predictions, no model."""
+    dataset = read_json(args.gold_file, "--gold-file", "SQuAD")
+    predictions = read_json(args.predictions, "--predictions", "predictions")
+    if not isinstance(dataset, dict) or "data" not in dataset:
+        sys.exit(f"evaluate_squad.py: error: --gold-file {args.gold_file} has no \"data\" list: "
+                 "give the official SQuAD JSON")
+    if not isinstance(predictions, dict):
+        sys.exit(f"evaluate_squad.py: error: --predictions {args.predictions} must map question ids "
+                 "to answer texts ({\"id\": \"text\", ...})")
+    version = "2.0" if args.version_2_with_negative else "1.1"
+    if str(dataset.get("version")) != version:
+        print(f"evaluate_squad.py: warning: --gold-file {args.gold_file} is version "
+              f"{dataset.get('version')}, scored with the v{version} rules"
+              + ("" if args.version_2_with_negative else " (--version-2-with-negative for v2.0)"),
+              file=sys.stderr)
+    scores = evaluate(dataset["data"][:args.max_articles], predictions, version)
+    warn_missing(scores, args.gold_file, len(predictions), args.max_articles)
+    print(json.dumps(official_output(scores), indent=2 if version == "2.0" else None))
+    return scores
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--path", required=True,
-                        help="fine-tuned checkpoint (fairseq-train --task squad_span)")
-    parser.add_argument("--data", required=True, help="folder written by scripts/prepare_squad.py")
+    parser.add_argument("--path", help="fine-tuned checkpoint (fairseq-train --task squad_span)")
+    parser.add_argument("--data", help="folder written by scripts/prepare_squad.py (with --path)")
+    parser.add_argument("--predictions", help="score this predictions JSON ({question id: answer text}) "
+                        "instead of running a model, as the official evaluation script does")
     parser.add_argument("--gold-file", required=True, help="the SQuAD JSON the features were prepared from")
     parser.add_argument("--split", default="valid", help="prepared split to evaluate (default valid)")
     parser.add_argument("--max-articles", type=int, help="as given to prepare_squad.py")
@@ -92,9 +155,14 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is available")
     args = parser.parse_args(argv)
+    if args.predictions is not None:
+        if args.path is not None:
+            parser.error("give either --predictions (score a file) or --path and --data (run a model)")
+        return score_predictions(args)
+    if args.path is None or args.data is None:
+        parser.error("give --path and --data (run a model), or --predictions (score a predictions file)")
     logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
-    with open(args.gold_file, encoding="utf-8") as f:
-        articles = json.load(f)["data"][:args.max_articles]
+    articles = read_json(args.gold_file, "--gold-file", "SQuAD")["data"][:args.max_articles]
     features = load_features(args.data, args.split)
     logits = span_logits(args.path, args.data, args.split, args.batch_size, args.cpu)
     answers = predict_answers(articles, features, logits, n_best=args.n_best,
@@ -104,11 +172,14 @@ def main(argv=None):
     predictions = {qid: answer.text for qid, answer in answers.items()}
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(predictions, f, ensure_ascii=False, indent=1)
-    scores = evaluate(articles, predictions)
+    version = "2.0" if args.version_2_with_negative else "1.1"
+    scores = evaluate(articles, predictions, version)
     no_answer = sum(not text for text in predictions.values())
-    print(f"{args.gold_file}: {scores['total']} questions, {len(predictions)} predicted "
-          f"({no_answer} no answer) -> {args.output}")
-    print(json.dumps({"exact_match": round(scores["exact_match"], 2), "f1": round(scores["f1"], 2)}))
+    print(f"{args.gold_file}: {len(predictions) + len(scores['missing'])} questions, {len(predictions)} "
+          f"predicted ({no_answer} no answer) -> {args.output}")
+    warn_missing(scores, args.gold_file, len(predictions), args.max_articles)
+    print(json.dumps({key: round(value, 2) if isinstance(value, float) else value
+                      for key, value in official_output(scores).items()}))
     return scores
 
 

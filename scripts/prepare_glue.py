@@ -30,6 +30,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+from tupe_plugin.prepared_folder import PreparedFolderError, fingerprint, write_prepared_folder
+
 logger = logging.getLogger("prepare_glue")
 
 
@@ -141,7 +143,33 @@ def write_lines(path, lines):
 
 def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=None,
             skip_malformed=False, workers=1):
-    """Prepare ``task``; return ``{split: number of examples}`` plus ``skipped``."""
+    """Prepare ``task`` into ``out``; return ``{split: number of examples}`` plus ``skipped`` and ``reused``.
+
+    ``out`` is written aside and renamed into place when complete; a finished preparation of the same
+    files and settings is reused as it is, one of other files or settings is replaced.
+    """
+    layout = TASKS[task]
+    task_dir = os.path.join(glue_dir, task.split("-mm")[0])
+    for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary, "--dict")):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{flag} {path}: no such file")
+    files = {"train": os.path.join(task_dir, "train.tsv"), "valid": os.path.join(task_dir, layout.dev_file)}
+    for path in files.values():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file (--glue-dir {glue_dir}, --task {task})")
+    expected = fingerprint(
+        {"sentencepiece_model": sentencepiece_model, "dict": dictionary, **files},
+        {"task": task, "max_examples": max_examples, "skip_malformed": skip_malformed},
+    )
+    counts, reused = write_prepared_folder(
+        out, expected, lambda folder: _prepare_into(task, glue_dir, sentencepiece_model, dictionary,
+                                                    folder, max_examples, skip_malformed, workers),
+        "prepare_glue.py")
+    return {**counts, "reused": reused}
+
+
+def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_examples, skip_malformed,
+                  workers):
     import sentencepiece as spm
 
     layout = TASKS[task]
@@ -210,9 +238,11 @@ def main(argv=None):
     try:
         counts = prepare(args.task, args.glue_dir, args.sentencepiece_model, args.dict, args.out,
                          args.max_examples, args.skip_malformed, args.workers)
-    except (GlueFormatError, FileNotFoundError, RuntimeError) as e:
+    except (GlueFormatError, FileNotFoundError, RuntimeError) as e:  # PreparedFolderError included
         sys.exit(f"prepare_glue.py: error: {e}")
     labels = counts.get("labels")
+    if counts["reused"]:
+        print(f"{args.task}: {args.out} already holds this preparation (same files and settings): reused")
     print(f"{args.task}: train {counts['train']}, valid {counts['valid']}, skipped malformed "
           f"{counts['skipped']}" + (f", train labels {labels}" if labels else ", regression (score / 5)")
           + f" -> {args.out}")

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tupe_plugin.prepared_folder import PreparedFolderError, fingerprint, write_prepared_folder
 from tupe_plugin.squad.features import NO_ANSWER, features_path, spans_path, tokens_prefix
 
 logger = logging.getLogger("prepare_squad")
@@ -184,10 +185,11 @@ def write_split(out, split, dictionary, tokens, spans, features):
 
 def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384, doc_stride=128,
             max_query_length=64, max_articles=None):
-    """Prepare ``files`` ({split: SQuAD JSON}); return ``{split: Counter}`` of what was written/skipped."""
-    import sentencepiece as spm
-    from fairseq.data import Dictionary
+    """Prepare ``files`` ({split: SQuAD JSON}); return ``({split: counts}, reused)``.
 
+    ``out`` is written aside and renamed into place when complete; a finished preparation of the same
+    files and settings is reused as it is (``reused`` True), one of other files or settings is replaced.
+    """
     for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary_path, "--dict"),
                        *((p, f"--{s}-file") for s, p in files.items())):
         if not os.path.isfile(path):
@@ -195,10 +197,27 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
     if max_query_length + 4 > max_seq_length:
         raise ValueError(f"--max-query-length {max_query_length} leaves no room for the passage in "
                          f"--max-seq-length {max_seq_length} (3 special tokens and at least 1 piece)")
+    expected = fingerprint(
+        {"sentencepiece_model": sentencepiece_model, "dict": dictionary_path, **files},
+        {"max_seq_length": max_seq_length, "doc_stride": doc_stride, "max_query_length": max_query_length,
+         "max_articles": max_articles},
+    )
+    summary, reused = write_prepared_folder(
+        out, expected, lambda folder: _prepare_into(files, sentencepiece_model, dictionary_path, folder,
+                                                    max_seq_length, doc_stride, max_query_length,
+                                                    max_articles),
+        "prepare_squad.py")
+    return {split: Counter(counts) for split, counts in summary.items()}, reused
+
+
+def _prepare_into(files, sentencepiece_model, dictionary_path, out, max_seq_length, doc_stride,
+                  max_query_length, max_articles):
+    import sentencepiece as spm
+    from fairseq.data import Dictionary
+
     examples = {split: read_squad(path, max_articles) for split, path in files.items()}
     processor = spm.SentencePieceProcessor(model_file=sentencepiece_model)
     dictionary = Dictionary.load(dictionary_path)
-    os.makedirs(out, exist_ok=True)
     shutil.copyfile(dictionary_path, os.path.join(out, "dict.txt"))
     summary = {}
     for split, split_examples in examples.items():
@@ -240,10 +259,13 @@ def main(argv=None):
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
     logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
     try:
-        summary = prepare(files, args.sentencepiece_model, args.dict, args.out, args.max_seq_length,
-                          args.doc_stride, args.max_query_length, args.max_articles)
-    except (SquadFormatError, FileNotFoundError, ValueError) as e:
+        summary, reused = prepare(files, args.sentencepiece_model, args.dict, args.out,
+                                  args.max_seq_length, args.doc_stride, args.max_query_length,
+                                  args.max_articles)
+    except (SquadFormatError, FileNotFoundError, ValueError, PreparedFolderError) as e:
         sys.exit(f"prepare_squad.py: error: {e}")
+    if reused:
+        print(f"{args.out} already holds this preparation (same files and settings): reused")
     for split, c in summary.items():
         print(f"{split}: {c['questions']} questions -> {c['features']} features "
               f"({c['long_passages']} passages in several windows, {c['no_answer_features']} features "

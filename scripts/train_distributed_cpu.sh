@@ -8,8 +8,12 @@
 # tupe_plugin/fairseq_fixes/distributed_cpu.py (so --user-dir tupe_plugin is required). Each process draws
 # --batch-size sentences per step: the effective batch is NPROC x --batch-size x --update-freq, the
 # same as one process with --update-freq multiplied by NPROC. Extra torchrun options (e.g. a fixed
-# --master-port) go in TORCHRUN_ARGS.
+# --master-port) go in TORCHRUN_ARGS. torchrun and fairseq-train come from the repository's .venv when
+# there is one (no need to activate it), else from PATH.
 set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+if [[ -x $REPO/.venv/bin/torchrun ]]; then PATH=$REPO/.venv/bin:$PATH; fi
 
 NPROC=${NPROC:-2}
 if (($# == 0)); then

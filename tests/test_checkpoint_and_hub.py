@@ -59,3 +59,16 @@ def test_hub_output_equals_the_training_checkpoint_model(pretrained_dir):
     with torch.no_grad():
         expected = models[0].eval()(tokens[None], features_only=True)[0]
     torch.testing.assert_close(hub.extract_features(tokens), expected)
+
+
+def test_hub_is_returned_in_eval_mode_and_two_calls_agree_exactly(pretrained_dir):
+    hub = TupeRobertaModel.from_pretrained(
+        str(pretrained_dir / "checkpoints"), "checkpoint_last.pt", str(pretrained_dir / "data-bin"),
+    )
+    assert not hub.training and not hub.model.training
+    tokens = hub.encode("two identical calls give identical features")
+    assert torch.equal(hub.extract_features(tokens), hub.extract_features(tokens))
+    with torch.no_grad():
+        first = hub.model(tokens[None], features_only=True, need_attn=True)[1]["attn"]
+        second = hub.model(tokens[None], features_only=True, need_attn=True)[1]["attn"]
+    assert all(torch.equal(a, b) for a, b in zip(first, second))

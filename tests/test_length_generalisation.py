@@ -47,4 +47,5 @@ def test_learned_position_table_refuses_a_longer_max_positions(wikitext_bin, tmp
                                                     check=False)
     assert len(outputs) == 2, f"training failed:\n{outputs[-1][-3000:]}"
     assert returncode != 0
-    assert "cannot change length: use --max-positions 32" in outputs[1]
+    assert "cannot change length: use --model-overrides \"{'max_positions': 32}\"" in outputs[1]
+    assert "--max-positions 32" not in outputs[1]  # fairseq-validate has no such flag

@@ -21,8 +21,10 @@ from tupe_plugin.modules.position_config import PositionFlagError
 from tupe_plugin.modules.relative_position import relative_position_bucket
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
-import convert_official_tupe  # noqa: E402
-from convert_official_tupe import ReleaseCheckpointError, convert, release_key  # noqa: E402
+import convert_official_tupe  # noqa: E402  (the command line)
+
+from tupe_plugin.conversion import official_tupe  # noqa: E402
+from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert, release_key  # noqa: E402
 
 S = "decoder.sentence_encoder."
 LAYERS, DIM, HEADS, FFN, MAX_POSITIONS, BUCKETS = 2, 32, 4, 64, 24, 32
@@ -196,11 +198,15 @@ def save_release(path, sd, args=None):
 
 @pytest.fixture
 def release_dir(tmp_path):
-    """(directory for the release's files holding its dict.txt, embedding rows = 4 specials + 40 + <mask>)."""
+    """(directory for the release's files holding its dict.txt, embedding rows).
+
+    As the release saves it: its Dictionary has 7 special symbols (<s> <pad> </s> <unk> <file> <email>
+    <url>), dict.txt lists only the 40 words after them, and <mask> is the last row.
+    """
     root = tmp_path / "release"
     root.mkdir()
     (root / "dict.txt").write_text("".join(f"w{i} {100 - i}\n" for i in range(40)))
-    return root, 4 + 40 + 1
+    return root, 7 + 40 + 1
 
 
 def convert_release(release, tmp_path, fp16=False, **variant):
@@ -293,7 +299,8 @@ def test_converted_checkpoint_records_the_release_options_not_the_authors_data_p
              model_cfg.encoder_ffn_embed_dim, model_cfg.max_positions)
     assert sizes == (LAYERS, DIM, HEADS, FFN, MAX_POSITIONS)
     assert task_cfg["data"] == str(out) and BOGUS_DATA not in repr(state["cfg"])
-    assert (out / "dict.txt").read_text() == (release_dir[0] / "dict.txt").read_text()
+    assert (out / "dict.txt").read_text() == \
+        "<file> 0\n<email> 0\n<url> 0\n" + (release_dir[0] / "dict.txt").read_text()
 
 
 def test_hub_from_pretrained_loads_the_converted_directory(release_dir, tmp_path):
@@ -332,8 +339,8 @@ def _shapes_only(vocab, layers, dim, heads, ffn, positions):
 @pytest.mark.parametrize("size, shape", [("base", (12, 768, 12, 3072)), ("large", (24, 1024, 16, 4096))])
 def test_sizes_and_architecture_are_read_from_the_tensors(size, shape):
     layers, dim, heads, ffn = shape
-    opts = convert_official_tupe.release_options(_shapes_only(32773, layers, dim, heads, ffn, 512), None)
-    line = convert_official_tupe.plugin_command_line(opts, "DATA")
+    opts = official_tupe.release_options(_shapes_only(32773, layers, dim, heads, ffn, 512), None)
+    line = official_tupe.plugin_command_line(opts, "DATA")
     assert line[line.index("--arch") + 1] == f"tupe_r_{size}"
     for flag, value in [("--encoder-layers", layers), ("--encoder-embed-dim", dim),
                         ("--encoder-attention-heads", heads), ("--encoder-ffn-embed-dim", ffn),
@@ -392,9 +399,12 @@ def test_wrong_shape_is_named_with_both_shapes(release_dir, tmp_path):
                   rf"\({DIM}, {FFN + 1}\), expected \({DIM}, {FFN}\)")
 
 
-def test_dictionary_of_another_size_is_refused(release_dir, tmp_path):
-    sd = release_state_dict(release_dir[1] + 3)
-    _expect_error(release_dir, tmp_path, sd, r"--dict .* gives 45 symbols .*embed_tokens\.weight has 48 rows")
+@pytest.mark.parametrize("rows", [7 + 40 + 1 + 1, 7 + 40, 4 + 40, 4 + 40 + 2])
+def test_dictionary_of_another_size_is_refused(release_dir, tmp_path, rows):
+    sd = release_state_dict(rows)
+    _expect_error(release_dir, tmp_path, sd,
+                  rf"--dict .* lists 40 symbols, but .*embed_tokens\.weight has {rows} "
+                  r"rows; the release's dict.txt gives 48 rows .* a fairseq 0.12 one 45: pass the dict.txt")
 
 
 def test_stored_bucket_matrix_that_differs_is_refused(release_dir, tmp_path):
@@ -419,10 +429,11 @@ def test_pickled_objects_need_allow_pickle(release_dir, tmp_path):
 def test_existing_output_is_never_overwritten(release_dir, tmp_path):
     root, _ = release_dir
     save_release(root / "model.pt", release_state_dict(release_dir[1]))
-    before = (root / "model.pt").read_bytes()
-    with pytest.raises(ReleaseCheckpointError, match="exists; choose another --out"):
+    before = (root / "model.pt").read_bytes(), (root / "dict.txt").read_bytes()
+    with pytest.raises(ReleaseCheckpointError, match="already holds model.pt and dict.txt; nothing is "
+                                                     "overwritten: choose another --out, or add --force"):
         convert(str(root / "model.pt"), str(root / "dict.txt"), str(root))
-    assert (root / "model.pt").read_bytes() == before
+    assert ((root / "model.pt").read_bytes(), (root / "dict.txt").read_bytes()) == before
 
 
 def test_command_line_reports_errors_without_a_traceback(release_dir, tmp_path):
@@ -485,3 +496,178 @@ def test_sentence_prediction_fine_tunes_from_the_converted_checkpoint(wikitext_b
     assert "Loaded checkpoint" in out
     losses = train_inner_losses(out)
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+
+
+# ---------------------------------------------------------------- the release's dictionary, heads, meters
+
+def test_release_dictionary_of_seven_specials_keeps_every_word_id(release_dir, tmp_path):
+    sd, out = convert_release(release_dir, tmp_path)
+    dictionary = Dictionary.load(str(out / "dict.txt"))
+    dictionary.add_symbol("<mask>")
+    assert len(dictionary) == release_dir[1]
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<file>", "<email>", "<url>"]
+    assert [dictionary[i] for i in range(7)] == specials
+    model, _, _ = load_converted(out)
+    embeddings = model.encoder.sentence_encoder.embed_tokens.weight
+    for word, release_row in (("w0", 7), ("w5", 12), ("w39", 46)):
+        assert dictionary.index(word) == release_row
+        assert torch.equal(embeddings[dictionary.index(word)], sd[S + "embed_tokens.weight"][release_row])
+
+
+def test_converted_dictionary_passed_again_gives_the_same_ids(release_dir, tmp_path):
+    root, vocab = release_dir
+    save_release(root / "model.pt", release_state_dict(vocab))
+    convert(str(root / "model.pt"), str(root / "dict.txt"), str(tmp_path / "first"))
+    convert(str(root / "model.pt"), str(tmp_path / "first" / "dict.txt"), str(tmp_path / "second"))
+    assert (tmp_path / "second" / "dict.txt").read_text() == (tmp_path / "first" / "dict.txt").read_text()
+
+
+def release_head(sd, name, classes=3, prefix="classification_heads."):
+    g = torch.Generator().manual_seed(7)
+    sd[f"{prefix}{name}.dense.weight"] = torch.randn(DIM, DIM, generator=g) * 0.3
+    sd[f"{prefix}{name}.dense.bias"] = torch.randn(DIM, generator=g) * 0.3
+    sd[f"{prefix}{name}.out_proj.weight"] = torch.randn(classes, DIM, generator=g) * 0.3
+    sd[f"{prefix}{name}.out_proj.bias"] = torch.randn(classes, generator=g) * 0.3
+    return sd
+
+
+@pytest.mark.parametrize("prefix", ["classification_heads.", "decoder.classification_heads."])
+def test_fine_tuned_release_head_gives_the_release_head_outputs(release_dir, tmp_path, prefix):
+    # The release's head: dense -> tanh -> dropout -> out_proj on <s>, no dropout before dense; in eval
+    # mode RoBERTa's head (dropout -> dense -> tanh -> dropout -> out_proj) computes the same.
+    root, vocab = release_dir
+    sd = release_head(release_state_dict(vocab), "rte", prefix=prefix)
+    save_release(root / "model.pt", sd)
+    convert(str(root / "model.pt"), str(root / "dict.txt"), str(tmp_path / "converted"))
+    hub = TupeRobertaModel.from_pretrained(str(tmp_path / "converted"), bpe=None)
+    model, dictionary = hub.model, hub.task.source_dictionary
+    tokens = random_tokens(dictionary, [MAX_POSITIONS, 11])
+    hidden, _ = release_forward(sd, tokens, dictionary.pad(), HEADS)
+    first = hidden[-1][:, 0]
+    expected = torch.tanh(first @ sd[prefix + "rte.dense.weight"].t() + sd[prefix + "rte.dense.bias"]) \
+        @ sd[prefix + "rte.out_proj.weight"].t() + sd[prefix + "rte.out_proj.bias"]
+    with torch.no_grad():
+        logits, _ = model(tokens, features_only=True, classification_head_name="rte")
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+
+
+class _Meter:
+    """Stands for the fork's fairseq.meters classes when saving a fixture."""
+
+    def __init__(self, **state):
+        self.__dict__.update(state)
+
+
+@pytest.fixture
+def fork_meters(monkeypatch):
+    """The fork's fairseq.meters module, present only while the fixture checkpoint is saved."""
+    module = types.ModuleType("fairseq.meters")
+    classes = {}
+    for name in ("AverageMeter", "TimeMeter", "StopwatchMeter"):
+        classes[name] = type(name, (_Meter,), {"__module__": "fairseq.meters"})
+        setattr(module, name, classes[name])
+    monkeypatch.setitem(sys.modules, "fairseq.meters", module)
+    return classes
+
+
+@pytest.mark.parametrize("meters", [
+    ["AverageMeter"], ["TimeMeter", "StopwatchMeter"], ["AverageMeter", "TimeMeter", "StopwatchMeter"],
+])
+def test_training_meters_of_the_fork_are_dropped_without_allow_pickle(release_dir, tmp_path, fork_meters,
+                                                                      monkeypatch, caplog, meters):
+    from collections import OrderedDict
+
+    root, vocab = release_dir
+    path = save_release(root / "model.pt", release_state_dict(vocab))
+    state = torch.load(path, weights_only=False)
+    state["extra_state"]["train_meters"] = OrderedDict(
+        (f"m{i}", fork_meters[name](val=1.5, sum=3.0, count=2, avg=1.5, start=12.0))
+        for i, name in enumerate(meters))
+    torch.save(state, path)
+    monkeypatch.delitem(sys.modules, "fairseq.meters")  # modern fairseq has no such module
+    with caplog.at_level("INFO", logger="convert_official_tupe"):
+        convert(str(path), str(root / "dict.txt"), str(tmp_path / "converted"))
+    saved = torch.load(tmp_path / "converted" / "model.pt", weights_only=True)
+    assert "train_meters" not in saved["extra_state"]
+    assert f"dropped extra_state['train_meters'] ({len(meters)} training meters" in caplog.text
+
+
+# ---------------------------------------------------------------- --out is never overwritten without --force
+
+def converted_files(out):
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+@pytest.fixture
+def release_checkpoint(release_dir):
+    root, vocab = release_dir
+    save_release(root / "model.pt", release_state_dict(vocab))
+    return root
+
+
+@pytest.mark.parametrize("existing", [["dict.txt"], ["model.pt"], ["model.pt", "dict.txt"]])
+def test_existing_outputs_stop_the_conversion_untouched(release_checkpoint, tmp_path, existing, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in existing:
+        (out / name).write_text("the user's " + name)
+    with pytest.raises(SystemExit) as error:
+        convert_official_tupe.main(["--checkpoint", str(release_checkpoint / "model.pt"),
+                                    "--dict", str(release_checkpoint / "dict.txt"), "--out", str(out)])
+    assert str(error.value).startswith(f"convert_official_tupe.py: error: --out {out} already holds "
+                                       f"{' and '.join(existing)}; nothing is overwritten")
+    assert "--force" in str(error.value)
+    assert converted_files(out) == {name: f"the user's {name}".encode() for name in existing}
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_conversion_failing_midway_leaves_the_folder_as_it_was(release_checkpoint, tmp_path, monkeypatch,
+                                                              force):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    if force:
+        (out / "dict.txt").write_text("the user's dict")
+
+    def disk_full(*args, **kwargs):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        convert(str(release_checkpoint / "model.pt"), str(release_checkpoint / "dict.txt"), str(out),
+                force=force)
+    expected = {"notes.txt": b"mine", **({"dict.txt": b"the user's dict"} if force else {})}
+    assert converted_files(out) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "release"]  # no half-written folder left
+
+
+def test_conversion_failing_midway_creates_no_output_folder(release_dir, tmp_path):
+    root, vocab = release_dir
+    sd = release_state_dict(vocab)
+    del sd[S + "layers.1.fc2.bias"]
+    save_release(root / "model.pt", sd)
+    with pytest.raises(ReleaseCheckpointError, match="missing keys"):
+        convert(str(root / "model.pt"), str(root / "dict.txt"), str(tmp_path / "out"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]
+
+
+def test_force_replaces_model_and_dict_after_success_and_keeps_other_files(release_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("model.pt", "dict.txt", "notes.txt"):
+        (out / name).write_text("old " + name)
+    convert_official_tupe.main(["--checkpoint", str(release_checkpoint / "model.pt"),
+                                "--dict", str(release_checkpoint / "dict.txt"), "--out", str(out), "--force"])
+    files = converted_files(out)
+    assert files["notes.txt"] == b"old notes.txt"
+    assert files["dict.txt"].startswith(b"<file> 0\n") and "model" in torch.load(out / "model.pt",
+                                                                                    weights_only=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "release"]
+
+
+def test_dict_inside_out_can_be_converted_in_place_with_force(release_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "dict.txt").write_bytes((release_checkpoint / "dict.txt").read_bytes())
+    convert(str(release_checkpoint / "model.pt"), str(out / "dict.txt"), str(out), force=True)
+    assert (out / "dict.txt").read_bytes() == b"<file> 0\n<email> 0\n<url> 0\n" + \
+        (release_checkpoint / "dict.txt").read_bytes()

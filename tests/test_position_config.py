@@ -40,7 +40,8 @@ def flag_string_comparisons(path):
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
-            if any(_names(o) & FLAG_NAMES for o in operands) or any(_strings(o) & FLAG_VALUES for o in operands):
+            strings = set().union(*(_strings(o) for o in operands))
+            if (strings and any(_names(o) & FLAG_NAMES for o in operands)) or strings & FLAG_VALUES:
                 found.append((node.lineno, ast.get_source_segment(source, node)))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in ("startswith", "endswith") \

@@ -1,3 +1,6 @@
+import math
+
+import pytest
 import torch
 
 from tupe_plugin.modules.relative_position import T5RelativeBias, relative_position_bucket
@@ -62,3 +65,50 @@ def test_t5_bias_gradient_sums_each_buckets_pairs():
             expected[relative_position_bucket(torch.tensor(j - i)).item()] += weights[:, i, j].double()
     torch.testing.assert_close(module.relative_attention_bias.weight.grad.double(), expected,
                                atol=1e-4, rtol=1e-5)
+
+
+def exact_bucket(rel, num_buckets=32, max_distance=128):
+    """Integer reference of the default bidirectional buckets (16 per side, 8 exact, max distance 128):
+    8 + floor(2 log2(n / 8)) is the largest k with 64 * 2^(k - 8) <= n^2, found without logarithms."""
+    assert (num_buckets, max_distance) == (32, 128)
+    n = abs(rel)
+    if n < 8:
+        bucket = n
+    else:
+        k = 0
+        while 64 * 2 ** (k + 1) <= n * n:
+            k += 1
+        bucket = min(15, 8 + k)
+    return bucket + (16 if rel > 0 else 0)
+
+
+def release_float32_bucket(relative_position):
+    """The TUPE release's computation: float32 logarithm on the CPU, then truncation."""
+    n = -relative_position
+    bucket = (n < 0).long() * 16
+    n = n.abs()
+    large = 8 + (torch.log(n.float() / 8) / math.log(128 / 8) * 8).long()
+    return bucket + torch.where(n < 8, n, large.clamp(max=15))
+
+
+BOUNDARIES = [d + delta for d in (8, 16, 32, 64, 128) for delta in (-1, 0, 1)] + \
+    [11, 12, 22, 23, 45, 46, 90, 91]
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_bucket_boundaries_equal_the_exact_integer_reference(device):
+    offsets = torch.tensor(sorted({s * d for d in BOUNDARIES for s in (1, -1)}), device=device)
+    buckets = relative_position_bucket(offsets)
+    assert buckets.device.type == device
+    assert buckets.cpu().tolist() == [exact_bucket(r) for r in offsets.tolist()]
+
+
+def test_distances_16_32_64_land_on_the_bucket_where_the_float32_cpu_computation_puts_them():
+    offsets = torch.tensor([16, 32, 64, -16, -32, -64])
+    assert relative_position_bucket(offsets).tolist() == release_float32_bucket(offsets).tolist()
+    assert relative_position_bucket(offsets).tolist() == [26, 28, 30, 10, 12, 14]
+
+
+def test_every_offset_up_to_600_matches_the_float32_cpu_computation():
+    offsets = torch.arange(-600, 601)
+    assert torch.equal(relative_position_bucket(offsets), release_float32_bucket(offsets))

@@ -47,7 +47,7 @@ def vocabulary(tmp_path_factory):
 def prepare(vocabulary, out, articles_or_path, tmp_path, **options):
     path = articles_or_path if isinstance(articles_or_path, str) else \
         write_squad(tmp_path / "squad.json", articles_or_path)
-    summary = prepare_squad.prepare({"valid": path}, *vocabulary, str(out), **options)
+    summary, _ = prepare_squad.prepare({"valid": path}, *vocabulary, str(out), **options)
     return summary["valid"], load_features(str(out), "valid"), load_spans(str(out), "valid")
 
 
@@ -156,7 +156,7 @@ def test_answer_not_matching_the_context_is_counted_logged_and_skipped_in_train(
     qas[0]["answers"][0]["answer_start"] += 3
     path = write_squad(tmp_path / "squad.json", articles)
     with caplog.at_level(logging.WARNING, logger="prepare_squad"):
-        summary = prepare_squad.prepare({"train": path, "valid": path}, *vocabulary, str(tmp_path / "out"))
+        summary, _ = prepare_squad.prepare({"train": path, "valid": path}, *vocabulary, str(tmp_path / "out"))
     assert summary["train"]["mismatched_answers"] == summary["valid"]["mismatched_answers"] == 1
     assert f"question {qas[0]['id']}: answer {qas[0]['answers'][0]['text']!r} differs" in caplog.text
     assert qas[0]["id"] not in {f["id"] for f in load_features(str(tmp_path / "out"), "train")}

@@ -12,6 +12,7 @@ import numpy as np
 
 PANEL_INCHES = 3.2
 HEATMAP_CMAP = "viridis"
+SIGNED_CMAP = "RdBu_r"  # diverging: 0 is white, the sign is the colour
 
 
 def _figure(rows, cols, width=PANEL_INCHES, height=PANEL_INCHES):
@@ -28,18 +29,32 @@ def _save(figure, path):
     return str(path)
 
 
-def _heatmap(figure, axes, matrix, axis_values, xlabel, ylabel, title):
-    """matrix[i, j] with row i at axis_values[i] (top to bottom) and column j at axis_values[j]."""
+def signed_limits(matrices):
+    """(-m, m) with m the largest magnitude over all ``matrices``: one scale centred on 0."""
+    bound = float(np.nanmax(np.abs(np.asarray(matrices)))) if np.size(matrices) else 1.0
+    bound = bound if bound > 0 and math.isfinite(bound) else 1.0
+    return -bound, bound
+
+
+def _heatmap(figure, axes, matrix, axis_values, xlabel, ylabel, title, limits=None, colorbar=True):
+    """matrix[i, j] with row i at axis_values[i] (top to bottom) and column j at axis_values[j].
+
+    ``limits`` (vmin, vmax) draws on a diverging scale shared with other panels (no colour bar of
+    its own when ``colorbar`` is off).
+    """
     first, last = axis_values[0], axis_values[-1]
+    scale = {} if limits is None else dict(cmap=SIGNED_CMAP, vmin=limits[0], vmax=limits[1])
     image = axes.imshow(
-        np.asarray(matrix), cmap=HEATMAP_CMAP, interpolation="nearest", aspect="equal",
-        extent=(first - 0.5, last + 0.5, last + 0.5, first - 0.5),
+        np.asarray(matrix), interpolation="nearest", aspect="equal",
+        extent=(first - 0.5, last + 0.5, last + 0.5, first - 0.5), **{"cmap": HEATMAP_CMAP, **scale},
     )
     axes.set_title(title, fontsize=9)
     axes.set_xlabel(xlabel, fontsize=8)
     axes.set_ylabel(ylabel, fontsize=8)
     axes.tick_params(labelsize=7)
-    figure.colorbar(image, ax=axes, shrink=0.8).ax.tick_params(labelsize=7)
+    if colorbar:
+        figure.colorbar(image, ax=axes, shrink=0.8).ax.tick_params(labelsize=7)
+    return image
 
 
 def _grid(count):
@@ -48,24 +63,39 @@ def _grid(count):
 
 
 def per_head_heatmaps(matrices, title, path, first_position=0,
-                      xlabel="key position j", ylabel="query position i"):
-    """(H, T, T) matrices, one panel per head, positions first_position.. on both axes."""
+                      xlabel="key position j", ylabel="query position i", signed=False):
+    """(H, T, T) matrices, one panel per head, positions first_position.. on both axes.
+
+    ``signed``: one diverging colour scale, centred on 0 and shared by every head, with one colour
+    bar, so that heads compare by colour and the sign reads at a glance.
+    """
     matrices = np.asarray(matrices)
     rows, cols = _grid(len(matrices))
     figure = _figure(rows, cols)
     figure.suptitle(title, fontsize=11)
     positions = np.arange(first_position, first_position + matrices.shape[-1])
     panels = figure.subplots(rows, cols, squeeze=False).ravel()
+    limits = signed_limits(matrices) if signed else None
+    image = None
     for head, axes in enumerate(panels):
         if head < len(matrices):
-            _heatmap(figure, axes, matrices[head], positions, xlabel, ylabel, f"head {head}")
+            image = _heatmap(figure, axes, matrices[head], positions, xlabel, ylabel, f"head {head}",
+                             limits=limits, colorbar=not signed)
         else:
             axes.set_axis_off()
+    if signed and image is not None:
+        figure.colorbar(image, ax=list(panels), shrink=0.8).ax.tick_params(labelsize=7)
     return _save(figure, path)
 
 
-def per_head_profiles(offsets, values, title, path, ylabel, xlabel="offset j - i (key - query)"):
-    """(H, M) values against M offsets, one panel per head."""
+def per_head_profiles(offsets, values, title, path, ylabel, xlabel="offset j - i (key - query)",
+                      linear_within=None):
+    """(H, M) values against M offsets, one panel per head.
+
+    ``linear_within=K``: a symmetric-log offset axis, linear for |offset| <= K, so that the exact
+    distances near 0 (T5's first buckets) get room while the far, log-spaced buckets stay visible;
+    each offset is marked.
+    """
     values = np.asarray(values)
     rows, cols = _grid(len(values))
     figure = _figure(rows, cols, height=2.4)
@@ -73,7 +103,13 @@ def per_head_profiles(offsets, values, title, path, ylabel, xlabel="offset j - i
     panels = figure.subplots(rows, cols, squeeze=False, sharex=True).ravel()
     for head, axes in enumerate(panels):
         if head < len(values):
-            axes.plot(offsets, values[head], lw=1.2)
+            if linear_within:
+                axes.plot(offsets, values[head], lw=1.0, marker=".", ms=3, drawstyle="steps-mid")
+                axes.set_xscale("symlog", linthresh=linear_within, linscale=1.5)
+                for edge in (-linear_within, linear_within):
+                    axes.axvline(edge, color="grey", lw=0.5, ls="--")
+            else:
+                axes.plot(offsets, values[head], lw=1.2)
             axes.axvline(0, color="grey", lw=0.6, ls=":")
             axes.set_title(f"head {head}", fontsize=9)
             axes.set_xlabel(xlabel, fontsize=8)

@@ -65,7 +65,7 @@ def content_free_term(context):
     matrices = _numpy(term)
     first = _first_measured(context)
     result.figures.append(figures.per_head_heatmaps(
-        matrices, f"{context.arch}: {title}", context.figure_path(name)
+        matrices, f"{context.arch}: {title}", context.figure_path(name), signed=True
     ))
     _per_head_metrics(result, matrices, first, context.window, "v_ij")
     if first:
@@ -74,6 +74,11 @@ def content_free_term(context):
             "theta_2_to_cls": matrices[:, 1, 0].tolist(),
         }
     return result
+
+
+def _exact_distances(model):
+    """T5's exact distances per direction (buckets // 4 for bidirectional buckets), at least 1."""
+    return max(1, pm.position_config(model).rel_pos_buckets // 4)
 
 
 def t5_bias(context):
@@ -93,7 +98,8 @@ def _relative_bias_section(context, kind, name, title):
     offsets, bias = (_numpy(t) for t in found)
     result = SectionResult(name, title)
     result.figures.append(figures.per_head_profiles(
-        offsets, bias, f"{context.arch}: {title}", context.figure_path(name), ylabel="bias b"
+        offsets, bias, f"{context.arch}: {title}", context.figure_path(name), ylabel="bias b",
+        linear_within=_exact_distances(context.model),
     ))
     zero = len(offsets) // 2
     heads = []

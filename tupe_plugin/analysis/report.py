@@ -50,6 +50,46 @@ class SectionResult:
         self.rows.append({"label": label, **properties})
 
 
+class OutputFolderError(RuntimeError):
+    """An output folder holding files the analysis did not write."""
+
+
+def claim_output_folder(out_dir, report_name, out_flag="--out"):
+    """Make ``out_dir`` ready for a new report and remove only what an earlier report wrote there.
+
+    A folder the analysis wrote holds ``report_name``, which lists its figures: those and the report
+    are removed (figures of another architecture do not linger beside the new ones), anything else is
+    kept. A non-empty folder without that report is not the analysis's: :class:`OutputFolderError`.
+    Returns the removed paths.
+    """
+    if not os.path.exists(out_dir):
+        return []
+    if not os.path.isdir(out_dir):
+        raise OutputFolderError(f"{out_flag} {out_dir} is a file; give a folder")
+    report = os.path.join(out_dir, report_name)
+    if not os.path.isfile(report):
+        if os.listdir(out_dir):
+            raise OutputFolderError(
+                f"{out_flag} {out_dir} holds files that the analysis did not write (no {report_name}); "
+                f"give a new or empty folder"
+            )
+        return []
+    try:
+        with open(report, encoding="utf-8") as f:
+            sections = json.load(f).get("sections", {})
+    except (OSError, ValueError, AttributeError):
+        sections = {}
+    removed = []
+    for section in sections.values() if isinstance(sections, dict) else []:
+        for figure in section.get("figures", []) if isinstance(section, dict) else []:
+            path = os.path.join(out_dir, os.path.basename(str(figure)))  # never outside the folder
+            if os.path.isfile(path):
+                os.remove(path)
+                removed.append(path)
+    os.remove(report)
+    return removed + [report]
+
+
 def run_sections(context, sections):
     """Run every section in order; returns their results."""
     os.makedirs(context.out_dir, exist_ok=True)
@@ -93,7 +133,10 @@ TABLE_COLUMNS = (
 def _cell(value):
     if value is None:
         return "-"
-    return str(value) if isinstance(value, int) else f"{value:.3f}"
+    if isinstance(value, int):
+        return str(value)
+    # three decimals, or three significant digits for small non-zero values (never a false 0.000)
+    return f"{value:.3f}" if value == 0 or abs(value) >= 0.01 or value != value else f"{value:.2e}"
 
 
 def format_table(results):

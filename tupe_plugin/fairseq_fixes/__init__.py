@@ -5,3 +5,4 @@ from . import binarized_data_checks  # noqa: F401  (empty or truncated .idx/.bin
 from . import checkpoint_compat  # noqa: F401  (lets torch>=2.6 load fairseq checkpoints)
 from . import distributed_cpu  # noqa: F401  (--ddp-backend pytorch_ddp on CPU processes)
 from . import unreadable_checkpoints  # noqa: F401  (names the file torch cannot read)
+from . import quiet_output  # noqa: F401  (no hydra deprecation warnings, no 12 KB config dumps)

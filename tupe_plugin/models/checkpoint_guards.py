@@ -8,6 +8,8 @@ checkpoint goes wrong in two ways that deserve their own words: a task prepared 
 than the pre-training one (embedding rows differ), and an ``--arch`` other than the pre-training one.
 """
 
+from tupe_plugin.command_hints import model_setting
+
 HEAD_PREFIXES = ("classification_heads.", "span_heads.")
 
 
@@ -39,7 +41,7 @@ def _check_position_table_lengths(config, own_state, saved_state, prefix):
             f"the checkpoint's learned position table {key} has "
             f"{saved.size(0) - extra_rows} positions but the model is built for "
             f"--max-positions {config.max_positions}; a learned table cannot change "
-            f"length: use --max-positions {saved.size(0) - extra_rows} (architectures "
+            f"length: use {model_setting('max_positions', saved.size(0) - extra_rows)} (architectures "
             "with sinusoidal, T5 or Shaw positions, or none, accept longer inputs)"
         )
 

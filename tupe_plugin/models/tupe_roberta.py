@@ -237,6 +237,8 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
 
         The sentencepiece model is ``sentencepiece_model=`` or a ``sentencepiece.bpe.model`` next to
         the checkpoint or in the data directory (``data_name_or_path``, holding ``dict.txt``).
+        The object is returned in eval mode (no dropout: the same input gives the same features);
+        call ``.train()`` on it to fine-tune.
         """
         if bpe == "sentencepiece" and "sentencepiece_model" not in kwargs:
             kwargs["sentencepiece_model"] = _find_sentencepiece_model(
@@ -251,7 +253,8 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             load_checkpoint_heads=True,
             **kwargs,
         )
-        return RobertaHubInterface(loaded["args"], loaded["task"], loaded["models"][0])
+        hub = RobertaHubInterface(loaded["args"], loaded["task"], loaded["models"][0])
+        return hub.eval()
 
 
 def _find_sentencepiece_model(model_dir, data_dir):

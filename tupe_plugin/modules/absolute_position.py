@@ -8,6 +8,7 @@ Position t = 0 is the first token.
 import torch
 from torch import nn
 
+from ..command_hints import input_length_fix
 from .sinusoid import Sinusoid
 
 
@@ -24,8 +25,7 @@ class LearnedAbsolutePosition(nn.Module):
         if seq_len > self.max_positions:
             raise ValueError(
                 f"input of {seq_len} tokens is longer than the {self.max_positions} learned "
-                "absolute positions; raise --max-positions (pre-training) or truncate the input "
-                "(--tokens-per-sample / --max-positions at fine-tuning)"
+                f"absolute positions; {input_length_fix(self.max_positions)}"
             )
         return self.weight[:seq_len]
 

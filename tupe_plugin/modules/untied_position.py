@@ -11,6 +11,8 @@ import torch
 from fairseq.modules import LayerNorm
 from torch import nn
 
+from ..command_hints import input_length_fix
+
 
 class UntiedPositionalCorrelation(nn.Module):
     def __init__(self, max_positions, embed_dim, num_heads, cls_reset=False, proj_bias=False):
@@ -46,8 +48,7 @@ class UntiedPositionalCorrelation(nn.Module):
         if seq_len > self.max_positions:
             raise ValueError(
                 f"input of {seq_len} tokens is longer than the {self.max_positions} learned "
-                "positions of the untied positional table; raise --max-positions (pre-training) "
-                "or truncate the input (--tokens-per-sample / --max-positions at fine-tuning)"
+                f"positions of the untied positional table; {input_length_fix(self.max_positions)}"
             )
         return self._project(self._rows(seq_len))
 

@@ -1,0 +1,86 @@
+"""scripts/evaluate_squad.py without a model: the official evaluation script's interface and output, and
+the warning when most questions of --gold-file have no prediction."""
+
+import json
+import os
+import sys
+
+import pytest
+from conftest import REPO, shared_data
+
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import evaluate_squad  # noqa: E402
+
+DEV = shared_data("squad", "dev-v1.1.json")
+
+
+def write_predictions(tmp_path, articles=None, choose=0):
+    with open(DEV, encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    predictions = {qa["id"]: qa["answers"][choose]["text"] for a in data[:articles] for p in a["paragraphs"]
+                   for qa in p["qas"]}
+    path = tmp_path / "predictions.json"
+    path.write_text(json.dumps(predictions), encoding="utf-8")
+    return str(path)
+
+
+def test_gold_predictions_print_the_official_v11_output(tmp_path, capsys):
+    evaluate_squad.main(["--gold-file", DEV, "--predictions", write_predictions(tmp_path)])
+    captured = capsys.readouterr()
+    assert captured.out == '{"exact_match": 100.0, "f1": 100.0}\n'
+    assert captured.err == ""
+
+
+def test_v2_rules_print_the_official_v20_keys(tmp_path, capsys):
+    evaluate_squad.main(["--gold-file", DEV, "--predictions", write_predictions(tmp_path),
+                         "--version-2-with-negative"])
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert list(printed) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total"]
+    assert printed["total"] == 10570 and printed["exact"] == 100.0
+    assert "is version 1.1, scored with the v2.0 rules" in captured.err
+
+
+def test_predictions_of_a_few_articles_warn_loudly_and_score_the_whole_file(tmp_path, capsys):
+    scores = evaluate_squad.main(["--gold-file", DEV, "--predictions", write_predictions(tmp_path, 2)])
+    err = capsys.readouterr().err
+    assert "WARNING:" in err and "of the 10570 questions" in err and "--max-articles" in err
+    predicted = len(json.loads((tmp_path / "predictions.json").read_text()))
+    assert scores["exact_match"] == 100.0 * predicted / 10570  # the official v1.1 rule, but said out loud
+
+
+def test_a_few_missing_predictions_warn_quietly(tmp_path, capsys):
+    path = write_predictions(tmp_path)
+    predictions = json.loads(open(path).read())
+    first = next(iter(predictions))
+    del predictions[first]
+    open(path, "w").write(json.dumps(predictions))
+    evaluate_squad.main(["--gold-file", DEV, "--predictions", path])
+    err = capsys.readouterr().err
+    assert "warning: 1 of the 10570 questions" in err and first in err and "WARNING" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--path", "x.pt", "--predictions", "p.json"], "either --predictions"),
+    ([], "give --path and --data"),
+    (["--path", "x.pt"], "give --path and --data"),
+])
+def test_modes_are_exclusive_and_complete(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        evaluate_squad.main(["--gold-file", DEV, *argv])
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, flag, message", [
+    (None, "--predictions", "no such file"),
+    ("{not json", "--predictions", "is not a predictions JSON file"),
+    ('["a list"]', "--predictions", "must map question ids"),
+])
+def test_bad_predictions_file_is_one_error_line_naming_it(tmp_path, content, flag, message):
+    path = tmp_path / "predictions.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as error:
+        evaluate_squad.main(["--gold-file", DEV, "--predictions", str(path)])
+    assert str(error.value).startswith(f"evaluate_squad.py: error: {flag} {path}")
+    assert message in str(error.value)

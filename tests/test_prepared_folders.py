@@ -1,0 +1,213 @@
+"""Data preparation writes its output folder atomically and reuses a finished, matching preparation:
+scripts/prepare_glue.py and scripts/prepare_squad.py run twice into the same --out (the GLUE seeds loop),
+with other settings, failing half-way, and into a folder they did not write."""
+
+import json
+import os
+import sys
+
+import pytest
+from conftest import REPO, shared_data
+
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import prepare_glue  # noqa: E402
+import prepare_squad  # noqa: E402
+
+from tupe_plugin.prepared_folder import MANIFEST  # noqa: E402
+
+
+def glue_dir(tmp_path, rows=30):
+    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(rows + 1)]
+    (tmp_path / "glue" / "SST-2").mkdir(parents=True)
+    for split in ("train", "dev"):
+        (tmp_path / "glue" / "SST-2" / f"{split}.tsv").write_text("".join(lines), encoding="utf-8")
+    return str(tmp_path / "glue")
+
+
+@pytest.fixture
+def fast_binarize(monkeypatch, fake_sentencepiece):
+    """fairseq-preprocess replaced by a copy of the text (the folder logic is what is tested here)."""
+    calls = []
+
+    def binarize(destdir, trainpref, validpref, srcdict=None, workers=1):
+        calls.append(destdir)
+        os.makedirs(destdir)
+        for split, source in (("train", trainpref), ("valid", validpref)):
+            with open(source, encoding="utf-8") as f, open(os.path.join(destdir, f"{split}.bin"), "w") as g:
+                g.write(f.read())
+    monkeypatch.setattr(prepare_glue, "binarize", binarize)
+    return calls
+
+
+@pytest.fixture
+def spm_files(tmp_path):
+    (tmp_path / "spm.model").write_bytes(open(shared_data("glue", "SST-2", "dev.tsv"), "rb").read()[:10])
+    (tmp_path / "dict.txt").write_text("a 1\n")
+    return str(tmp_path / "spm.model"), str(tmp_path / "dict.txt")
+
+
+@pytest.fixture
+def fake_sentencepiece(monkeypatch):
+    """sentencepiece replaced by whitespace splitting (no model to train)."""
+    import sentencepiece
+
+    class Processor:
+        def __init__(self, model_file):
+            pass
+
+        def encode(self, texts, out_type=str):
+            return [text.split() for text in texts]
+    monkeypatch.setattr(sentencepiece, "SentencePieceProcessor", Processor)
+
+
+def prepare(tmp_path, spm_files, out, **options):
+    return prepare_glue.prepare("SST-2", glue_dir(tmp_path) if not (tmp_path / "glue").exists()
+                                else str(tmp_path / "glue"), *spm_files, str(out), **options)
+
+
+def siblings(out):
+    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(out.name))
+
+
+def test_glue_preparation_is_reused_when_files_and_settings_match(tmp_path, spm_files, fast_binarize):
+    out = tmp_path / "SST-2-bin"
+    first = prepare(tmp_path, spm_files, out, max_examples=20)
+    written = (out / "input0" / "train.bin").stat().st_mtime_ns
+    second = prepare(tmp_path, spm_files, out, max_examples=20)
+    assert not first["reused"] and second["reused"]
+    assert second["train"] == first["train"] == 20
+    assert len(fast_binarize) == 2  # the second run binarized nothing
+    assert (out / "input0" / "train.bin").stat().st_mtime_ns == written
+
+
+def test_glue_preparation_is_redone_when_the_settings_differ(tmp_path, spm_files, fast_binarize):
+    out = tmp_path / "SST-2-bin"
+    prepare(tmp_path, spm_files, out, max_examples=20)
+    counts = prepare(tmp_path, spm_files, out, max_examples=25)
+    assert not counts["reused"] and counts["train"] == 25
+    assert len((out / "raw" / "train.input0").read_text().splitlines()) == 25
+    assert siblings(out) == ["SST-2-bin"]
+
+
+def test_glue_preparation_is_redone_when_an_input_file_changes(tmp_path, spm_files, fast_binarize):
+    out = tmp_path / "SST-2-bin"
+    prepare(tmp_path, spm_files, out, max_examples=20)
+    with open(spm_files[1], "a") as f:
+        f.write("b 1\n")
+    assert not prepare(tmp_path, spm_files, out, max_examples=20)["reused"]
+
+
+def test_glue_preparation_failing_half_way_leaves_no_output_folder(tmp_path, spm_files, fast_binarize,
+                                                                  monkeypatch):
+    out = tmp_path / "SST-2-bin"
+    real = prepare_glue.binarize
+
+    def fail_on_labels(destdir, *args, **kwargs):
+        if destdir.endswith("label"):
+            raise RuntimeError("fairseq-preprocess for label failed")
+        real(destdir, *args, **kwargs)
+    monkeypatch.setattr(prepare_glue, "binarize", fail_on_labels)
+    with pytest.raises(RuntimeError, match="label failed"):
+        prepare(tmp_path, spm_files, out)
+    assert siblings(out) == []
+
+
+def test_glue_preparation_failing_keeps_the_previous_complete_preparation(tmp_path, spm_files,
+                                                                         fast_binarize, monkeypatch):
+    out = tmp_path / "SST-2-bin"
+    prepare(tmp_path, spm_files, out, max_examples=20)
+    monkeypatch.setattr(prepare_glue, "binarize", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
+    with pytest.raises(RuntimeError):
+        prepare(tmp_path, spm_files, out, max_examples=25)
+    assert siblings(out) == ["SST-2-bin"]
+    assert len((out / "raw" / "train.input0").read_text().splitlines()) == 20
+    assert json.loads((out / MANIFEST).read_text())["summary"]["train"] == 20
+
+
+@pytest.mark.parametrize("existing", ["user file", "half-written by an older version", "a file"])
+def test_glue_preparation_never_writes_into_a_folder_it_did_not_write(tmp_path, spm_files, fast_binarize,
+                                                                     existing, capsys):
+    out = tmp_path / "SST-2-bin"
+    if existing == "a file":
+        out.write_text("mine")
+        kept = out
+    else:
+        (out / "label").mkdir(parents=True)
+        kept = out / ("notes.txt" if existing == "user file" else "label/dict.txt")
+        kept.write_text("mine")
+    glue_dir(tmp_path)
+    with pytest.raises(SystemExit, match=r"^prepare_glue.py: error: --out .*SST-2-bin exists and was not "
+                                         r"written by prepare_glue.py .*choose another --out"):
+        prepare_glue.main(["--task", "SST-2", "--glue-dir", str(tmp_path / "glue"), "--sentencepiece-model",
+                           spm_files[0], "--dict", spm_files[1], "--out", str(out)])
+    assert kept.read_text() == "mine" and fast_binarize == []
+
+
+def test_glue_preparation_into_an_empty_existing_folder(tmp_path, spm_files, fast_binarize):
+    out = tmp_path / "SST-2-bin"
+    out.mkdir()
+    assert prepare(tmp_path, spm_files, out)["train"] == 30
+
+
+def test_command_line_says_the_preparation_was_reused(tmp_path, spm_files, fast_binarize, capsys):
+    argv = ["--task", "SST-2", "--glue-dir", glue_dir(tmp_path), "--sentencepiece-model", spm_files[0],
+            "--dict", spm_files[1], "--out", str(tmp_path / "out")]
+    prepare_glue.main(argv)
+    prepare_glue.main(argv)
+    output = capsys.readouterr().out
+    assert output.count("reused") == 1 and "train 30, valid 30" in output.splitlines()[-1]
+
+
+def squad_file(tmp_path, articles=1):
+    with open(shared_data("squad", "dev-v1.1.json"), encoding="utf-8") as f:
+        data = json.load(f)["data"][:articles]
+    data[0]["paragraphs"] = data[0]["paragraphs"][:2]
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def squad_vocabulary(tmp_path_factory):
+    import sentencepiece as spm
+
+    root = tmp_path_factory.mktemp("squad_vocabulary")
+    with open(shared_data("squad", "dev-v1.1.json"), encoding="utf-8") as f:
+        contexts = [p["context"] for p in json.load(f)["data"][0]["paragraphs"][:20]]
+    (root / "contexts.txt").write_text("\n".join(contexts), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(root / "contexts.txt"), model_prefix=str(root / "spm"),
+                                   vocab_size=200, minloglevel=2)
+    (root / "dict.txt").write_text("".join(f"{w} 1\n" for w in ("▁the", "▁of", "▁a")))
+    return str(root / "spm.model"), str(root / "dict.txt")
+
+
+def test_squad_preparation_is_reused_then_redone_for_other_settings(tmp_path, squad_vocabulary):
+    out = tmp_path / "squad-bin"
+    files = {"valid": squad_file(tmp_path)}
+    short, longer = dict(max_seq_length=64, max_query_length=32), dict(max_seq_length=96, max_query_length=32)
+    first, reused_first = prepare_squad.prepare(files, *squad_vocabulary, str(out), **short)
+    second, reused_second = prepare_squad.prepare(files, *squad_vocabulary, str(out), **short)
+    third, reused_third = prepare_squad.prepare(files, *squad_vocabulary, str(out), **longer)
+    assert (reused_first, reused_second, reused_third) == (False, True, False)
+    assert second == first and third["valid"]["features"] < first["valid"]["features"]
+    assert siblings(out) == ["squad-bin"]
+
+
+def test_squad_preparation_failing_half_way_leaves_no_output_folder(tmp_path, squad_vocabulary,
+                                                                   monkeypatch):
+    out = tmp_path / "squad-bin"
+    monkeypatch.setattr(prepare_squad, "write_split", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        prepare_squad.prepare({"valid": squad_file(tmp_path)}, *squad_vocabulary, str(out))
+    assert siblings(out) == []
+
+
+def test_squad_preparation_never_writes_into_a_folder_it_did_not_write(tmp_path, squad_vocabulary):
+    out = tmp_path / "squad-bin"
+    out.mkdir()
+    (out / "dict.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="--out .*squad-bin exists and was not written by prepare_squad.py"):
+        prepare_squad.main(["--valid-file", squad_file(tmp_path), "--sentencepiece-model",
+                            squad_vocabulary[0], "--dict", squad_vocabulary[1], "--out", str(out)])
+    assert (out / "dict.txt").read_text() == "mine"

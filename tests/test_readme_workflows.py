@@ -1,0 +1,62 @@
+"""The README's workflows, run as a user runs them (slow): the GLUE seeds loop after prepare_glue.py, with
+neither PYTHON set nor .venv activated, and `make demo` for two architectures in the same WORKDIR."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, VENV_BIN, shared_data
+
+pytestmark = pytest.mark.slow
+
+
+def user_environment(**extra):
+    """A shell where .venv is not activated and PYTHON is not set."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if os.path.abspath(p) != os.path.abspath(VENV_BIN))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    return dict(env, PATH=path, PYTHONWARNINGS="ignore", **extra)
+
+
+def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pretrained_dir, tmp_path):
+    data = pretrained_dir / "data-bin"
+    glue = os.path.dirname(os.path.dirname(shared_data("glue", "RTE", "train.tsv")))
+    prepare = [sys.executable, os.path.join(REPO, "scripts", "prepare_glue.py"), "--task", "RTE",
+               "--glue-dir", glue, "--sentencepiece-model", data / "sentencepiece.bpe.model",
+               "--dict", data / "dict.txt", "--out", "glue-bin/RTE-bin", "--max-examples", "48"]
+    subprocess.run([str(a) for a in prepare], cwd=tmp_path, check=True, stdout=subprocess.PIPE)
+    outputs = []
+    for seed in (1, 2):
+        proc = subprocess.run(
+            [os.path.join(REPO, "examples", "finetune_glue.sh"), "RTE",
+             str(pretrained_dir / "checkpoints" / "checkpoint_last.pt"), str(data),
+             "--max-update", "2", "--num-workers", "0"],
+            cwd=tmp_path, env=user_environment(SEED=str(seed), GLUE_DIR=glue, CPU="1", MAX_EXAMPLES="48",
+                                               MAX_EPOCH="1", BATCH_SIZE="16"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        outputs.append(proc.stdout)
+    assert all("glue-bin/RTE-bin already holds this preparation" in out for out in outputs)
+    for seed in (1, 2):
+        run = tmp_path / "checkpoints" / "glue" / "RTE" / "tupe_r_tiny" / f"seed{seed}"
+        assert (run / "run.json").is_file()
+
+
+def test_demo_of_a_second_architecture_keeps_the_first_ones_run(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    with open(shared_data("wikitext-2", "wiki.valid.tokens"), encoding="utf-8") as f:
+        corpus.write_text(f.read(), encoding="utf-8")
+    workdir = tmp_path / "demo"
+    for arch in ("tupe_r_tiny", "bert_a_tiny"):
+        proc = subprocess.run(["bash", os.path.join(REPO, "examples", "demo.sh")], cwd=tmp_path,
+                              env=dict(os.environ, CORPUS=str(corpus), ARCH=arch, UPDATES="10",
+                                       WORKDIR=str(workdir), PYTHON=sys.executable),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "[train] update 10/10 (100%)" in proc.stdout
+    first, second = workdir / "tupe_r_tiny", workdir / "bert_a_tiny"
+    assert (first / "checkpoints" / "checkpoint_last.pt").is_file()
+    assert (second / "checkpoints" / "checkpoint_last.pt").is_file()
+    assert (first / "analysis" / "content_free_term.png").is_file()
+    assert not (second / "analysis" / "content_free_term.png").exists()  # bert_a has no untied term

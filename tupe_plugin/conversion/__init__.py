@@ -1,0 +1,1 @@
+"""Converters from other checkpoint formats into plugin checkpoints."""
