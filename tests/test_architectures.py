@@ -5,30 +5,36 @@ from conftest import PRESETS, build_model, random_tokens
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
 from tupe_plugin.modules.position_config import PositionFlagError
 
+# (--abs-pos, --rel-pos, --untied-pos, --cls-reset, --rotary)
 PAPER_ROWS = {
-    "bert_a": ("learned", "none", "none", "none"),
-    "bert_r": ("learned", "t5", "none", "none"),
-    "tupe_a": ("none", "none", "tupe", "paper"),
-    "tupe_r": ("none", "t5", "tupe", "paper"),
-    "tupe_a_tie_cls": ("none", "none", "tupe", "none"),
-    "bert_a_d": ("none", "none", "four-term", "none"),
+    "bert_a": ("learned", "none", "none", "none", "none"),
+    "bert_r": ("learned", "t5", "none", "none", "none"),
+    "tupe_a": ("none", "none", "tupe", "paper", "none"),
+    "tupe_r": ("none", "t5", "tupe", "paper", "none"),
+    "tupe_a_tie_cls": ("none", "none", "tupe", "none", "none"),
+    "bert_a_d": ("none", "none", "four-term", "none", "none"),
     # Wang et al. 2021, Tables 2 and 3
-    "bert_nope": ("none", "none", "none", "none"),
-    "bert_sin_ape": ("sinusoidal", "none", "none", "none"),
-    "bert_lsin_ape": ("learnable-sinusoidal", "none", "none", "none"),
-    "bert_rpe": ("none", "shaw-learned", "none", "none"),
-    "bert_sin_rpe": ("none", "shaw-sinusoidal", "none", "none"),
-    "bert_lsin_rpe": ("none", "shaw-learnable-sinusoidal", "none", "none"),
-    "bert_a_rpe": ("learned", "shaw-learned", "none", "none"),
-    "bert_a_sin_rpe": ("learned", "shaw-sinusoidal", "none", "none"),
-    "bert_a_lsin_rpe": ("learned", "shaw-learnable-sinusoidal", "none", "none"),
-    "bert_lsin_ape_rpe": ("learnable-sinusoidal", "shaw-learned", "none", "none"),
-    "bert_lsin_ape_sin_rpe": ("learnable-sinusoidal", "shaw-sinusoidal", "none", "none"),
-    "bert_lsin_ape_lsin_rpe": ("learnable-sinusoidal", "shaw-learnable-sinusoidal", "none", "none"),
+    "bert_nope": ("none", "none", "none", "none", "none"),
+    "bert_sin_ape": ("sinusoidal", "none", "none", "none", "none"),
+    "bert_lsin_ape": ("learnable-sinusoidal", "none", "none", "none", "none"),
+    "bert_rpe": ("none", "shaw-learned", "none", "none", "none"),
+    "bert_sin_rpe": ("none", "shaw-sinusoidal", "none", "none", "none"),
+    "bert_lsin_rpe": ("none", "shaw-learnable-sinusoidal", "none", "none", "none"),
+    "bert_a_rpe": ("learned", "shaw-learned", "none", "none", "none"),
+    "bert_a_sin_rpe": ("learned", "shaw-sinusoidal", "none", "none", "none"),
+    "bert_a_lsin_rpe": ("learned", "shaw-learnable-sinusoidal", "none", "none", "none"),
+    "bert_lsin_ape_rpe": ("learnable-sinusoidal", "shaw-learned", "none", "none", "none"),
+    "bert_lsin_ape_sin_rpe": ("learnable-sinusoidal", "shaw-sinusoidal", "none", "none", "none"),
+    "bert_lsin_ape_lsin_rpe": ("learnable-sinusoidal", "shaw-learnable-sinusoidal", "none", "none", "none"),
+    # RoPE (Su et al. 2021) and ALiBi (Press et al. 2022)
+    "bert_rope": ("none", "none", "none", "none", "fixed"),
+    "bert_lrope": ("none", "none", "none", "none", "learnable"),
+    "bert_alibi": ("none", "alibi", "none", "none", "none"),
+    "tupe_rope": ("none", "none", "tupe", "paper", "fixed"),
 }
 
 
-def test_presets_are_exactly_the_rows_of_both_papers():
+def test_presets_are_exactly_the_rows_of_the_papers_and_rope_alibi():
     assert set(PRESETS) == set(PAPER_ROWS)
 
 
@@ -40,7 +46,7 @@ def test_every_paper_row_is_registered_in_every_size():
 @pytest.mark.parametrize("preset", PRESETS)
 def test_presets_set_the_paper_rows_flags(preset, dictionary):
     args = build_model(f"{preset}_tiny", dictionary).args
-    assert (args.abs_pos, args.rel_pos, args.untied_pos, args.cls_reset) == PAPER_ROWS[preset]
+    assert (args.abs_pos, args.rel_pos, args.untied_pos, args.cls_reset, args.rotary) == PAPER_ROWS[preset]
 
 
 def test_command_line_flags_override_a_preset(dictionary):
