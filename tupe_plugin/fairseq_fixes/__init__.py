@@ -3,5 +3,7 @@
 from . import atomic_checkpoints  # noqa: F401  (checkpoint_last.pt survives a kill during a save)
 from . import binarized_data_checks  # noqa: F401  (empty or truncated .idx/.bin named clearly)
 from . import checkpoint_compat  # noqa: F401  (lets torch>=2.6 load fairseq checkpoints)
+from . import checkpoint_integrity  # noqa: F401  (damaged checkpoint bytes refused, naming the file)
 from . import distributed_cpu  # noqa: F401  (--ddp-backend pytorch_ddp on CPU processes)
+from . import missing_restore_file  # noqa: F401  (a mistyped --restore-file stops the run)
 from . import unreadable_checkpoints  # noqa: F401  (names the file torch cannot read)

@@ -27,7 +27,7 @@ from ..modules.pretrained_embeddings import (
     format_diagnosis,
     initialize_embeddings,
 )
-from .checkpoint_guards import check_checkpoint, check_checkpoint_matches
+from .checkpoint_guards import check_checkpoint, check_checkpoint_matches, check_dictionary_fingerprint
 from .span_head import SpanHeadsMixin
 
 logger = logging.getLogger(__name__)
@@ -145,6 +145,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             if not safe_hasattr(args, "tokens_per_sample"):
                 args.tokens_per_sample = task.max_positions()
             args.max_positions = args.tokens_per_sample
+        check_dictionary_fingerprint(args, task.source_dictionary)
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         model = cls(args, encoder)
         if not args.embed_init_applied:

@@ -126,6 +126,9 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     """
     from fairseq.data import Dictionary
 
+    from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
+
+    verify_checkpoint(path)
     try:
         state = torch.load(path, map_location="cpu")
     except Exception as error:  # torch raises many types for a file that is not a checkpoint
