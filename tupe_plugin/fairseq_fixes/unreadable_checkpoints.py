@@ -23,13 +23,20 @@ def load_checkpoint_to_cpu(path, *args, **kwargs):
     try:
         return _fairseq_load_checkpoint_to_cpu(path, *args, **kwargs)
     except Exception as err:
-        if not os.path.isfile(path) or zipfile.is_zipfile(path):
-            raise
-        raise UnreadableCheckpointError(
-            f"{path} ({os.path.getsize(path)} bytes) is not a complete checkpoint: it is truncated or "
-            "not a file written by torch.save. Resume or fine-tune from another checkpoint of the run "
-            "(--restore-file SAVE_DIR/checkpoint_EPOCH_UPDATES.pt) and remove or replace this one"
-        ) from err
+        raise_if_unreadable(path, err)
+        raise
+
+
+def raise_if_unreadable(path, err):
+    """Raise :class:`UnreadableCheckpointError` from ``err`` when ``path`` is a local file that is no
+    complete zip archive (the plugin's other readers of checkpoints call this on a failed load)."""
+    if not os.path.isfile(path) or zipfile.is_zipfile(path):
+        return
+    raise UnreadableCheckpointError(
+        f"{path} ({os.path.getsize(path)} bytes) is not a complete checkpoint: it is truncated or "
+        "not a file written by torch.save. Resume or fine-tune from another checkpoint of the run "
+        "(--restore-file SAVE_DIR/checkpoint_EPOCH_UPDATES.pt) and remove or replace this one"
+    ) from err
 
 
 checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

@@ -24,6 +24,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from ..fairseq_fixes.missing_restore_file import checkpoint_to_restore
+from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,13 @@ def architecture_settings(flags=None):
 def saved_model_config(path):
     """The ``cfg.model`` (or legacy ``args``) a checkpoint was trained with, read without its tensors."""
     verify_checkpoint(path)
-    state = torch.load(path, map_location="cpu", mmap=True)
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)
+    except Exception as err:
+        raise_if_unreadable(path, err)
+        raise
+    if not isinstance(state, dict):
+        return None  # not a fairseq checkpoint: fairseq's loader says so
     cfg = state.get("cfg") or {}
     model = cfg.get("model") if hasattr(cfg, "get") else None
     return model if model is not None else state.get("args")
