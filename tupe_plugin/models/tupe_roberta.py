@@ -106,6 +106,12 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             action="store_true",
             help="no LayerNorm on the input embeddings (the presets use one, as BERT does)",
         )
+        parser.add_argument(
+            "--allow-skipped-data",
+            action="store_true",
+            help="train although more than 1%% of the training tokens are in samples longer than "
+            "--max-positions, which fairseq skips (the plugin stops such a run by default)",
+        )
         group = parser.add_argument_group("pre-trained embeddings (tupe_plugin, Kang et al.)")
         group.add_argument(
             "--embed-init-path",
@@ -146,6 +152,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
                 args.tokens_per_sample = task.max_positions()
             args.max_positions = args.tokens_per_sample
         check_dictionary_fingerprint(args, task.source_dictionary)
+        task.allow_skipped_data = args.allow_skipped_data  # read by fairseq_fixes.skipped_data_check
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         model = cls(args, encoder)
         if not args.embed_init_applied:
@@ -297,4 +304,5 @@ def base_architecture(args):
     args.embed_init_standardize = safe_getattr(args, "embed_init_standardize", "none")
     args.embed_init_project = safe_getattr(args, "embed_init_project", "none")
     args.embed_init_applied = safe_getattr(args, "embed_init_applied", False)
+    args.allow_skipped_data = safe_getattr(args, "allow_skipped_data", False)
     roberta_base_architecture(args)
