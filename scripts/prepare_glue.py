@@ -78,7 +78,7 @@ def read_tsv(path, layout, skip_malformed=False, max_examples=None):
         for number, line in enumerate(f, start=1):
             fields = line.rstrip("\r\n").split("\t")
             if layout.header and number == 1:
-                columns = len(fields)
+                columns, header = len(fields), fields
                 continue
             if len(fields) != columns:
                 message = (f"{path}:{number}: expected {columns} tab-separated columns for {task_dir}, "
@@ -96,7 +96,27 @@ def read_tsv(path, layout, skip_malformed=False, max_examples=None):
                 break
     if not rows:
         raise GlueFormatError(f"{path}: no examples")
+    if layout.header:
+        check_header(path, header, layout, rows)
     return rows, skipped
+
+
+def check_header(path, header, layout, rows):
+    """Stop when line 1 is an example, not the header: reading it as the header loses that example."""
+    label = header[layout.label].strip() if len(header) > max(layout.input0, layout.label) else None
+    if label is None or label in {row_label for _, _, row_label in rows} or _is_number(label):
+        raise GlueFormatError(
+            f"{path}:1: expected the header line of {os.path.basename(os.path.dirname(path))} (column names), "
+            f"found an example (label {label!r}); restore the header line (the GLUE files have one)"
+        )
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def regression_targets(path, rows):
@@ -104,10 +124,49 @@ def regression_targets(path, rows):
     targets = []
     for number, _, label in rows:
         try:
-            targets.append(float(label) / STSB_SCALE)
+            score = float(label)
         except ValueError:
             raise GlueFormatError(f"{path}:{number}: score {label!r} is not a number") from None
+        if not 0 <= score <= STSB_SCALE:  # also nan
+            raise GlueFormatError(f"{path}:{number}: score {label!r} is outside STS-B's range [0, 5]")
+        targets.append(score / STSB_SCALE)
     return targets
+
+
+# The number of classes of each classification task (the labels of its train.tsv).
+NUM_CLASSES = {"CoLA": 2, "SST-2": 2, "MRPC": 2, "QQP": 2, "MNLI": 3, "MNLI-mm": 3, "QNLI": 2, "RTE": 2,
+               "WNLI": 2}
+
+
+def check_label_count(task, path, labels):
+    """Stop on more distinct train labels than the task has classes (finetune_glue.sh's --num-classes)."""
+    found = sorted(set(labels))
+    if len(found) > NUM_CLASSES[task]:
+        raise GlueFormatError(
+            f"{path}: {len(found)} distinct labels ({', '.join(found[:10])}) where {task} has "
+            f"{NUM_CLASSES[task]} classes: fix the stray labels (or the label column)"
+        )
+
+
+def check_dictionary_fits(processor, dictionary_path, sentencepiece_model):
+    """Refuse a --dict built for another sentencepiece model (see tupe_plugin.vocabulary)."""
+    from fairseq.data import Dictionary
+
+    from tupe_plugin.vocabulary import check_dictionary_symbols
+
+    check_dictionary_symbols(Dictionary.load(dictionary_path), processor, dictionary_path, sentencepiece_model)
+
+
+def check_pieces_in_dictionary(pieces, dictionary_path, sentencepiece_model):
+    """Refuse a --dict that does not hold the sentencepiece model's pieces (see tupe_plugin.vocabulary)."""
+    from fairseq.data import Dictionary
+
+    from tupe_plugin.vocabulary import check_unknown_pieces
+
+    dictionary = Dictionary.load(dictionary_path)
+    flat = [piece for line in pieces for piece in line]
+    unknown = sum(dictionary.index(piece) == dictionary.unk() for piece in flat)
+    check_unknown_pieces(unknown, len(flat), dictionary_path, sentencepiece_model)
 
 
 def check_dev_labels(train_labels, dev_path, dev_rows):
@@ -159,14 +218,17 @@ def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=N
         data[split], n = read_tsv(path, layout, skip_malformed, max_examples)
         skipped += n
     if not layout.regression:
+        check_label_count(task, files["train"], [label for _, _, label in data["train"]])
         check_dev_labels([label for _, _, label in data["train"]], files["valid"], data["valid"])
 
     processor = spm.SentencePieceProcessor(model_file=sentencepiece_model)
+    check_dictionary_fits(processor, dictionary, sentencepiece_model)
     raw = os.path.join(out, "raw")
     os.makedirs(raw, exist_ok=True)
     for split, rows in data.items():
         for i in range(len(rows[0][1])):
             pieces = processor.encode([inputs[i] for _, inputs, _ in rows], out_type=str)
+            check_pieces_in_dictionary(pieces, dictionary, sentencepiece_model)
             write_lines(os.path.join(raw, f"{split}.input{i}"), (" ".join(p) for p in pieces))
         if layout.regression:
             os.makedirs(os.path.join(out, "label"), exist_ok=True)
@@ -210,7 +272,7 @@ def main(argv=None):
     try:
         counts = prepare(args.task, args.glue_dir, args.sentencepiece_model, args.dict, args.out,
                          args.max_examples, args.skip_malformed, args.workers)
-    except (GlueFormatError, FileNotFoundError, RuntimeError) as e:
+    except (GlueFormatError, FileNotFoundError, RuntimeError, ValueError) as e:
         sys.exit(f"prepare_glue.py: error: {e}")
     labels = counts.get("labels")
     print(f"{args.task}: train {counts['train']}, valid {counts['valid']}, skipped malformed "

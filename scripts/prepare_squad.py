@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tupe_plugin.squad.features import NO_ANSWER, features_path, spans_path, tokens_prefix
+from tupe_plugin.vocabulary import check_dictionary_symbols, check_unknown_pieces
 
 logger = logging.getLogger("prepare_squad")
 
@@ -64,6 +65,23 @@ def _field(entry, name, kind, where):
     return entry[name]
 
 
+def _is_impossible(qa, where):
+    """SQuAD v2.0's flag, a JSON boolean: the string "False" is refused, not read as true."""
+    value = qa.get("is_impossible", False)
+    if not isinstance(value, bool):
+        raise SquadFormatError(f"{where}: 'is_impossible' is {type(value).__name__} {value!r}, expected "
+                               "true or false (a JSON boolean)")
+    return value
+
+
+def _check_unique_id(seen, qid, where):
+    """Question ids name the predictions: two questions with one id would merge their windows."""
+    if qid in seen:
+        raise SquadFormatError(f"{where}: question id {qid!r} is also used at {seen[qid]}; ids must be "
+                               "unique (rename one)")
+    seen[qid] = where.split(" (id")[0]
+
+
 def read_squad(path, max_articles=None):
     """The questions of a SQuAD JSON file, in file order; ``SquadFormatError`` names file and entry."""
     try:
@@ -71,7 +89,7 @@ def read_squad(path, max_articles=None):
             squad = json.load(f)
     except json.JSONDecodeError as e:
         raise SquadFormatError(f"{path}: not valid JSON ({e})") from None
-    examples = []
+    examples, seen = [], {}
     articles = _field(squad, "data", list, path)[:max_articles]
     for i, article in enumerate(articles):
         for j, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{i}]")):
@@ -81,7 +99,8 @@ def read_squad(path, max_articles=None):
                 at = f"{where}.qas[{k}]"
                 qid = _field(qa, "id", str, at)
                 at += f" (id {qid})"
-                impossible = bool(qa.get("is_impossible", False))
+                impossible = _is_impossible(qa, at)
+                _check_unique_id(seen, qid, at)
                 answers = []
                 for n, answer in enumerate(_field(qa, "answers", list, at)):
                     answers.append((_field(answer, "text", str, f"{at}.answers[{n}]"),
@@ -198,6 +217,7 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
     examples = {split: read_squad(path, max_articles) for split, path in files.items()}
     processor = spm.SentencePieceProcessor(model_file=sentencepiece_model)
     dictionary = Dictionary.load(dictionary_path)
+    check_dictionary_symbols(dictionary, processor, dictionary_path, sentencepiece_model)
     os.makedirs(out, exist_ok=True)
     shutil.copyfile(dictionary_path, os.path.join(out, "dict.txt"))
     summary = {}
@@ -207,6 +227,7 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
             skip_mismatched_answers=split == "train")
         if not tokens:
             raise SquadFormatError(f"{files[split]}: no question could be encoded (see the warnings above)")
+        check_unknown_pieces(counts["unknown_pieces"], counts["pieces"], dictionary_path, sentencepiece_model)
         write_split(out, split, dictionary, tokens, spans, features)
         counts["features"] = len(tokens)
         counts["no_answer_features"] = sum(span == (NO_ANSWER, NO_ANSWER) for span in spans)

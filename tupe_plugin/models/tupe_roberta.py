@@ -29,6 +29,7 @@ from ..modules.pretrained_embeddings import (
 )
 from .checkpoint_guards import check_checkpoint, check_checkpoint_matches, check_dictionary_fingerprint
 from .span_head import SpanHeadsMixin
+from .task_checks import check_num_classes
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             args.max_positions = args.tokens_per_sample
         check_dictionary_fingerprint(args, task.source_dictionary)
         task.allow_skipped_data = args.allow_skipped_data  # read by fairseq_fixes.skipped_data_check
+        check_num_classes(task)
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         model = cls(args, encoder)
         if not args.embed_init_applied:
