@@ -6,5 +6,7 @@ from . import checkpoint_compat  # noqa: F401  (lets torch>=2.6 load fairseq che
 from . import checkpoint_integrity  # noqa: F401  (damaged checkpoint bytes refused, naming the file)
 from . import distributed_cpu  # noqa: F401  (--ddp-backend pytorch_ddp on CPU processes)
 from . import missing_restore_file  # noqa: F401  (a mistyped --restore-file stops the run)
+from . import partial_checkpoint_cleanup  # noqa: F401  (a failed save removes its partial .tmp)
+from . import save_dir_lock  # noqa: F401  (one run per --save-dir)
 from . import skipped_data_check  # noqa: F401  (a run that would skip much of its data stops)
 from . import unreadable_checkpoints  # noqa: F401  (names the file torch cannot read)
