@@ -9,4 +9,5 @@ from . import missing_restore_file  # noqa: F401  (a mistyped --restore-file sto
 from . import partial_checkpoint_cleanup  # noqa: F401  (a failed save removes its partial .tmp)
 from . import save_dir_lock  # noqa: F401  (one run per --save-dir)
 from . import skipped_data_check  # noqa: F401  (a run that would skip much of its data stops)
+from . import training_flag_checks  # noqa: F401  (--fp16 on CPU, --tokens-per-sample 1, --mask-prob 0 or 1)
 from . import unreadable_checkpoints  # noqa: F401  (names the file torch cannot read)
