@@ -41,7 +41,7 @@ def test_the_usual_masked_lm_flags_pass():
     check_training_flags(training_cfg("--mask-prob", 0.15, "--tokens-per-sample", 512, "--cpu"))
 
 
-@pytest.mark.parametrize("max_positions", [51_200_000, 10**9])
+@pytest.mark.parametrize("max_positions", [4_000_000_000, 10**10])  # TiB of table on any machine
 def test_a_max_positions_typo_beyond_memory_is_refused_before_allocating(max_positions):
     with pytest.raises(PositionFlagError, match=f"--max-positions {max_positions} would need a .* GiB position "
                                                 "table, more than the .* GiB of memory of this machine"):
