@@ -73,9 +73,10 @@ def read_tsv(path, layout, skip_malformed=False, max_examples=None):
     """
     rows, skipped = [], 0
     task_dir = os.path.basename(os.path.dirname(path))
-    with open(path, encoding="utf-8-sig") as f:  # utf-8-sig drops MRPC's byte-order mark
+    with open(path, "rb") as f:
         columns = layout.columns
-        for number, line in enumerate(f, start=1):
+        for number, raw in enumerate(f, start=1):
+            line = decode_line(path, number, raw)
             fields = line.rstrip("\r\n").split("\t")
             if layout.header and number == 1:
                 columns, header = len(fields), fields
@@ -117,6 +118,16 @@ def _is_number(text):
     except (TypeError, ValueError):
         return False
     return True
+
+
+def decode_line(path, number, raw):
+    """A line as UTF-8 text (utf-8-sig on line 1 drops MRPC's byte-order mark), naming file and line."""
+    try:
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as error:
+        raise GlueFormatError(
+            f"{path}:{number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
+            "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def regression_targets(path, rows):

@@ -82,13 +82,22 @@ def _check_unique_id(seen, qid, where):
     seen[qid] = where.split(" (id")[0]
 
 
-def read_squad(path, max_articles=None):
-    """The questions of a SQuAD JSON file, in file order; ``SquadFormatError`` names file and entry."""
+def _load_json(path):
+    with open(path, "rb") as f:
+        data = f.read()
     try:
-        with open(path, encoding="utf-8") as f:
-            squad = json.load(f)
+        return json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise SquadFormatError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); convert the file "
+                               "to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
     except json.JSONDecodeError as e:
         raise SquadFormatError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_squad(path, max_articles=None):
+    """The questions of a SQuAD JSON file, in file order; ``SquadFormatError`` names file and entry."""
+    squad = _load_json(path)
     examples, seen = [], {}
     articles = _field(squad, "data", list, path)[:max_articles]
     for i, article in enumerate(articles):
