@@ -101,6 +101,15 @@ def test_another_arch_is_refused_naming_the_setting_it_changes(pretrained_arch, 
         prepared(fine_tuning_command(path, arch))
 
 
+@pytest.mark.parametrize("pretrained_arch, arch", [("tupe_r_tiny", "tupe_roberta"), ("bert_a_tiny", "bert_a_base")])
+def test_another_arch_name_with_the_same_settings_is_accepted(pretrained_arch, arch, tmp_path):
+    _, path = save_pretrained(tmp_path / "pretrained.pt", pretrained_arch)
+    tiny_sizes = ["--encoder-layers", 2, "--encoder-embed-dim", 128, "--encoder-attention-heads", 4,
+                  "--encoder-ffn-embed-dim", 512]
+    cfg = prepared(fine_tuning_command(path, arch, *tiny_sizes))  # no --max-positions: carried
+    assert cfg.model.max_positions == MAX_POSITIONS
+
+
 @pytest.mark.parametrize("flag, value", [("--dropout", 0.3), ("--attention-dropout", 0.2),
                                          ("--pooler-dropout", 0.4)])
 def test_regularisation_flags_may_differ_at_fine_tuning(flag, value, tmp_path):

@@ -149,7 +149,9 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
                 refused.append(f"{_show(setting, wanted)} is given but the checkpoint has "
                                f"{_show(setting, pretrained)}")
             continue
-        if arch != saved_arch and setting not in RECORDED:
+        preset_decides = wanted not in (_MISSING, None) and setting not in RECORDED \
+            and setting not in MAY_CHANGE_AT_FINE_TUNING
+        if arch != saved_arch and preset_decides:
             refused.append(f"--arch {arch} gives {_show(setting, wanted)} but the checkpoint "
                            f"(--arch {saved_arch}) has {_show(setting, pretrained)}")
             continue
