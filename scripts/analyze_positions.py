@@ -22,6 +22,9 @@ from tupe_plugin.analysis.position_matrices import has_learned_table
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import (AnalysisContext, OutputFolderError, claim_output_folder,
                                          format_table, run_sections, write_json)
+from tupe_plugin.fairseq_fixes.checkpoint_integrity import CorruptCheckpointError
+from tupe_plugin.fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
+from tupe_plugin.models.checkpoint_guards import DictionaryMismatchError
 
 # The report's sections, in order; further diagnoses are appended here as functions
 # section(context) -> SectionResult (see tupe_plugin/analysis/report.py).
@@ -53,7 +56,20 @@ def parse_args(argv):
                                ("--max-positions", args.max_positions, 3)):
         if value is not None and value < least:
             parser.error(f"{flag} must be at least {least}, got {value}")
+    check_device_and_out(parser, args)
     return parser, args
+
+
+def check_device_and_out(parser, args):
+    """One line for a device torch cannot use here and an --out that is a file, before the model loads."""
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        parser.error(f"--device {args.device}: {error}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch finds no CUDA device on this machine; use --device cpu")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is a file; give a folder (it will hold the figures and {REPORT_NAME})")
 
 
 def positions_to_analyse(model, requested):
@@ -76,7 +92,8 @@ def main(argv=None):
         model, dictionary, arch = load_checkpoint(args.path, args.data)
         seq_len = positions_to_analyse(model, args.max_positions)
         claim_output_folder(args.out, REPORT_NAME)
-    except (CheckpointError, OutputFolderError) as error:
+    except (CheckpointError, OutputFolderError, CorruptCheckpointError, UnreadableCheckpointError,
+            DictionaryMismatchError) as error:
         parser.error(str(error))
     model.to(args.device)
     context = AnalysisContext(

@@ -35,7 +35,7 @@ import sys
 
 import torch
 
-from tupe_plugin.squad.features import load_features
+from tupe_plugin.squad.features import features_path, load_features
 from tupe_plugin.squad.metric import evaluate, official_output
 from tupe_plugin.squad.spans import best_answer
 
@@ -132,6 +132,42 @@ def score_predictions(args):
     return scores
 
 
+class FeatureMismatchError(ValueError):
+    """A features file that does not describe the prepared tokens it is evaluated with."""
+
+
+def check_features(features, logits, features_file):
+    """Refuse features that are not those of the tokens (count, lengths) or that repeat a question id
+    in two places (windows of one question are consecutive): decoding would use the wrong context."""
+    if len(features) != len(logits):
+        raise FeatureMismatchError(
+            f"{features_file} lists {len(features)} features but the prepared tokens hold {len(logits)}: "
+            "the file is truncated or from another run of prepare_squad.py; prepare the data again")
+    first_at = {}
+    for number, (feature, (start_logits, _)) in enumerate(zip(features, logits), 1):
+        length = feature["context_start"] + len(feature["offsets"]) + 1
+        if length != len(start_logits):
+            raise FeatureMismatchError(
+                f"{features_file}:{number}: question {feature['id']} describes {length} tokens but "
+                f"feature {number} of the prepared tokens has {len(start_logits)}: the file does not belong "
+                "to these tokens; prepare the data again")
+        previous = features[number - 2] if number > 1 else None
+        next_window = previous is not None and previous["id"] == feature["id"] \
+            and previous["context_start"] == feature["context_start"] \
+            and feature["offsets"][:1] > previous["offsets"][:1]
+        if feature["id"] in first_at and not next_window:
+            raise FeatureMismatchError(
+                f"{features_file}:{number}: question id {feature['id']} also names the question at line "
+                f"{first_at[feature['id']]}; ids must be unique (prepare_squad.py now refuses duplicates)")
+        first_at.setdefault(feature["id"], number)
+
+
+def check_decoding_flags(parser, args):
+    for flag in ("n_best", "max_answer_length"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -161,10 +197,12 @@ def main(argv=None):
         return score_predictions(args)
     if args.path is None or args.data is None:
         parser.error("give --path and --data (run a model), or --predictions (score a predictions file)")
+    check_decoding_flags(parser, args)
     logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
     articles = read_json(args.gold_file, "--gold-file", "SQuAD")["data"][:args.max_articles]
     features = load_features(args.data, args.split)
     logits = span_logits(args.path, args.data, args.split, args.batch_size, args.cpu)
+    check_features(features, logits, features_path(args.data, args.split))
     answers = predict_answers(articles, features, logits, n_best=args.n_best,
                               max_answer_length=args.max_answer_length,
                               allow_no_answer=args.version_2_with_negative,

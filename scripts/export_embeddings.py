@@ -17,6 +17,12 @@ import tupe_plugin  # noqa: E402,F401  (lets torch >= 2.6 read fairseq checkpoin
 from tupe_plugin.modules.pretrained_embeddings import read_checkpoint_vectors  # noqa: E402
 
 
+def own_flags(message, checkpoint):
+    """The reader's messages name fairseq-train's --embed-init-* flags; this script has CHECKPOINT and --dict."""
+    return (message.replace(f"--embed-init-path {checkpoint}", checkpoint)
+            .replace("--embed-init-path", "CHECKPOINT").replace("--embed-init-dict", "--dict"))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("checkpoint", help="a fairseq checkpoint (.pt)")
@@ -30,7 +36,10 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    vectors = read_checkpoint_vectors(args.checkpoint, args.dict)
+    try:
+        vectors = read_checkpoint_vectors(args.checkpoint, args.dict)
+    except (ValueError, RuntimeError, FileNotFoundError) as error:
+        sys.exit(f"export_embeddings.py: error: {own_flags(str(error), args.checkpoint)}")
     partial = args.out + ".tmp"
     with open(partial, "w", encoding="utf-8") as f:
         if not args.no_header:

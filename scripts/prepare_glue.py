@@ -75,12 +75,13 @@ def read_tsv(path, layout, skip_malformed=False, max_examples=None):
     """
     rows, skipped = [], 0
     task_dir = os.path.basename(os.path.dirname(path))
-    with open(path, encoding="utf-8-sig") as f:  # utf-8-sig drops MRPC's byte-order mark
+    with open(path, "rb") as f:
         columns = layout.columns
-        for number, line in enumerate(f, start=1):
+        for number, raw in enumerate(f, start=1):
+            line = decode_line(path, number, raw)
             fields = line.rstrip("\r\n").split("\t")
             if layout.header and number == 1:
-                columns = len(fields)
+                columns, header = len(fields), fields
                 continue
             if len(fields) != columns:
                 message = (f"{path}:{number}: expected {columns} tab-separated columns for {task_dir}, "
@@ -98,7 +99,37 @@ def read_tsv(path, layout, skip_malformed=False, max_examples=None):
                 break
     if not rows:
         raise GlueFormatError(f"{path}: no examples")
+    if layout.header:
+        check_header(path, header, layout, rows)
     return rows, skipped
+
+
+def check_header(path, header, layout, rows):
+    """Stop when line 1 is an example, not the header: reading it as the header loses that example."""
+    label = header[layout.label].strip() if len(header) > max(layout.input0, layout.label) else None
+    if label is None or label in {row_label for _, _, row_label in rows} or _is_number(label):
+        raise GlueFormatError(
+            f"{path}:1: expected the header line of {os.path.basename(os.path.dirname(path))} (column names), "
+            f"found an example (label {label!r}); restore the header line (the GLUE files have one)"
+        )
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def decode_line(path, number, raw):
+    """A line as UTF-8 text (utf-8-sig on line 1 drops MRPC's byte-order mark), naming file and line."""
+    try:
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as error:
+        raise GlueFormatError(
+            f"{path}:{number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
+            "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def regression_targets(path, rows):
@@ -106,10 +137,49 @@ def regression_targets(path, rows):
     targets = []
     for number, _, label in rows:
         try:
-            targets.append(float(label) / STSB_SCALE)
+            score = float(label)
         except ValueError:
             raise GlueFormatError(f"{path}:{number}: score {label!r} is not a number") from None
+        if not 0 <= score <= STSB_SCALE:  # also nan
+            raise GlueFormatError(f"{path}:{number}: score {label!r} is outside STS-B's range [0, 5]")
+        targets.append(score / STSB_SCALE)
     return targets
+
+
+# The number of classes of each classification task (the labels of its train.tsv).
+NUM_CLASSES = {"CoLA": 2, "SST-2": 2, "MRPC": 2, "QQP": 2, "MNLI": 3, "MNLI-mm": 3, "QNLI": 2, "RTE": 2,
+               "WNLI": 2}
+
+
+def check_label_count(task, path, labels):
+    """Stop on more distinct train labels than the task has classes (finetune_glue.sh's --num-classes)."""
+    found = sorted(set(labels))
+    if len(found) > NUM_CLASSES[task]:
+        raise GlueFormatError(
+            f"{path}: {len(found)} distinct labels ({', '.join(found[:10])}) where {task} has "
+            f"{NUM_CLASSES[task]} classes: fix the stray labels (or the label column)"
+        )
+
+
+def check_dictionary_fits(processor, dictionary_path, sentencepiece_model):
+    """Refuse a --dict built for another sentencepiece model (see tupe_plugin.vocabulary)."""
+    from fairseq.data import Dictionary
+
+    from tupe_plugin.vocabulary import check_dictionary_symbols
+
+    check_dictionary_symbols(Dictionary.load(dictionary_path), processor, dictionary_path, sentencepiece_model)
+
+
+def check_pieces_in_dictionary(pieces, dictionary_path, sentencepiece_model):
+    """Refuse a --dict that does not hold the sentencepiece model's pieces (see tupe_plugin.vocabulary)."""
+    from fairseq.data import Dictionary
+
+    from tupe_plugin.vocabulary import check_unknown_pieces
+
+    dictionary = Dictionary.load(dictionary_path)
+    flat = [piece for line in pieces for piece in line]
+    unknown = sum(dictionary.index(piece) == dictionary.unk() for piece in flat)
+    check_unknown_pieces(unknown, len(flat), dictionary_path, sentencepiece_model)
 
 
 def check_dev_labels(train_labels, dev_path, dev_rows):
@@ -187,14 +257,17 @@ def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_exam
         data[split], n = read_tsv(path, layout, skip_malformed, max_examples)
         skipped += n
     if not layout.regression:
+        check_label_count(task, files["train"], [label for _, _, label in data["train"]])
         check_dev_labels([label for _, _, label in data["train"]], files["valid"], data["valid"])
 
     processor = spm.SentencePieceProcessor(model_file=sentencepiece_model)
+    check_dictionary_fits(processor, dictionary, sentencepiece_model)
     raw = os.path.join(out, "raw")
     os.makedirs(raw, exist_ok=True)
     for split, rows in data.items():
         for i in range(len(rows[0][1])):
             pieces = processor.encode([inputs[i] for _, inputs, _ in rows], out_type=str)
+            check_pieces_in_dictionary(pieces, dictionary, sentencepiece_model)
             write_lines(os.path.join(raw, f"{split}.input{i}"), (" ".join(p) for p in pieces))
         if layout.regression:
             os.makedirs(os.path.join(out, "label"), exist_ok=True)
@@ -238,7 +311,7 @@ def main(argv=None):
     try:
         counts = prepare(args.task, args.glue_dir, args.sentencepiece_model, args.dict, args.out,
                          args.max_examples, args.skip_malformed, args.workers)
-    except (GlueFormatError, FileNotFoundError, RuntimeError) as e:  # PreparedFolderError included
+    except (GlueFormatError, FileNotFoundError, RuntimeError, ValueError) as e:  # PreparedFolderError included
         sys.exit(f"prepare_glue.py: error: {e}")
     labels = counts.get("labels")
     if counts["reused"]:

@@ -39,6 +39,7 @@ import numpy as np
 
 from tupe_plugin.prepared_folder import PreparedFolderError, fingerprint, write_prepared_folder
 from tupe_plugin.squad.features import NO_ANSWER, features_path, spans_path, tokens_prefix
+from tupe_plugin.vocabulary import check_dictionary_symbols, check_unknown_pieces
 
 logger = logging.getLogger("prepare_squad")
 
@@ -65,14 +66,40 @@ def _field(entry, name, kind, where):
     return entry[name]
 
 
-def read_squad(path, max_articles=None):
-    """The questions of a SQuAD JSON file, in file order; ``SquadFormatError`` names file and entry."""
+def _is_impossible(qa, where):
+    """SQuAD v2.0's flag, a JSON boolean: the string "False" is refused, not read as true."""
+    value = qa.get("is_impossible", False)
+    if not isinstance(value, bool):
+        raise SquadFormatError(f"{where}: 'is_impossible' is {type(value).__name__} {value!r}, expected "
+                               "true or false (a JSON boolean)")
+    return value
+
+
+def _check_unique_id(seen, qid, where):
+    """Question ids name the predictions: two questions with one id would merge their windows."""
+    if qid in seen:
+        raise SquadFormatError(f"{where}: question id {qid!r} is also used at {seen[qid]}; ids must be "
+                               "unique (rename one)")
+    seen[qid] = where.split(" (id")[0]
+
+
+def _load_json(path):
+    with open(path, "rb") as f:
+        data = f.read()
     try:
-        with open(path, encoding="utf-8") as f:
-            squad = json.load(f)
+        return json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise SquadFormatError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); convert the file "
+                               "to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
     except json.JSONDecodeError as e:
         raise SquadFormatError(f"{path}: not valid JSON ({e})") from None
-    examples = []
+
+
+def read_squad(path, max_articles=None):
+    """The questions of a SQuAD JSON file, in file order; ``SquadFormatError`` names file and entry."""
+    squad = _load_json(path)
+    examples, seen = [], {}
     articles = _field(squad, "data", list, path)[:max_articles]
     for i, article in enumerate(articles):
         for j, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{i}]")):
@@ -82,7 +109,8 @@ def read_squad(path, max_articles=None):
                 at = f"{where}.qas[{k}]"
                 qid = _field(qa, "id", str, at)
                 at += f" (id {qid})"
-                impossible = bool(qa.get("is_impossible", False))
+                impossible = _is_impossible(qa, at)
+                _check_unique_id(seen, qid, at)
                 answers = []
                 for n, answer in enumerate(_field(qa, "answers", list, at)):
                     answers.append((_field(answer, "text", str, f"{at}.answers[{n}]"),
@@ -218,6 +246,7 @@ def _prepare_into(files, sentencepiece_model, dictionary_path, out, max_seq_leng
     examples = {split: read_squad(path, max_articles) for split, path in files.items()}
     processor = spm.SentencePieceProcessor(model_file=sentencepiece_model)
     dictionary = Dictionary.load(dictionary_path)
+    check_dictionary_symbols(dictionary, processor, dictionary_path, sentencepiece_model)
     shutil.copyfile(dictionary_path, os.path.join(out, "dict.txt"))
     summary = {}
     for split, split_examples in examples.items():
@@ -226,6 +255,7 @@ def _prepare_into(files, sentencepiece_model, dictionary_path, out, max_seq_leng
             skip_mismatched_answers=split == "train")
         if not tokens:
             raise SquadFormatError(f"{files[split]}: no question could be encoded (see the warnings above)")
+        check_unknown_pieces(counts["unknown_pieces"], counts["pieces"], dictionary_path, sentencepiece_model)
         write_split(out, split, dictionary, tokens, spans, features)
         counts["features"] = len(tokens)
         counts["no_answer_features"] = sum(span == (NO_ANSWER, NO_ANSWER) for span in spans)

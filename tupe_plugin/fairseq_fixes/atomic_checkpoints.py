@@ -14,6 +14,8 @@ import shutil
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 
+from .partial_checkpoint_cleanup import failed_save_error, remove_partial
+
 
 class AtomicCopyPathManager(PathManager):
     """fairseq's ``PathManager`` whose local ``copy`` writes a temporary file, then renames it."""
@@ -23,7 +25,11 @@ class AtomicCopyPathManager(PathManager):
         if PathManager.path_requires_pathmanager(dst_path):
             return PathManager.copy(src_path, dst_path, overwrite=overwrite)
         tmp_path = dst_path + ".tmp"
-        shutil.copyfile(src_path, tmp_path)
+        try:
+            shutil.copyfile(src_path, tmp_path)
+        except Exception as err:  # a full disk: remove the partial copy, DEST keeps its old content
+            remove_partial(tmp_path)
+            raise failed_save_error(dst_path, err) from err
         os.replace(tmp_path, dst_path)
         return True
 

@@ -15,6 +15,10 @@ class UnreadableCheckpointError(RuntimeError):
     """A checkpoint file that is not a complete torch checkpoint."""
 
 
+class NotAFairseqCheckpointError(UnreadableCheckpointError):
+    """A torch file (a bare state dict, a tensor, ...) that is not a fairseq checkpoint."""
+
+
 _fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
 
 
@@ -23,13 +27,43 @@ def load_checkpoint_to_cpu(path, *args, **kwargs):
     try:
         return _fairseq_load_checkpoint_to_cpu(path, *args, **kwargs)
     except Exception as err:
-        if not os.path.isfile(path) or zipfile.is_zipfile(path):
-            raise
-        raise UnreadableCheckpointError(
-            f"{path} ({os.path.getsize(path)} bytes) is not a complete checkpoint: it is truncated or "
-            "not a file written by torch.save. Resume or fine-tune from another checkpoint of the run "
-            "(--restore-file SAVE_DIR/checkpoint_EPOCH_UPDATES.pt) and remove or replace this one"
-        ) from err
+        raise_if_unreadable(path, err)
+        raise_if_not_fairseq(path, err)
+        raise
+
+
+def raise_if_unreadable(path, err):
+    """Raise :class:`UnreadableCheckpointError` from ``err`` when ``path`` is a local file that is no
+    complete zip archive (the plugin's other readers of checkpoints call this on a failed load)."""
+    if not os.path.isfile(path) or zipfile.is_zipfile(path):
+        return
+    raise UnreadableCheckpointError(
+        f"{path} ({os.path.getsize(path)} bytes) is not a complete checkpoint: it is truncated or "
+        "not a file written by torch.save. Resume or fine-tune from another checkpoint of the run "
+        "(--restore-file SAVE_DIR/checkpoint_EPOCH_UPDATES.pt) and remove or replace this one"
+    ) from err
 
 
 checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+def raise_if_not_fairseq(path, err):
+    """Raise :class:`NotAFairseqCheckpointError` from ``err`` when ``path`` loads with torch but holds no
+    fairseq checkpoint (fairseq fails with ``KeyError: 'best_loss'`` or ``Tensor.__contains__``)."""
+    import torch
+
+    if not os.path.isfile(path):
+        return
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)
+    except Exception:
+        return
+    if isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state):
+        return
+    held = (f"a dict of {', '.join(map(repr, list(state)[:4]))}{', ...' if len(state) > 4 else ''}"
+            if isinstance(state, dict) else f"a {type(state).__name__}")
+    raise NotAFairseqCheckpointError(
+        f"{path} is a torch file but not a fairseq checkpoint (it holds {held}; a fairseq checkpoint holds "
+        "'model', 'cfg' and 'optimizer_history'): pass a checkpoint written by fairseq-train, or convert "
+        "the authors' released weights with scripts/convert_official_tupe.py"
+    ) from err

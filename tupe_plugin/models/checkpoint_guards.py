@@ -8,9 +8,41 @@ checkpoint goes wrong in two ways that deserve their own words: a task prepared 
 than the pre-training one (embedding rows differ), and an ``--arch`` other than the pre-training one.
 """
 
+import hashlib
+
 from tupe_plugin.command_hints import model_setting
 
 HEAD_PREFIXES = ("classification_heads.", "span_heads.")
+
+
+class DictionaryMismatchError(ValueError):
+    """A dictionary of the checkpoint's size whose symbols or order differ from the checkpoint's."""
+
+
+def dictionary_fingerprint(dictionary):
+    """A short hash of the dictionary's symbols in id order (the plugin records it in ``cfg.model``)."""
+    return hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()[:16]
+
+
+def check_dictionary_fingerprint(args, dictionary):
+    """Record the fingerprint of ``dictionary`` in ``args`` (saved in every checkpoint's ``cfg.model``);
+    refuse a dictionary of the same size whose fingerprint differs from the one already recorded.
+
+    A size difference is left to :func:`check_checkpoint_matches`, which names the vocabulary sizes.
+    """
+    fingerprint = dictionary_fingerprint(dictionary)
+    recorded = getattr(args, "dictionary_fingerprint", None)
+    recorded_size = getattr(args, "dictionary_size", None)
+    if recorded is not None and recorded != fingerprint and recorded_size in (None, len(dictionary)):
+        raise DictionaryMismatchError(
+            f"the data's dictionary ({len(dictionary)} symbols, fingerprint {fingerprint}) is not the one the "
+            f"checkpoint was trained with (fingerprint {recorded}): same size, other symbols or another "
+            "order, so token ids would silently mean other words; binarize the data against the "
+            "pre-training dict.txt (fairseq-preprocess --srcdict PRETRAIN-DATA/dict.txt; "
+            "scripts/prepare_glue.py / scripts/prepare_squad.py --dict PRETRAIN-DATA/dict.txt)"
+        )
+    args.dictionary_fingerprint = fingerprint
+    args.dictionary_size = len(dictionary)
 
 
 def check_checkpoint(model, saved_state, prefix):

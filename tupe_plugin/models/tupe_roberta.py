@@ -33,8 +33,9 @@ from ..modules.pretrained_embeddings import (
     format_diagnosis,
     initialize_embeddings,
 )
-from .checkpoint_guards import check_checkpoint, check_checkpoint_matches
+from .checkpoint_guards import check_checkpoint, check_checkpoint_matches, check_dictionary_fingerprint
 from .span_head import SpanHeadsMixin
+from .task_checks import check_num_classes
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,12 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             action="store_true",
             help="no LayerNorm on the input embeddings (the presets use one, as BERT does)",
         )
+        parser.add_argument(
+            "--allow-skipped-data",
+            action="store_true",
+            help="train although more than 1%% of the training tokens are in samples longer than "
+            "--max-positions, which fairseq skips (the plugin stops such a run by default)",
+        )
         group = parser.add_argument_group("pre-trained embeddings (tupe_plugin, Kang et al.)")
         group.add_argument(
             "--embed-init-path",
@@ -161,6 +168,9 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             if not safe_hasattr(args, "tokens_per_sample"):
                 args.tokens_per_sample = task.max_positions()
             args.max_positions = args.tokens_per_sample
+        check_dictionary_fingerprint(args, task.source_dictionary)
+        task.allow_skipped_data = args.allow_skipped_data  # read by fairseq_fixes.skipped_data_check
+        check_num_classes(task)
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         model = cls(args, encoder)
         if not args.embed_init_applied:
@@ -315,4 +325,5 @@ def base_architecture(args):
     args.embed_init_standardize = safe_getattr(args, "embed_init_standardize", "none")
     args.embed_init_project = safe_getattr(args, "embed_init_project", "none")
     args.embed_init_applied = safe_getattr(args, "embed_init_applied", False)
+    args.allow_skipped_data = safe_getattr(args, "allow_skipped_data", False)
     roberta_base_architecture(args)

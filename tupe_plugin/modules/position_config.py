@@ -9,6 +9,7 @@ by name, instead of being accepted and ignored.
 """
 
 import math
+import os
 from dataclasses import dataclass
 from fairseq.utils import safe_getattr
 
@@ -249,8 +250,22 @@ def check_model_flags(args):
         value = safe_getattr(args, flag, off)
         if value is not None and value != off:
             errors.append(f"{_flag(flag)} {value} is not supported: {why}; drop the flag")
+    errors += _position_table_memory(args)
     if errors:
         raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
+
+
+def _position_table_memory(args):
+    """A --max-positions whose position table alone exceeds the machine's memory (a typo) is refused."""
+    table = args.max_positions * max(args.encoder_embed_dim, 1) * 4
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return []
+    if table <= memory:
+        return []
+    return [f"--max-positions {args.max_positions} would need a {table / 2**30:,.1f} GiB position table, more "
+            f"than the {memory / 2**30:,.1f} GiB of memory of this machine: a typo? (512 is BERT's)"]
 
 
 def _flag(name):

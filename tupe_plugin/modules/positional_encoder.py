@@ -52,10 +52,12 @@ class PositionalTransformerEncoder(nn.Module):
         try:
             return self.embed_tokens(src_tokens)
         except IndexError as err:
+            size = self.embed_tokens.num_embeddings
+            bad = src_tokens[(src_tokens < 0) | (src_tokens >= size)]
+            token = int(bad[0]) if bad.numel() else int(src_tokens.max())
             raise ValueError(
-                f"token id {int(src_tokens.max())} is outside the dictionary of "
-                f"{self.embed_tokens.num_embeddings} symbols: the input was encoded with another "
-                "dict.txt than the model's"
+                f"token id {token} is outside the dictionary of {size} symbols (ids 0..{size - 1}): the input "
+                "was encoded with another dict.txt than the model's" + (" or is not token ids" if token < 0 else "")
             ) from err
 
     def embed(self, src_tokens, token_embeddings=None):
@@ -71,6 +73,12 @@ class PositionalTransformerEncoder(nn.Module):
         mask = src_tokens.eq(self.padding_idx)
         if not mask.any():
             return None
+        empty = mask.all(dim=1).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(
+                f"row {empty[0]} of the batch is all padding ({len(empty)} such rows): an empty sequence has "
+                "no <s> and nothing to encode; drop empty examples from the input"
+            )
         if mask[:, 0].any():
             raise ValueError(
                 "a sequence starts with padding: the plugin counts positions from the first token "

@@ -55,6 +55,28 @@ def read_vectors(path, dictionary_path=None):
     return read_text_vectors(path)
 
 
+def _is_number(field):
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
+
+
+def _ragged_line_message(path, number, fields, dim, header_rows):
+    """A line whose number of values is not the file's vector size (a token with spaces is no number)."""
+    values = len(fields) - 1
+    if len(fields) > dim + 1:  # the token's last word is a number: more values, not a token with spaces
+        values = 0
+        while values < len(fields) - 1 and _is_number(fields[-values - 1]):
+            values += 1
+    if header_rows is not None:
+        return (f"--embed-init-path {path}, line {number}: {values} values, but the header (line 1: "
+                f"'{header_rows} {dim}') announces vectors of {dim}; correct the header or the line")
+    return (f"--embed-init-path {path}, line {number}: {values} values where the file's vectors have {dim} "
+            "(as on its first line; every line must be 'token v1 ... vd' with the same d)")
+
+
 def _is_zip_or_pickle(path):
     with open(path, "rb") as f:
         head = f.read(4)
@@ -88,18 +110,22 @@ def read_text_vectors(path):
                         header_rows, dim = int(fields[0]), int(fields[1])
                         continue
                     dim = len(fields) - 1
-                if dim < 1 or len(fields) < dim + 1:
-                    raise ValueError(
-                        f"--embed-init-path {path}, line {number}: {len(fields) - 1} values where "
-                        f"the file's vectors have {dim} (every line must be 'token v1 ... vd')"
-                    )
+                if dim < 1 or len(fields) < dim + 1 or _is_number(fields[-dim - 1]) and len(fields) > dim + 1:
+                    raise ValueError(_ragged_line_message(path, number, fields, dim, header_rows))
                 try:
-                    rows.append(numpy.asarray(fields[-dim:], dtype=numpy.float32))
+                    row = numpy.asarray(fields[-dim:], dtype=numpy.float32)
                 except ValueError:
                     raise ValueError(
                         f"--embed-init-path {path}, line {number}: a value is not a number "
                         "(expected 'token v1 ... vd')"
                     ) from None
+                if not numpy.isfinite(row).all():
+                    raise ValueError(
+                        f"--embed-init-path {path}, line {number}: the vector of "
+                        f"{' '.join(fields[:-dim])!r} holds nan or inf values; fix or drop that line "
+                        "(a non-finite vector would make every embedding statistic and the training nan)"
+                    )
+                rows.append(row)
                 tokens.append(" ".join(fields[:-dim]))
         except UnicodeDecodeError:
             raise ValueError(
@@ -126,6 +152,9 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     """
     from fairseq.data import Dictionary
 
+    from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
+
+    verify_checkpoint(path)
     try:
         state = torch.load(path, map_location="cpu")
     except Exception as error:  # torch raises many types for a file that is not a checkpoint
@@ -152,6 +181,13 @@ def read_checkpoint_vectors(path, dictionary_path=None):
         )
     if vectors.size(0) == len(symbols) + 1:
         symbols.append("<mask>")
+    bad_rows = (~torch.isfinite(vectors[: len(symbols)]).all(dim=1)).nonzero().flatten().tolist()
+    if bad_rows:
+        raise ValueError(
+            f"--embed-init-path {path}: {len(bad_rows)} rows of {key} hold nan or inf values (first: row "
+            f"{bad_rows[0]}, {symbols[bad_rows[0]]!r}); the checkpoint's training diverged: take an earlier "
+            "checkpoint of the run"
+        )
     logger.info(f"embed-init: {key} of {path}, tokens from {dictionary_path}")
     return PretrainedVectors(symbols, vectors[: len(symbols)])
 

@@ -1,0 +1,77 @@
+"""The scripts refuse an unusable device, an --out that is a file and non-UTF-8 files in one line, and name
+their own flags."""
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+from conftest import REPO, build_model, make_dictionary
+
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import analyze_positions  # noqa: E402
+import export_embeddings  # noqa: E402
+import prepare_glue  # noqa: E402
+import prepare_squad  # noqa: E402
+
+
+def refused(main, argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in argv])
+    assert exit_info.value.code not in (0, None)
+    return capsys.readouterr().err + (exit_info.value.code if isinstance(exit_info.value.code, str) else "")
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_analysis_on_a_cuda_device_without_cuda_is_refused(device, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path, "--device", device], capsys)
+    assert f"--device {device}: torch finds no CUDA device on this machine; use --device cpu" in err
+
+
+def test_analysis_on_a_device_torch_does_not_know_is_refused(tmp_path, capsys):
+    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path, "--device", "gpu0"], capsys)
+    assert "--device gpu0:" in err
+
+
+@pytest.mark.parametrize("name", ["analysis", "report.json"])
+def test_analysis_out_that_is_a_file_is_refused(name, tmp_path, capsys):
+    (tmp_path / name).write_text("a file")
+    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path / name, "--device", "cpu"],
+                  capsys)
+    assert f"--out {tmp_path / name} is a file; give a folder" in err
+
+
+@pytest.mark.parametrize("line, text", [(3, "caf\xe9 au lait"), (1, "s\xe9ntence")])
+def test_a_glue_file_that_is_not_utf8_is_refused_naming_the_line(line, text, tmp_path):
+    lines = ["sentence\tlabel", "a fine film\t1", "a dull film\t0", "more\t1"]
+    lines[line - 1] = lines[line - 1].replace(lines[line - 1].split("\t")[0], text)
+    path = tmp_path / "SST-2" / "train.tsv"
+    path.parent.mkdir()
+    path.write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    with pytest.raises(prepare_glue.GlueFormatError, match=f"{path}:{line}: not UTF-8 text \\(byte 0xe9"):
+        prepare_glue.read_tsv(str(path), prepare_glue.TASKS["SST-2"])
+
+
+@pytest.mark.parametrize("line", [1, 4])
+def test_a_squad_file_that_is_not_utf8_is_refused_naming_the_line(line, tmp_path):
+    lines = json.dumps({"data": [{"title": "t", "paragraphs": []}]}, indent=1).split("\n")
+    lines[line - 1] += " \xe9"  # a latin-1 byte on that line (line 4 holds the title)
+    path = tmp_path / "squad.json"
+    path.write_bytes("\n".join(lines).encode("latin-1"))
+    with pytest.raises(prepare_squad.SquadFormatError, match=f"{path}:{line}: not UTF-8 text \\(byte 0xe9"):
+        prepare_squad.read_squad(str(path))
+
+
+def test_export_names_its_own_dict_flag_when_no_dictionary_is_found(tmp_path, capsys):
+    model = build_model("tupe_r_tiny", make_dictionary())
+    torch.save({"model": model.state_dict()}, tmp_path / "model.pt")
+    err = refused(export_embeddings.main, [tmp_path / "model.pt", "--out", tmp_path / "v.txt"], capsys)
+    assert "pass --dict DICT" in err and "--embed-init" not in err
+
+
+def test_export_names_the_checkpoint_not_embed_init_path(tmp_path, capsys):
+    torch.save({"model": {"w": torch.zeros(2)}}, tmp_path / "model.pt")
+    err = refused(export_embeddings.main, [tmp_path / "model.pt", "--out", tmp_path / "v.txt"], capsys)
+    assert f"{tmp_path / 'model.pt'}: the checkpoint has no token embedding" in err and "--embed-init" not in err

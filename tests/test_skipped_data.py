@@ -1,0 +1,90 @@
+"""A training run that would skip more than 1% of its tokens for being too long stops, saying how much."""
+
+import numpy as np
+import pytest
+from conftest import _Task, build_model, make_dictionary
+from fairseq import options, tasks
+from fairseq.data import FairseqDataset
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+from tupe_plugin.fairseq_fixes.skipped_data_check import SkippedDataError
+from tupe_plugin.models import TupeRobertaModel
+
+
+def masked_lm_train_split(data, *flags):
+    argv = [str(data), "--task", "masked_lm", "--arch", "tupe_r_tiny", "--batch-size", "2", *map(str, flags)]
+    cfg = convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_training_parser(), input_args=argv))
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    return task, dataset, np.arange(len(dataset))
+
+
+@pytest.mark.parametrize("mode, tokens_per_sample", [("complete", 16), ("complete", 48), ("complete_doc", 32)])
+def test_whole_lines_longer_than_the_blocks_stop_the_run_saying_how_much(mode, tokens_per_sample, wikitext_bin):
+    task, dataset, indices = masked_lm_train_split(
+        wikitext_bin, "--sample-break-mode", mode, "--tokens-per-sample", tokens_per_sample)
+    with pytest.raises(SkippedDataError, match=rf"\d+\.\d% of the tokens of train \([\d,]+ of [\d,]+ samples\) "
+                                               f"are longer than max_positions={tokens_per_sample}.*"
+                                               f"--sample-break-mode {mode} keeps whole lines.*--allow-skipped-data"):
+        task.filter_indices_by_size(indices, dataset, tokens_per_sample, ignore_invalid_inputs=True)
+
+
+def test_fixed_blocks_skip_nothing_and_train(wikitext_bin):
+    task, dataset, indices = masked_lm_train_split(wikitext_bin, "--tokens-per-sample", 16)
+    assert len(task.filter_indices_by_size(indices, dataset, 16, ignore_invalid_inputs=True)) == len(indices)
+
+
+def test_allow_skipped_data_trains_on_the_rest(wikitext_bin):
+    task, dataset, indices = masked_lm_train_split(
+        wikitext_bin, "--sample-break-mode", "complete", "--tokens-per-sample", 16)
+    task.allow_skipped_data = True  # what building the model with --allow-skipped-data does (tested below)
+    kept = task.filter_indices_by_size(indices, dataset, 16, ignore_invalid_inputs=True)
+    assert 0 < len(kept) < len(indices)
+
+
+def test_the_model_flag_allow_skipped_data_reaches_the_task():
+    task = _Task(make_dictionary(), 32)
+    model = build_model("tupe_r_tiny", allow_skipped_data=True)
+    TupeRobertaModel.build_model(model.args, task)
+    assert task.allow_skipped_data is True
+
+
+class Sized(FairseqDataset):
+    def __init__(self, sizes):
+        self.sizes = np.array(sizes)
+
+    def __getitem__(self, index):
+        return index
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def num_tokens(self, index):
+        return self.sizes[index]
+
+    def size(self, index):
+        return self.sizes[index]
+
+
+class Task(tasks.FairseqTask):
+    def __init__(self):
+        self.datasets = {}
+
+
+@pytest.mark.parametrize("long_samples, refused", [(1, False), (3, True), (100, True)])
+def test_only_more_than_one_percent_of_the_tokens_stops_the_run(long_samples, refused):
+    sizes = [10] * (1000 - long_samples) + [50] * long_samples   # 1 long: 0.5% of the tokens, 3: 1.5%
+    dataset, indices = Sized(sizes), np.arange(1000)
+    task = Task()
+    if refused:
+        with pytest.raises(SkippedDataError, match=f"of the tokens of the data \\({long_samples} of 1,000 samples\\)"):
+            task.filter_indices_by_size(indices, dataset, 20, ignore_invalid_inputs=True)
+    else:
+        assert len(task.filter_indices_by_size(indices, dataset, 20, ignore_invalid_inputs=True)) == 999
+
+
+def test_validation_without_skip_flag_keeps_fairseqs_own_error():
+    with pytest.raises(Exception, match="skip this example with --skip-invalid-size-inputs-valid-test"):
+        Task().filter_indices_by_size(np.arange(3), Sized([10, 50, 10]), 20, ignore_invalid_inputs=False)

@@ -1,0 +1,55 @@
+"""A ``--restore-file`` that does not exist stops the run, naming the path.
+
+fairseq's ``load_checkpoint`` treats a missing checkpoint as "no checkpoint yet": a mistyped
+``--restore-file`` logs "No existing checkpoint found" at INFO and trains from random initialisation,
+exit 0. Only the default value (``checkpoint_last.pt``, fairseq's resume-if-present behaviour) may be
+missing; a path the user gave must exist. :func:`checkpoint_to_restore` also says which file fairseq
+will load, for the plugin's checks that run before the model is built.
+"""
+
+import os
+
+from fairseq import checkpoint_utils
+from fairseq.file_io import PathManager
+
+DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
+
+
+class MissingRestoreFileError(FileNotFoundError):
+    """An explicitly given ``--restore-file`` that does not exist."""
+
+
+def checkpoint_to_restore(cfg, suffix=""):
+    """The file fairseq's ``load_checkpoint`` will load for checkpoint config ``cfg``, or None.
+
+    Raises :class:`MissingRestoreFileError` for a non-default ``--restore-file`` that does not exist.
+    """
+    suffix = suffix or ""
+    if cfg.restore_file == DEFAULT_RESTORE_FILE:
+        last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+        if PathManager.exists(last):
+            return last
+        if getattr(cfg, "continue_once", None) is not None:
+            return cfg.continue_once
+        if cfg.finetune_from_model is not None and PathManager.exists(cfg.finetune_from_model):
+            return cfg.finetune_from_model
+        return None  # a new run (fairseq names a missing --finetune-from-model itself)
+    path = cfg.restore_file.replace(".pt", suffix + ".pt") if suffix else cfg.restore_file
+    if not PathManager.exists(path):
+        raise MissingRestoreFileError(
+            f"--restore-file {path} does not exist (fairseq would train from random initialisation): "
+            "correct the path, or drop --restore-file to start a new run"
+        )
+    return path
+
+
+_fairseq_load_checkpoint = checkpoint_utils.load_checkpoint
+
+
+def load_checkpoint(cfg, trainer, **passthrough_args):
+    """fairseq's ``load_checkpoint``, after :func:`checkpoint_to_restore` refused a missing file."""
+    checkpoint_to_restore(cfg, trainer.checkpoint_suffix)
+    return _fairseq_load_checkpoint(cfg, trainer, **passthrough_args)
+
+
+checkpoint_utils.load_checkpoint = load_checkpoint

@@ -1,0 +1,200 @@
+"""Fine-tuning (and resuming) builds the architecture of the checkpoint it loads.
+
+fairseq-train builds the model from its command line, then loads the ``--restore-file`` (or
+``checkpoint_last.pt``) weights into it. A flag of the pre-training run that the fine-tuning command
+does not repeat (``--rel-pos-max-distance``, ``--shaw-keys-only``, ``--activation-fn``, ...) silently
+reverted to the preset's default, and the weights loaded anyway when no shape changed. Before the model
+is built, :func:`carry_checkpoint_architecture` reads the checkpoint's ``cfg.model`` and
+
+- carries every model setting the command line does not give (logged, one line);
+- refuses a setting the command line gives with another value, naming the flag and both values,
+  unless it is one that may change at fine-tuning (:data:`MAY_CHANGE_AT_FINE_TUNING`);
+- refuses an ``--arch`` whose preset differs from the checkpoint's in any setting.
+
+Settings that only initialise a new model (:data:`NOT_CARRIED`) are left alone: the checkpoint's
+weights replace that initialisation.
+"""
+
+import argparse
+import logging
+import sys
+
+import torch
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
+from ..fairseq_fixes.missing_restore_file import checkpoint_to_restore
+from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
+
+logger = logging.getLogger(__name__)
+
+MODEL_NAME = "tupe_roberta"
+
+# Regularisation, pruning and memory flags and the classification-head settings: a fine-tuning command
+# may give them other values than pre-training (the model's weights keep their meaning). When the command
+# does not give them they are carried like the rest. --max-positions may change too: a learned position
+# table refuses another length by itself (checkpoint_guards), relative and sinusoidal encodings accept it.
+MAY_CHANGE_AT_FINE_TUNING = (
+    "dropout", "attention_dropout", "activation_dropout", "pooler_dropout", "pooler_activation_fn",
+    "encoder_layerdrop", "encoder_layers_to_keep", "spectral_norm_classification_head",
+    "max_positions", "checkpoint_activations", "offload_activations", "min_params_to_wrap",
+)
+
+# Flags that initialise a new model or load the hub; the loaded weights replace what they do.
+NOT_CARRIED = (
+    "embed_init_path", "embed_init_dict", "embed_init_standardize", "embed_init_project",
+    "load_checkpoint_heads", "allow_skipped_data",
+)
+
+# A flag and the setting it decides (--no-layernorm-embedding sets layernorm_embedding).
+SETTING_OF_FLAG = {"no_layernorm_embedding": "layernorm_embedding"}
+
+# Recorded by the plugin in its checkpoints, not flags: carried, never given on the command line.
+RECORDED = ("dictionary_fingerprint", "dictionary_size")
+
+_MISSING = object()
+
+
+class ArchitectureMismatchError(ValueError):
+    """A fine-tuning command that would build another architecture than its checkpoint's."""
+
+
+def model_flags():
+    """{option string: dest} of every model flag (RoBERTa's and the plugin's)."""
+    from .tupe_roberta import TupeRobertaModel
+
+    parser = argparse.ArgumentParser(add_help=False)
+    TupeRobertaModel.add_args(parser)
+    return {option: action.dest for action in parser._actions for option in action.option_strings}
+
+
+def explicit_settings(argv, flags=None):
+    """The model settings the command line ``argv`` gives explicitly (fairseq parses without abbreviations)."""
+    flags = model_flags() if flags is None else flags
+    given = set()
+    for token in argv:
+        option = token.split("=", 1)[0]
+        if option in flags:
+            given.add(SETTING_OF_FLAG.get(flags[option], flags[option]))
+    return given
+
+
+def architecture_settings(flags=None):
+    flags = model_flags() if flags is None else flags
+    dests = {SETTING_OF_FLAG.get(dest, dest) for dest in flags.values()}
+    return sorted(dests - set(NOT_CARRIED))
+
+
+def saved_model_config(path):
+    """The ``cfg.model`` (or legacy ``args``) a checkpoint was trained with, read without its tensors."""
+    verify_checkpoint(path)
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)
+    except Exception as err:
+        raise_if_unreadable(path, err)
+        raise
+    if not isinstance(state, dict):
+        return None  # not a fairseq checkpoint: fairseq's loader says so
+    cfg = state.get("cfg") or {}
+    model = cfg.get("model") if hasattr(cfg, "get") else None
+    return model if model is not None else state.get("args")
+
+
+def _get(config, name):
+    if config is None:
+        return _MISSING
+    if isinstance(config, dict):
+        return config.get(name, _MISSING)
+    return getattr(config, name, _MISSING)
+
+
+def _same(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def _show(setting, value):
+    flag = "--" + setting.replace("_", "-")
+    if setting == "layernorm_embedding":
+        return "--layernorm-embedding" if value else "--no-layernorm-embedding"
+    if value is True:
+        return flag
+    if value is False or value is None:
+        return f"no {flag}"
+    return f"{flag} {value}"
+
+
+def carry_checkpoint_architecture(model_cfg, saved, path, argv):
+    """Make ``model_cfg`` (the command line's model config, preset applied) the architecture of ``saved``.
+
+    ``saved`` is the checkpoint's model config, ``path`` its file (for messages), ``argv`` the command
+    line. Returns the carried settings {name: value}; raises :class:`ArchitectureMismatchError`.
+    """
+    saved_arch = _get(saved, "arch")
+    if ARCH_MODEL_NAME_REGISTRY.get(saved_arch) != MODEL_NAME \
+            or ARCH_MODEL_NAME_REGISTRY.get(_get(model_cfg, "arch")) != MODEL_NAME:
+        return {}  # another model family: fairseq's own checks apply
+    flags = model_flags()
+    explicit = explicit_settings(argv, flags)
+    arch = _get(model_cfg, "arch")
+    refused, carried = [], {}
+    for setting in architecture_settings(flags) + list(RECORDED):
+        wanted, pretrained = _get(model_cfg, setting), _get(saved, setting)
+        if pretrained is _MISSING or (wanted is not _MISSING and _same(wanted, pretrained)):
+            continue
+        if setting in explicit:
+            if setting not in MAY_CHANGE_AT_FINE_TUNING:
+                refused.append(f"{_show(setting, wanted)} is given but the checkpoint has "
+                               f"{_show(setting, pretrained)}")
+            continue
+        preset_decides = wanted not in (_MISSING, None) and setting not in RECORDED \
+            and setting not in MAY_CHANGE_AT_FINE_TUNING
+        if arch != saved_arch and preset_decides:
+            refused.append(f"--arch {arch} gives {_show(setting, wanted)} but the checkpoint "
+                           f"(--arch {saved_arch}) has {_show(setting, pretrained)}")
+            continue
+        carried[setting] = pretrained
+    if refused:
+        raise ArchitectureMismatchError(
+            f"{path} does not fit this command: {'; '.join(refused)}. The weights would load into another "
+            f"architecture: fine-tune with --arch {saved_arch} and without these flags (settings not given "
+            "are carried from the checkpoint; only dropout, layerdrop, pooler and --max-positions flags may "
+            "differ)"
+        )
+    for setting, value in carried.items():
+        setattr(model_cfg, setting, value)
+        if setting == "layernorm_embedding":
+            model_cfg.no_layernorm_embedding = not value
+    shown = [_show(s, v) for s, v in carried.items() if s not in RECORDED]
+    if shown:
+        logger.info(f"model settings carried from {path} (not given on the command line): {', '.join(shown)}")
+    return carried
+
+
+def prepare_training(cfg, argv):
+    """Before fairseq-train builds the model: refuse a missing --restore-file, carry the checkpoint's
+    architecture into ``cfg.model``."""
+    path = checkpoint_to_restore(cfg.checkpoint, cfg.checkpoint.checkpoint_suffix)
+    if path is None or not isinstance(cfg.model, argparse.Namespace):
+        return {}
+    return carry_checkpoint_architecture(cfg.model, saved_model_config(path), path, argv)
+
+
+def _install():
+    import fairseq_cli.train as train
+
+    fairseq_main = train.main
+    if getattr(fairseq_main, "carries_checkpoint_architecture", False):
+        return
+
+    def main(cfg, **kwargs):
+        prepare_training(cfg, sys.argv[1:])
+        return fairseq_main(cfg, **kwargs)
+
+    main.carries_checkpoint_architecture = True
+    train.main = main
+
+
+_install()

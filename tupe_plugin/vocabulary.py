@@ -1,0 +1,47 @@
+"""Whether a sentencepiece model and a ``dict.txt`` belong together (scripts/prepare_glue.py, prepare_squad.py).
+
+A ``--dict`` of another sentencepiece model still encodes every piece, as ``<unk>`` when it is missing:
+31 % of a task's tokens became ``<unk>`` without a word. A dictionary built from data encoded with the
+same model misses only pieces too rare to occur in that data (many on a small corpus), and every one of its
+symbols is a piece of the model.
+"""
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+MAX_UNKNOWN_FRACTION = 0.2  # of the pieces of the task's text; any is logged with its rate
+MAX_FOREIGN_FRACTION = 0.1  # of the dictionary's symbols that are no piece of the sentencepiece model
+
+
+class DictionaryFitError(ValueError):
+    """A ``--dict`` that does not hold the pieces of ``--sentencepiece-model``."""
+
+
+def check_unknown_pieces(unknown, total, dictionary_path, sentencepiece_model):
+    """Refuse more than :data:`MAX_UNKNOWN_FRACTION` of pieces missing from the dictionary; log any."""
+    if total == 0 or unknown == 0:
+        return
+    rate = unknown / total
+    message = (f"{unknown} of {total} pieces ({100 * rate:.1f}%) of --sentencepiece-model {sentencepiece_model} "
+               f"are not in --dict {dictionary_path} and become <unk>")
+    if rate > MAX_UNKNOWN_FRACTION:
+        raise DictionaryFitError(
+            message + ": the dictionary was built for another sentencepiece model; pass the pair of the "
+            "pre-training data-bin (its sentencepiece.bpe.model and dict.txt)"
+        )
+    logger.warning(message)
+
+
+def check_dictionary_symbols(dictionary, processor, dictionary_path, sentencepiece_model):
+    """Refuse a dictionary whose symbols are mostly not pieces of the sentencepiece model ``processor``."""
+    symbols = [s for s in dictionary.symbols[dictionary.nspecial:]
+               if not s.startswith("madeupword") and s != "<mask>"]
+    foreign = [s for s in symbols if processor.piece_to_id(s) == processor.unk_id()]
+    if symbols and len(foreign) > MAX_FOREIGN_FRACTION * len(symbols):
+        raise DictionaryFitError(
+            f"{len(foreign)} of the {len(symbols)} symbols of --dict {dictionary_path} (e.g. "
+            f"{', '.join(repr(s) for s in foreign[:3])}) are not pieces of --sentencepiece-model "
+            f"{sentencepiece_model}: the dictionary was built for another sentencepiece model; pass the "
+            "pair of the pre-training data-bin (its sentencepiece.bpe.model and dict.txt)"
+        )
