@@ -603,8 +603,18 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    previous_disable = logging.root.manager.disable
     logging.disable(logging.WARNING)
-    warnings.filterwarnings("ignore")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return measure(args, argv)
+    finally:
+        logging.disable(previous_disable)
+
+
+def measure(args, argv):
+    """Every shape's contenders, the verdicts and the report (logging quietened by :func:`main`)."""
     for name in args.contenders:
         check_contender(name)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731

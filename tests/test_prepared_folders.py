@@ -43,7 +43,9 @@ def fast_binarize(monkeypatch, fake_sentencepiece):
 @pytest.fixture
 def spm_files(tmp_path):
     (tmp_path / "spm.model").write_bytes(open(shared_data("glue", "SST-2", "dev.tsv"), "rb").read()[:10])
-    (tmp_path / "dict.txt").write_text("a 1\n")
+    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+        words = {word for _, line in zip(range(200), f) for word in line.split("\t")[0].split()}
+    (tmp_path / "dict.txt").write_text("".join(f"{word} 1\n" for word in sorted(words)))  # the fake's pieces
     return str(tmp_path / "spm.model"), str(tmp_path / "dict.txt")
 
 
@@ -58,6 +60,12 @@ def fake_sentencepiece(monkeypatch):
 
         def encode(self, texts, out_type=str):
             return [text.split() for text in texts]
+
+        def piece_to_id(self, piece):
+            return 1  # every whitespace word is a piece
+
+        def unk_id(self):
+            return 0
     monkeypatch.setattr(sentencepiece, "SentencePieceProcessor", Processor)
 
 
@@ -178,7 +186,10 @@ def squad_vocabulary(tmp_path_factory):
     (root / "contexts.txt").write_text("\n".join(contexts), encoding="utf-8")
     spm.SentencePieceTrainer.train(input=str(root / "contexts.txt"), model_prefix=str(root / "spm"),
                                    vocab_size=200, minloglevel=2)
-    (root / "dict.txt").write_text("".join(f"{w} 1\n" for w in ("▁the", "▁of", "▁a")))
+    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+              if not (processor.is_control(i) or processor.is_unknown(i))]
+    (root / "dict.txt").write_text("".join(f"{piece} 1\n" for piece in pieces))
     return str(root / "spm.model"), str(root / "dict.txt")
 
 
