@@ -93,3 +93,13 @@ def test_fairseq_train_refuses_quant_noise_and_trains_with_layerdrop(wikitext_bi
     )
     losses = train_inner_losses(output)
     assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+
+
+def test_a_refused_flag_is_one_error_line_without_traceback(wikitext_bin, tmp_path):
+    outputs, code = run_fairseq_steps(
+        ("train", train_args(wikitext_bin, tmp_path, "bert_a_tiny", 1, "--mha-heads-to-keep", 2)),
+        check=False,
+    )
+    assert code == 1
+    assert "\nerror: invalid model flags:\n  --mha-heads-to-keep 2 is not supported" in outputs[-1]
+    assert "Traceback" not in outputs[-1]

@@ -4,4 +4,7 @@ BERT", ICLR 2021) and the embedding initialisation of Kang et al. ("On Initializ
 with Pre-trained Embeddings", arXiv 2407.12514)."""
 
 from . import fairseq_fixes  # noqa: F401  (checkpoints, binarized data, CPU DDP)
+from .user_errors import install as _print_user_errors_in_one_line
 from . import criterions, models, tasks  # noqa: F401  (register criterions, the model and --arch presets, tasks)
+
+_print_user_errors_in_one_line()

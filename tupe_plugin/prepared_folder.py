@@ -19,11 +19,12 @@ import json
 import os
 import shutil
 import tempfile
+from .user_errors import UserError
 
 MANIFEST = ".prepared.json"
 
 
-class PreparedFolderError(RuntimeError):
+class PreparedFolderError(UserError, RuntimeError):
     """An output folder that the tool may not write into."""
 
 

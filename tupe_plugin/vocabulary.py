@@ -7,6 +7,7 @@ symbols is a piece of the model.
 """
 
 import logging
+from .user_errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -14,7 +15,7 @@ MAX_UNKNOWN_FRACTION = 0.2  # of the pieces of the task's text; any is logged wi
 MAX_FOREIGN_FRACTION = 0.1  # of the dictionary's symbols that are no piece of the sentencepiece model
 
 
-class DictionaryFitError(ValueError):
+class DictionaryFitError(UserError, ValueError):
     """A ``--dict`` that does not hold the pieces of ``--sentencepiece-model``."""
 
 

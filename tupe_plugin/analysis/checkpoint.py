@@ -5,9 +5,10 @@ import os
 from fairseq import checkpoint_utils, tasks
 
 from ..models import TupeRobertaModel
+from ..user_errors import UserError
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint or data directory the analysis cannot use; the message says how to fix it."""
 
 

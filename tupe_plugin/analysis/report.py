@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from ..user_errors import UserError
 
 
 @dataclass
@@ -50,7 +51,7 @@ class SectionResult:
         self.rows.append({"label": label, **properties})
 
 
-class OutputFolderError(RuntimeError):
+class OutputFolderError(UserError, RuntimeError):
     """An output folder holding files the analysis did not write."""
 
 

@@ -36,6 +36,7 @@ import torch
 
 from tupe_plugin.models.architectures import SIZES
 from tupe_plugin.prepared_folder import make_sibling_folder
+from tupe_plugin.user_errors import UserError
 
 PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,7 +75,7 @@ CHECKPOINT_NAME = "model.pt"
 NO_RELATIVE = "none"
 
 
-class ReleaseCheckpointError(ValueError):
+class ReleaseCheckpointError(UserError, ValueError):
     """The file is not a TUPE release checkpoint the plugin can represent exactly."""
 
 

@@ -12,11 +12,12 @@ import struct
 
 import numpy as np
 from fairseq.data import indexed_dataset
+from ..user_errors import UserError
 
 _HEADER_BYTES = 9 + 8 + 1 + 8
 
 
-class BinarizedDataError(ValueError):
+class BinarizedDataError(UserError, ValueError):
     """A binarized split that cannot be read."""
 
 

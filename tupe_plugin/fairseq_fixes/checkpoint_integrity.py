@@ -12,11 +12,12 @@ import os
 import zipfile
 
 from fairseq import checkpoint_utils
+from ..user_errors import UserError
 
 _verified = {}
 
 
-class CorruptCheckpointError(RuntimeError):
+class CorruptCheckpointError(UserError, RuntimeError):
     """A checkpoint whose stored checksums do not match its bytes."""
 
 

@@ -11,11 +11,12 @@ import os
 
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
+from ..user_errors import UserError
 
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
 
 
-class MissingRestoreFileError(FileNotFoundError):
+class MissingRestoreFileError(UserError, FileNotFoundError):
     """An explicitly given ``--restore-file`` that does not exist."""
 
 

@@ -10,9 +10,10 @@ import errno
 import os
 
 from fairseq import checkpoint_utils
+from ..user_errors import UserError
 
 
-class CheckpointSaveError(OSError):
+class CheckpointSaveError(UserError, OSError):
     """Writing a checkpoint failed; the partial file was removed."""
 
 

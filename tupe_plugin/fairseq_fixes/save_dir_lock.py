@@ -12,11 +12,12 @@ import os
 import socket
 import sys
 import time
+from ..user_errors import UserError
 
 LOCK_NAME = "tupe_plugin.lock"
 
 
-class SaveDirLockedError(RuntimeError):
+class SaveDirLockedError(UserError, RuntimeError):
     """Another run is writing into the same ``--save-dir``."""
 
 

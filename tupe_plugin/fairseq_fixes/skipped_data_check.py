@@ -12,13 +12,14 @@ import logging
 
 import numpy as np
 from fairseq.tasks import FairseqTask
+from ..user_errors import UserError
 
 logger = logging.getLogger(__name__)
 
 MAX_SKIPPED_FRACTION = 0.01
 
 
-class SkippedDataError(ValueError):
+class SkippedDataError(UserError, ValueError):
     """More than :data:`MAX_SKIPPED_FRACTION` of a split would be skipped for its length."""
 
 

@@ -7,9 +7,10 @@
 """
 
 import torch
+from ..user_errors import UserError
 
 
-class TrainingFlagError(ValueError):
+class TrainingFlagError(UserError, ValueError):
     """A fairseq-train flag that cannot train."""
 
 

@@ -9,9 +9,10 @@ import os
 import zipfile
 
 from fairseq import checkpoint_utils
+from ..user_errors import UserError
 
 
-class UnreadableCheckpointError(RuntimeError):
+class UnreadableCheckpointError(UserError, RuntimeError):
     """A checkpoint file that is not a complete torch checkpoint."""
 
 

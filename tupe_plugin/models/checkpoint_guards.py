@@ -11,11 +11,16 @@ than the pre-training one (embedding rows differ), and an ``--arch`` other than 
 import hashlib
 
 from tupe_plugin.command_hints import model_setting
+from ..user_errors import UserError
 
 HEAD_PREFIXES = ("classification_heads.", "span_heads.")
 
 
-class DictionaryMismatchError(ValueError):
+class CheckpointMismatchError(UserError, ValueError):
+    """A checkpoint whose weights do not fit the model being built."""
+
+
+class DictionaryMismatchError(UserError, ValueError):
     """A dictionary of the checkpoint's size whose symbols or order differ from the checkpoint's."""
 
 
@@ -64,12 +69,12 @@ def _check_position_table_lengths(config, own_state, saved_state, prefix):
             continue
         extra_rows = table.size(0) - config.max_positions
         if saved.size(0) == table.size(0) + 1 and not config.release:
-            raise ValueError(
+            raise CheckpointMismatchError(
                 f"the checkpoint's position table {key} has one row more than the model's: "
                 "it keeps the authors' released semantics (scripts/convert_official_tupe.py); "
                 "build the model with --cls-reset release --untied-proj-bias"
             )
-        raise ValueError(
+        raise CheckpointMismatchError(
             f"the checkpoint's learned position table {key} has "
             f"{saved.size(0) - extra_rows} positions but the model is built for "
             f"--max-positions {config.max_positions}; a learned table cannot change "
@@ -83,7 +88,7 @@ def _check_untied_projection_bias(own_state, saved_state, prefix):
         bias = key[: -len("weight")] + "bias"
         saved_bias = prefix + bias in saved_state
         if prefix + key in saved_state and saved_bias != (bias in own_state):
-            raise ValueError(
+            raise CheckpointMismatchError(
                 f"the checkpoint's untied projections U^Q/U^K have {'a' if saved_bias else 'no'} "
                 f"bias ({bias}): build the model {'with' if saved_bias else 'without'} "
                 "--untied-proj-bias"
@@ -108,7 +113,7 @@ def check_checkpoint_matches(model_state, saved_state, prefix, arch):
     embedding = next((r for r in resized if r[0].endswith("embed_tokens.weight") and r[1][1:] == r[2][1:]),
                      None)
     if embedding is not None:
-        raise ValueError(
+        raise CheckpointMismatchError(
             f"the checkpoint's vocabulary has {embedding[1][0]} symbols but this model's dictionary has "
             f"{embedding[2][0]}: the data were binarized with another dict.txt; binarize them against "
             "the pre-training one (fairseq-preprocess --srcdict PRETRAIN-DATA/dict.txt; "
@@ -118,7 +123,7 @@ def check_checkpoint_matches(model_state, saved_state, prefix, arch):
         details = [f"missing {key}" for key in missing[:3]]
         details += [f"{key} is {saved} in the checkpoint, {built} in the model"
                     for key, saved, built in resized[:3]]
-        raise ValueError(
+        raise CheckpointMismatchError(
             f"the checkpoint does not fit --arch {arch} ({'; '.join(details)}"
             f"{', ...' if len(missing) + len(resized) > 3 else ''}): fine-tune with the --arch (and size "
             "flags) the checkpoint was pre-trained with; it is stored in the checkpoint's cfg.model.arch"

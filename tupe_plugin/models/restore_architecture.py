@@ -25,6 +25,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from ..fairseq_fixes.missing_restore_file import checkpoint_to_restore
 from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
+from ..user_errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ RECORDED = ("dictionary_fingerprint", "dictionary_size")
 _MISSING = object()
 
 
-class ArchitectureMismatchError(ValueError):
+class ArchitectureMismatchError(UserError, ValueError):
     """A fine-tuning command that would build another architecture than its checkpoint's."""
 
 

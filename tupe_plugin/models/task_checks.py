@@ -1,7 +1,9 @@
 """Checks of the task's data that the model's build can make before any batch is drawn."""
 
+from ..user_errors import UserError
 
-class LabelCountError(ValueError):
+
+class LabelCountError(UserError, ValueError):
     """More labels in the data than classification outputs."""
 
 

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass
 from fairseq.utils import safe_getattr
+from ..user_errors import UserError
 
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
@@ -49,7 +50,7 @@ UNSUPPORTED_ROBERTA_FLAGS = (
 )
 
 
-class PositionFlagError(ValueError):
+class PositionFlagError(UserError, ValueError):
     """A model flag (or combination of flags) that cannot be built."""
 
 

@@ -1,0 +1,47 @@
+"""The plugin's errors about a user's input, said in one line.
+
+A mistake the plugin recognises (a flag that cannot be built, a damaged checkpoint, a dictionary that
+does not fit, ...) raises an exception whose class derives from :class:`UserError`, with a message that
+names the flag or file and the fix. Left uncaught in a command (fairseq-train, fairseq-validate, the
+scripts), it is printed as one ``error:`` line instead of a traceback through fairseq, and the command
+exits with status 1; ``TUPE_PLUGIN_TRACEBACK=1`` keeps the full traceback. fairseq sometimes wraps the
+error (e.g. "Cannot load model parameters from checkpoint"): the plugin's error in the chain is the one
+printed.
+"""
+
+import os
+import sys
+
+TRACEBACK_VARIABLE = "TUPE_PLUGIN_TRACEBACK"
+
+
+class UserError(Exception):
+    """Base of the plugin's errors about the user's input; the message says what to change."""
+
+
+def user_error_in(error):
+    """The first :class:`UserError` in ``error``'s chain of causes and contexts, or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, UserError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def install():
+    """Print uncaught user errors in one line (once per interpreter)."""
+    previous = sys.excepthook
+    if getattr(previous, "prints_user_errors", False):
+        return
+
+    def excepthook(kind, error, traceback):
+        found = user_error_in(error)
+        if found is None or os.environ.get(TRACEBACK_VARIABLE):
+            previous(kind, error, traceback)
+            return
+        print(f"error: {found}\n(the full traceback: rerun with {TRACEBACK_VARIABLE}=1)", file=sys.stderr)
+
+    excepthook.prints_user_errors = True
+    sys.excepthook = excepthook
