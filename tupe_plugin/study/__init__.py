@@ -15,7 +15,8 @@ examples/finetune_glue.sh, scripts/analyze_positions.py, ...) in its own folder:
 - :mod:`.launchers` running a job here (``local``) or through submitit (SLURM);
 - :mod:`.runner`    the study loop: order, skipping, failures, progress;
 - :mod:`.results`   the numbers of a finished study, read from the job folders' logs;
-- :mod:`.report`    report.json, report.md and the figures;
+- :mod:`.report`    report.json and report.md;
+- :mod:`.figures`   the loss curves and the analysis panels side by side;
 - :mod:`.unigram`   the context-free baseline;
 - :mod:`.squad_split` the deterministic train/dev split of SQuAD dev articles.
 """

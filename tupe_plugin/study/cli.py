@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -17,6 +18,7 @@ def known_archs():
     import tupe_plugin  # noqa: F401
     from fairseq.models import ARCH_MODEL_REGISTRY
 
+    logging.getLogger().setLevel(logging.WARNING)  # importing fairseq leaves the root logger at DEBUG
     return {arch for arch, model in ARCH_MODEL_REGISTRY.items()
             if model.__module__.split(".")[0] == "tupe_plugin"}
 
