@@ -8,7 +8,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 sentencepiece tensorboard matplotlib pytest hypothesis
+REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 sentencepiece tensorboard matplotlib pytest hypothesis \
+	submitit
 
 # Demo settings, passed to examples/demo.sh (see its header).
 CORPUS ?=
@@ -18,11 +19,15 @@ WORKDIR ?= demo
 DEMO_OUTPUTS := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp checkpoints tensorboard \
 	train.log valid.log analysis
 
+# Study settings, passed to scripts/study.py (see the README, "Comparing position encodings").
+STUDY_CONFIG ?= examples/study-tiny.yaml
+STUDY_DIR ?= study-tiny
+
 # Benchmark settings, passed to scripts/benchmark.py (see its --help).
 BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
 
-.PHONY: help install test test-slow demo bench clean distclean
+.PHONY: help install test test-slow demo study bench clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
@@ -30,6 +35,8 @@ help:
 	@echo "make test-slow   tests marked slow"
 	@echo "make demo        pre-train a tiny model on CPU end to end (examples/demo.sh);"
 	@echo "                 settings: CORPUS=file ARCH=$(ARCH) UPDATES=$(UPDATES) WORKDIR=$(WORKDIR)"
+	@echo "make study       compare position encodings (scripts/study.py): pre-train, GLUE, analysis,"
+	@echo "                 report in STUDY_DIR=$(STUDY_DIR)/report.md; config STUDY_CONFIG=$(STUDY_CONFIG)"
 	@echo "make bench       side-by-side training-step benchmark (scripts/benchmark.py): prints the"
 	@echo "                 markdown tables, writes $(BENCH_JSON); extra flags: BENCH_ARGS=\"...\""
 	@echo "make clean       remove the demo outputs in WORKDIR"
@@ -52,6 +59,9 @@ test-slow: install
 
 demo: install
 	CORPUS="$(CORPUS)" ARCH="$(ARCH)" UPDATES="$(UPDATES)" WORKDIR="$(WORKDIR)" bash examples/demo.sh
+
+study: install
+	$(BIN)/python scripts/study.py $(STUDY_CONFIG) --out $(STUDY_DIR)
 
 bench: install
 	$(BIN)/python scripts/benchmark.py --json $(BENCH_JSON) $(BENCH_ARGS)

@@ -1,4 +1,4 @@
-"""The study's figures: validation loss of every arch on one plot, analysis panels side by side."""
+"""The study's figures: validation loss of every arch on one plot, analysis pictures side by side."""
 
 import os
 
@@ -34,7 +34,7 @@ def loss_figure(report, path):
 
 def analysis_figures(report, folder):
     """One PNG per analysis section: each arch's picture of it, side by side (a text panel saying
-    why where the section does not apply). {section: path}."""
+    why where the section does not apply), one arch per row. {section: path}."""
     archs = {arch: entry["analysis"] for arch, entry in report["archs"].items() if entry["analysis"]}
     sections = []
     for analysis in archs.values():
@@ -42,8 +42,8 @@ def analysis_figures(report, folder):
                      if result["applies"] and result["figures"] and name not in sections]
     written = {}
     for section in sections:
-        fig, axes = plt.subplots(1, len(archs), figsize=(6 * len(archs), 4.5), squeeze=False)
-        for ax, (arch, analysis) in zip(axes[0], archs.items()):
+        fig, axes = plt.subplots(len(archs), 1, figsize=(12, 3.5 * len(archs)), squeeze=False)
+        for ax, (arch, analysis) in zip(axes[:, 0], archs.items()):
             ax.axis("off")
             result = analysis.get(section)
             if result and result["applies"] and result["figures"]:
