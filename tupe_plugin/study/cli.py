@@ -44,8 +44,6 @@ def main(argv=None):
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="folder for every job and the report; rerun with the same DIR to resume")
     args = parser.parse_args(argv)
-    # A scheduler's SIGTERM ends the study like Ctrl-C: the running job is stopped with it.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         config = load_config(args.config, known_archs())
         jobs = build_jobs(config, args.out, resolve_tools(config))
@@ -55,6 +53,8 @@ def main(argv=None):
         parser.error(str(error))
     with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
+    # A scheduler's SIGTERM ends the study like Ctrl-C: the running job is stopped with it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     outcome = run_jobs(jobs, launcher)
 
     from .report import write_report
