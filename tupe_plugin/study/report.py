@@ -140,7 +140,7 @@ def _pretrain_section(report, out):
     if baseline:
         lines += [f"Context-free baseline (unigram cross-entropy of the validation text under the training "
                   f"text's token frequencies, same dictionary): **{baseline['unigram_bits']:.3f} bits/token**.", ""]
-    lines += ["| arch | valid loss | below unigram | updates | wall time (s) | masked tokens/s | updates/s |",
+    lines += ["| arch | valid loss | below unigram | updates | wall time (s) | tokens/s | updates/s |",
               "|---|---|---|---|---|---|---|"]
     for arch, entry in report["archs"].items():
         curve = entry["valid_loss_curve"]

@@ -4,8 +4,8 @@ Nothing here recomputes a score: each number is the one a tool printed or wrote,
 be checked against the logs line by line.
 
 - pre-training: the ``valid on 'valid' subset`` lines of fairseq-train (masked-LM loss in bits,
-  base 2, at each ``num_updates``); speed from its ``train_inner`` lines: ``wps``, which for the
-  masked LM counts the predicted (masked) tokens, and ``ups``.
+  base 2, at each ``num_updates``); speed: the median ``wps`` (input tokens per second, padding
+  excluded) and ``ups`` (updates per second) of its ``train_inner`` lines.
 - GLUE: the best validation line of each run by the task's metric, as
   ``scripts/collect_glue_scores.py`` picks it; the other metrics of the task from that same line.
 - SQuAD: the ``{"exact_match": ..., "f1": ...}`` line of ``scripts/evaluate_squad.py``.
