@@ -61,12 +61,14 @@ RTE = {"bert_a_tiny": {1: [50.0, 52.5], 2: [47.0, 51.0], 3: [55.0, 53.0]},
 def study(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("study")
     glue_dir = os.path.join(SHARED_DATA, "glue")
-    config = check_config({"archs": ARCHS, "glue": {"dir": glue_dir, "tasks": ["RTE", "MRPC"]}},
-                          set(ARCHS))
+    squad = {"dev": os.path.join(SHARED_DATA, "squad", "dev-v1.1.json"), "max_articles": 10}
+    config = check_config({"archs": ARCHS, "glue": {"dir": glue_dir, "tasks": ["RTE", "MRPC"]},
+                           "squad": squad}, set(ARCHS))
     out = tmp_path / "out"
     jobs = {job.name: job for job in build_jobs(config, out)}
     finish(jobs["data"], 3.0, {})
     finish(jobs["unigram"], 1.0, {"unigram.json": json.dumps({"bits_per_token": 8.0})})
+    finish(jobs["squad-data"], 1.0, {})
     for arch in ARCHS:
         a, b, c, d = LOSSES[arch]
         log = (INNER.format(u=1, wps=0, ups=0) + INNER.format(u=2, wps=1000.0, ups=0.5) + valid_line(2, loss=a)
@@ -79,6 +81,9 @@ def study(tmp_path_factory):
             finish(jobs[f"glue/{arch}/RTE/seed{seed}"], 10.0, {"run/train.log": lines})
             mrpc = valid_line(1, accuracy=70.0, f1=80.0 + seed) + valid_line(2, accuracy=72.0 + seed, f1=79.0)
             finish(jobs[f"glue/{arch}/MRPC/seed{seed}"], 10.0, {"run/train.log": mrpc})
+        em = 10.0 if arch == "bert_a_tiny" else 12.5
+        finish(jobs[f"squad/{arch}"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
+                                             f'{{"exact_match": {em}, "f1": 20.25}}\n'})
         job = jobs[f"analysis/{arch}"]
         ti = 0.25 if arch == "bert_a_tiny" else 0.75
         finish(job, 5.0, {"analysis/positions.json": lambda job=job, ti=ti: positions_json(job, ti)})
@@ -145,6 +150,12 @@ def test_study_close_to_the_unigram_baseline_is_flagged(study, tmp_path):
     paths = write_report(config, jobs, outcome, tmp_path)
     assert json.loads(open(paths["json"]).read())["baseline"]["discriminative"] is False
     assert "**Not yet discriminative**: the best model is only 1.500 bits below" in open(paths["md"]).read()
+
+
+def test_squad_scores_are_the_last_evaluation_line(written):
+    report, text, _ = written
+    assert report["archs"]["tupe_r_tiny"]["squad"] == {"exact_match": 12.5, "f1": 20.25}
+    assert "| tupe_r_tiny | 12.5 | 20.2 |" in text and "every 5th article is dev" in text
 
 
 def test_property_metrics_of_each_arch_are_side_by_side(written):
