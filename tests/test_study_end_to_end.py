@@ -123,15 +123,16 @@ def test_report_markdown_and_figures_are_written(local_study):
 def test_rerun_redoes_nothing(local_study):
     out, _, second, before = local_study
     assert "9 job(s) already done, 0 to run" in second and "running" not in second
-    assert all(attempts(out, name) == 1 for name in ("data", "pretrain/bert_a_tiny", "glue/tupe_r_tiny/RTE/seed1"))
+    for name in ("data", "pretrain/bert_a_tiny", "glue/tupe_r_tiny/RTE/seed1"):
+        assert attempts(out, name) == 1, name
     touched = [p for p, mtime in before.items() if p.stat().st_mtime_ns != mtime]
     assert {p.name for p in touched} <= {"report.json", "report.md", "config.json"} | {
         p.name for p in (out / "figures").iterdir()}
 
 
 def test_killed_study_resumes_pretraining_from_its_checkpoint(tmp_path, corpus, local_study):
-    config = tiny_config(corpus, ["bert_a_tiny"], glue=None, analysis=False,
-                         pretrain={"updates": 30, "tokens_per_sample": 64, "batch_size": 8, "validate_every": 2})
+    pretrain = {"updates": 30, "tokens_per_sample": 64, "batch_size": 8, "validate_every": 2}
+    config = tiny_config(corpus, ["bert_a_tiny"], glue=None, analysis=False, pretrain=pretrain)
     out = tmp_path / "out"
     reuse_data(local_study[0], out)
     path = write_config(tmp_path, config)

@@ -71,7 +71,8 @@ def study(tmp_path_factory):
     finish(jobs["squad-data"], 1.0, {})
     for arch in ARCHS:
         a, b, c, d = LOSSES[arch]
-        log = (INNER.format(u=1, wps=0, ups=0) + INNER.format(u=2, wps=1000.0, ups=0.5) + valid_line(2, loss=a)
+        log = (INNER.format(u=1, wps=0, ups=0) + INNER.format(u=2, wps=1000.0, ups=0.5)
+               + valid_line(2, loss=a)
                + INNER.format(u=4, wps=3000.0, ups=1.5) + valid_line(4, loss=b)
                + "$ fairseq-train ... (resumed)\n" + valid_line(4, loss=c)
                + INNER.format(u=6, wps=2000.0, ups=1.0) + valid_line(6, loss=d))
@@ -116,7 +117,8 @@ def test_valid_curve_keeps_the_last_loss_of_a_repeated_update(written):
 def test_speed_and_wall_time_come_from_the_log_and_the_job_record(written):
     entry = written[0]["archs"]["bert_a_tiny"]
     assert entry["seconds"] == 120.0
-    assert entry["tokens_per_second"] == 2000.0 and entry["updates_per_second"] == 1.0  # medians, wps=0 left out
+    # medians of the train_inner lines, the first (wps=0) left out
+    assert entry["tokens_per_second"] == 2000.0 and entry["updates_per_second"] == 1.0
 
 
 def test_glue_score_is_the_median_over_seeds_of_each_runs_best(written):
@@ -128,7 +130,8 @@ def test_glue_score_is_the_median_over_seeds_of_each_runs_best(written):
 def test_mrpc_reports_accuracy_from_the_line_with_the_best_f1(written):
     mrpc = written[0]["archs"]["bert_a_tiny"]["glue"]["MRPC"]
     assert mrpc["metric"] == "f1"
-    assert [(run["f1"], run["accuracy"]) for run in mrpc["runs"]] == [(81.0, 70.0), (82.0, 70.0), (83.0, 70.0)]
+    assert [(run["f1"], run["accuracy"]) for run in mrpc["runs"]] == [(81.0, 70.0), (82.0, 70.0),
+                                                                     (83.0, 70.0)]
 
 
 def test_markdown_glue_row_shows_median_spread_and_average(written):

@@ -2,7 +2,8 @@
 
 Every error names the key (``glue.tasks[1]``) or the file, says what is wrong and how to fix it.
 Relative paths are taken from the current folder; ``glue`` and ``squad`` run only when present
-(their keys default as in :data:`DEFAULTS`); an omitted ``corpus`` is the demo's embedded corpus (the docstrings of the Python standard library, ``scripts/build_corpus.py``).
+(their keys default as in :data:`DEFAULTS`); an omitted ``corpus`` is the demo's embedded corpus
+(the docstrings of the Python standard library, ``scripts/build_corpus.py``).
 """
 
 import copy

@@ -231,7 +231,8 @@ def _squad_job(squad, arch, out, tools):
                       MAX_EPOCH=squad["max_epoch"], BATCH_SIZE=squad["batch_size"],
                       MAX_SEQ_LENGTH=squad["max_seq_length"],
                       # short windows (a CPU study) keep room for the passage
-                      MAX_QUERY_LENGTH=short and min(64, short // 2), DOC_STRIDE=short and min(128, short // 4),
+                      MAX_QUERY_LENGTH=short and min(64, short // 2),
+                      DOC_STRIDE=short and min(128, short // 4),
                       MAX_ARTICLES=squad["max_articles"] if given else None)
     deps = [f"pretrain/{arch}"] + ([] if given else ["squad-data"])
     settings = dict(squad)

@@ -36,10 +36,12 @@ def collect(config, jobs, outcome):
         record = _record(job)
         report["jobs"][job.name] = {
             "status": outcome.get(job.name, ("not run", ""))[0], "note": outcome.get(job.name, ("", ""))[1],
-            "seconds": record.get("seconds"), "commands": _commands(job), "log": os.path.join(job.folder, job.log),
+            "seconds": record.get("seconds"), "commands": _commands(job),
+            "log": os.path.join(job.folder, job.log),
         }
     unigram = done.get("unigram")
-    report["unigram"] = results.unigram_result(os.path.join(unigram.folder, "unigram.json")) if unigram else None
+    report["unigram"] = (results.unigram_result(os.path.join(unigram.folder, "unigram.json"))
+                         if unigram else None)
     for arch in config["archs"]:
         entry = {"valid_loss": None, "valid_loss_curve": [], "glue": {}, "squad": None, "analysis": None,
                  "seconds": None}
@@ -116,7 +118,7 @@ def _number(value, digits=3):
 
 def markdown(report, out):
     """report.md: the tables, the figures (relative links) and the commands."""
-    config, archs = report["config"], report["archs"]
+    config = report["config"]
     lines = ["# Position-encoding study", ""]
     corpus = config["corpus"] or "the demo's embedded corpus (Python standard-library docstrings)"
     pretrain = config["pretrain"]
@@ -139,7 +141,8 @@ def _pretrain_section(report, out):
     lines = ["## Pre-training (masked LM, validation loss in bits)", ""]
     if baseline:
         lines += [f"Context-free baseline (unigram cross-entropy of the validation text under the training "
-                  f"text's token frequencies, same dictionary): **{baseline['unigram_bits']:.3f} bits/token**.", ""]
+                  f"text's token frequencies, same dictionary): "
+                  f"**{baseline['unigram_bits']:.3f} bits/token**.", ""]
     lines += ["| arch | valid loss | below unigram | updates | wall time (s) | tokens/s | updates/s |",
               "|---|---|---|---|---|---|---|"]
     for arch, entry in report["archs"].items():
@@ -158,7 +161,8 @@ def _pretrain_section(report, out):
         else:
             where = f"only {best:.3f} bits below" if best >= 0 else f"{-best:.3f} bits above"
             lines.append(f"**Not yet discriminative**: the best model is {where} the "
-                         f"unigram baseline (less than {baseline['min_margin_bits']} below); the models barely use "
+                         f"unigram baseline (less than {baseline['min_margin_bits']} below); "
+                         "the models barely use "
                          "the context, so differences between position encodings mean little. Pre-train "
                          "longer or on more text.")
         lines.append("")
@@ -172,7 +176,8 @@ def _glue_section(report):
     tasks = report["config"]["glue"]["tasks"]
     seeds = report["config"]["glue"]["seeds"]
     lines = ["## GLUE (dev)", "",
-             f"Median over fine-tuning seeds {seeds} (min–max of the task's metric in brackets); MRPC F1/acc., "
+             f"Median over fine-tuning seeds {seeds} (min–max of the task's metric in brackets); "
+             "MRPC F1/acc., "
              "STS-B Pearson/Spearman, CoLA Matthews corr., accuracy elsewhere. Avg.: mean over tasks of the "
              "median of each task's metric (MRPC F1, STS-B mean of Pearson and Spearman).", "",
              "| arch | " + " | ".join(tasks) + " | Avg. |", "|---|" + "---|" * (len(tasks) + 1)]
@@ -194,13 +199,14 @@ def _glue_section(report):
 def _squad_section(report):
     squad = report["config"]["squad"]
     if squad["train"] is None:
-        source = (f"fine-tuned on a split of the articles of {squad['dev']}"
-                  f"{' (first ' + str(squad['max_articles']) + ' articles)' if squad['max_articles'] else ''}: "
+        first = f" (first {squad['max_articles']} articles)" if squad["max_articles"] else ""
+        source = (f"fine-tuned on a split of the articles of {squad['dev']}{first}: "
                   f"every {squad['dev_every']}th article is dev, the others train, so these scores are not "
                   "comparable with published SQuAD dev scores")
     else:
         source = f"fine-tuned on {squad['train']}, evaluated on {squad['dev']}"
-    lines = [f"## SQuAD v{squad['version']}", "", f"EM / F1, {source}.", "", "| arch | EM | F1 |", "|---|---|---|"]
+    lines = [f"## SQuAD v{squad['version']}", "", f"EM / F1, {source}.", "",
+             "| arch | EM | F1 |", "|---|---|---|"]
     for arch, entry in report["archs"].items():
         result = entry["squad"] or {}
         lines.append(f"| {arch} | {_number(result.get('exact_match'), 1)} | {_number(result.get('f1'), 1)} |")
@@ -243,7 +249,8 @@ def _jobs_section(report):
              "environment on PATH); its output is in the log named.", ""]
     for name, job in report["jobs"].items():
         status = job["status"] + (f" ({job['note']})" if job["status"] != DONE else "")
-        lines += [f"- `{name}`: {status}, {_number(job['seconds'], 0)} s, log `{job['log']}`", "", "  ```bash"]
+        lines += [f"- `{name}`: {status}, {_number(job['seconds'], 0)} s, log `{job['log']}`", "",
+                  "  ```bash"]
         lines += [f"  {command}" for command in job["commands"]]
         lines += ["  ```", ""]
     return lines

@@ -98,7 +98,8 @@ def run_jobs(jobs, launcher, stream=sys.stderr):
                 progress.line(f"{name}: done in {_clock(seconds)}", waiting)
             else:
                 log = os.path.join(job.folder, job.log)
-                outcome[name] = (FAILED, f"exit status {returncode}{': ' + error if error else ''}; log: {log}")
+                detail = f": {error}" if error else ""
+                outcome[name] = (FAILED, f"exit status {returncode}{detail}; log: {log}")
                 progress.line(f"{name}: FAILED ({outcome[name][1]})", waiting)
         if running and not finished_any:
             time.sleep(2)
