@@ -63,7 +63,8 @@ class SubmititLauncher:
         params = dict(params)
         params.pop("name")
         cluster = params.pop("cluster")
-        pretrain = {**params, **params.pop("pretrain")}
+        pretrain_only = params.pop("pretrain")
+        pretrain = {**params, **pretrain_only}
         self.executors = {}
         for kind, kind_params in (("default", params), ("pretrain", pretrain)):
             executor = submitit.AutoExecutor(folder=os.path.join(folder, "%j"), cluster=cluster)
