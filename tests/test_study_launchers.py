@@ -1,0 +1,32 @@
+"""The study's launchers: submitit executor parameters, and what a pre-training job asks for."""
+
+import pytest
+
+from tupe_plugin.study.config import StudyConfigError
+from tupe_plugin.study.launchers import SubmititLauncher, pretrain_processes, uses_gpu
+
+SUBMITIT = {"name": "submitit", "cluster": "local", "timeout_min": 5,
+            "pretrain": {"timeout_min": 7, "tasks_per_node": 4, "nodes": 2, "gpus_per_node": 4}}
+
+
+def test_pretraining_jobs_get_their_own_executor_parameters(tmp_path):
+    config = {"name": "submitit", "cluster": "local", "timeout_min": 5, "pretrain": {"timeout_min": 7}}
+    launcher = SubmititLauncher(config, str(tmp_path))
+    assert launcher.executors["pretrain"]._executor.parameters["timeout_min"] == 7
+    assert launcher.executors["default"]._executor.parameters == {"timeout_min": 5}
+
+
+def test_local_executor_refusing_a_parameter_names_the_launcher_key(tmp_path):
+    with pytest.raises(StudyConfigError, match="key 'launcher.pretrain': submitit refuses .* one node"):
+        SubmititLauncher(SUBMITIT, str(tmp_path))
+
+
+def test_pretraining_processes_are_nodes_times_tasks():
+    assert pretrain_processes(SUBMITIT) == 8
+    assert pretrain_processes({"name": "local"}) == 1
+
+
+def test_gpus_in_the_submitit_parameters_mean_a_gpu_study():
+    assert uses_gpu(SUBMITIT)
+    assert not uses_gpu({"name": "submitit", "cluster": "slurm", "pretrain": {}})
+    assert not uses_gpu({"name": "local"})
