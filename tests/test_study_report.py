@@ -186,3 +186,22 @@ def test_commands_behind_every_number_are_in_the_report(written):
     text = written[1]
     assert "examples/finetune_glue.sh RTE" in text and "SEED=2" in text
     assert "fairseq-train" in text and "--arch tupe_r_tiny" in text
+
+
+def test_interrupted_study_writes_the_report_of_the_finished_jobs(tmp_path, monkeypatch):
+    from tupe_plugin.study import cli
+
+    def run_data_then_interrupt(jobs, launcher):
+        finish(jobs[0], 2.0, {})  # the data job finishes, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_jobs", run_data_then_interrupt)
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
+    config = tmp_path / "study.yaml"
+    config.write_text("archs: [bert_a_tiny]\n", encoding="utf-8")
+    with pytest.raises(KeyboardInterrupt):
+        cli.main([str(config), "--out", str(tmp_path / "out")])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["jobs"]["data"]["status"] == DONE
+    assert report["jobs"]["pretrain/bert_a_tiny"]["status"] == "not run"
+    assert report["archs"]["bert_a_tiny"]["valid_loss"] is None

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 
+from . import state
 from .config import StudyConfigError, load_config
 from .jobs import Tools, build_jobs
 from .launchers import make_launcher, pretrain_processes, uses_gpu
@@ -55,10 +56,16 @@ def main(argv=None):
         json.dump(config, f, indent=1)
     # A scheduler's SIGTERM ends the study like Ctrl-C: the running job is stopped with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    outcome = run_jobs(jobs, launcher)
-
     from .report import write_report
 
+    try:
+        outcome = run_jobs(jobs, launcher)
+    except (KeyboardInterrupt, SystemExit):
+        finished = {job.name: (DONE, "done before") for job in jobs if state.action(job) == state.SKIP}
+        paths = write_report(config, jobs, finished, args.out)
+        print(f"study.py: interrupted; the report of the {len(finished)} finished job(s) is {paths['md']}; "
+              "run the same command again to continue", file=sys.stderr)
+        raise
     paths = write_report(config, jobs, outcome, args.out)
     print(f"report: {paths['md']}, {paths['json']}, figures in {paths['figures']}")
     failed = {name: note for name, (status, note) in outcome.items() if status != DONE}
