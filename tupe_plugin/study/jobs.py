@@ -62,22 +62,23 @@ def data_bin(out):
 
 
 def build_jobs(config, out, tools=Tools()):
-    """The jobs of ``config`` in an order that runs every job after its dependencies."""
+    """The jobs of ``config``, each after its dependencies."""
     out = os.path.abspath(out)
     jobs = [_data_job(config, out, tools), _unigram_job(out, tools)]
     squad = config["squad"]
     if squad is not None and squad["train"] is None:
         jobs.append(_squad_split_job(squad, out, tools))
-    for arch in config["archs"]:
-        jobs.append(_pretrain_job(config["pretrain"], arch, out, tools))
-        if config["glue"] is not None:
-            for task in config["glue"]["tasks"]:
-                for seed in config["glue"]["seeds"]:
-                    jobs.append(_glue_job(config["glue"], arch, task, seed, out, tools))
-        if squad is not None:
-            jobs.append(_squad_job(squad, arch, out, tools))
-        if config["analysis"]:
-            jobs.append(_analysis_job(arch, out, tools))
+    # Pre-training and analysis of every arch first: the loss curves against the baseline and the
+    # position analysis are the comparison's core, and a stopped study reports them for all archs.
+    archs = config["archs"]
+    jobs += [_pretrain_job(config["pretrain"], arch, out, tools) for arch in archs]
+    if config["analysis"]:
+        jobs += [_analysis_job(arch, out, tools) for arch in archs]
+    if config["glue"] is not None:
+        jobs += [_glue_job(config["glue"], arch, task, seed, out, tools)
+                 for task in config["glue"]["tasks"] for seed in config["glue"]["seeds"] for arch in archs]
+    if squad is not None:
+        jobs += [_squad_job(squad, arch, out, tools) for arch in archs]
     by_name = {}
     for job in jobs:
         job.fingerprint = _fingerprint(job, by_name)
