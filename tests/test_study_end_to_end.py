@@ -66,6 +66,17 @@ def log_valid_losses(path):
         return [(int(u), float(loss)) for loss, u in VALID_LOSS.findall(f.read())]
 
 
+def kill_session(sid):
+    """SIGKILL every process of the session ``sid`` (the study started with start_new_session)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == sid:
+                    os.kill(int(entry), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+
+
 def attempts(out, name):
     with open(out / name / "job.json", encoding="utf-8") as f:
         return json.load(f)["attempts"]
@@ -143,7 +154,7 @@ def test_killed_study_resumes_pretraining_from_its_checkpoint(tmp_path, corpus, 
     while not (log.is_file() and any(u >= 6 for u, _ in log_valid_losses(log))):
         assert proc.poll() is None and time.monotonic() < deadline, "pre-training never reached update 6"
         time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)  # the study and its fairseq-train, mid-pre-training
+    kill_session(proc.pid)  # the study and its fairseq-train, mid-pre-training
     proc.wait()
     killed_at = max(u for u, _ in log_valid_losses(log))
     assert killed_at < 30

@@ -1,9 +1,13 @@
-"""The study's launchers: submitit executor parameters, and what a pre-training job asks for."""
+"""The study's launchers: submitit executor parameters, what a pre-training job asks for, and how an
+interrupted job is stopped."""
+
+import signal
+import time
 
 import pytest
 
 from tupe_plugin.study.config import StudyConfigError
-from tupe_plugin.study.launchers import SubmititLauncher, pretrain_processes, uses_gpu
+from tupe_plugin.study.launchers import SubmititLauncher, pretrain_processes, run_commands, uses_gpu
 
 SUBMITIT = {"name": "submitit", "cluster": "local", "timeout_min": 5,
             "pretrain": {"timeout_min": 7, "tasks_per_node": 4, "nodes": 2, "gpus_per_node": 4}}
@@ -30,3 +34,34 @@ def test_gpus_in_the_submitit_parameters_mean_a_gpu_study():
     assert uses_gpu(SUBMITIT)
     assert not uses_gpu({"name": "submitit", "cluster": "slurm", "pretrain": {}})
     assert not uses_gpu({"name": "local"})
+
+
+def test_interrupted_command_is_stopped_with_what_it_started(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; wait"
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_commands([["bash", "-c", script]], {}, str(tmp_path / "log.txt"))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while alive(pid):
+        assert time.monotonic() < deadline, f"the command's child {pid} outlived the interruption"
+        time.sleep(0.1)
+
+
+def alive(pid):
+    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -8,6 +8,7 @@ run at once (``capacity``; None: no limit, the scheduler decides).
 
 import os
 import shlex
+import signal
 import subprocess
 
 from .config import REPO, StudyConfigError
@@ -15,6 +16,9 @@ from .config import REPO, StudyConfigError
 
 def run_commands(commands, env, log_path, cwd=REPO):
     """Run ``commands`` (argv lists) in order, output appended to ``log_path``; the exit status.
+
+    Interrupting it (Ctrl-C, SIGTERM turned into SystemExit) sends SIGTERM to the running command's
+    process group.
 
     Under SLURM every task of a multi-task job runs this; tasks other than the first log to
     ``LOG.rankN`` so that they do not interleave with it.
@@ -26,8 +30,16 @@ def run_commands(commands, env, log_path, cwd=REPO):
         for argv in commands:
             log.write(f"$ {shlex.join(argv)}\n")
             log.flush()
-            returncode = subprocess.run(argv, cwd=cwd, env={**os.environ, **env}, stdout=log,
-                                        stderr=subprocess.STDOUT).returncode
+            # Its own process group: an interrupted study stops the command and what it started
+            # (the scripts' fairseq-train), not only the command.
+            proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=log,
+                                    stderr=subprocess.STDOUT, process_group=0)
+            try:
+                returncode = proc.wait()
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+                raise
             if returncode != 0:
                 log.write(f"exit status {returncode}\n")
                 return returncode
