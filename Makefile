@@ -8,7 +8,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 sentencepiece tensorboard tensorboardX matplotlib pytest hypothesis
+REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 sentencepiece tensorboard tensorboardX matplotlib pytest hypothesis \
+	submitit
 
 # Demo settings, passed to examples/demo.sh (see its header).
 CORPUS ?=
@@ -19,12 +20,16 @@ WORKDIR ?= demo
 DEMO_DATA := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp
 DEMO_RUN_OUTPUTS := checkpoints tensorboard train.log valid.log analysis
 
+# Study settings, passed to scripts/study.py (see the README, "Comparing position encodings").
+STUDY_CONFIG ?= examples/study-tiny.yaml
+STUDY_DIR ?= study-tiny
+
 # Benchmark settings, passed to scripts/benchmark.py (see its --help).
 BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
 BENCH_DATA ?=
 
-.PHONY: help install test test-slow test-gpu demo bench bench-train clean distclean
+.PHONY: help install test test-slow test-gpu demo study bench bench-train clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
@@ -33,6 +38,8 @@ help:
 	@echo "make test-gpu    fp16/bf16 checks on a CUDA device (tests marked gpu; needs a GPU)"
 	@echo "make demo        pre-train a tiny model on CPU end to end (examples/demo.sh);"
 	@echo "                 settings: CORPUS=file ARCH=$(ARCH) UPDATES=$(UPDATES) WORKDIR=$(WORKDIR)"
+	@echo "make study       compare position encodings (scripts/study.py): pre-train, GLUE, analysis,"
+	@echo "                 report in STUDY_DIR=$(STUDY_DIR)/report.md; config STUDY_CONFIG=$(STUDY_CONFIG)"
 	@echo "make bench       side-by-side training-step benchmark (scripts/benchmark.py): prints the"
 	@echo "                 markdown tables, writes $(BENCH_JSON); extra flags: BENCH_ARGS=\"...\""
 	@echo "make bench-train real fairseq-train updates side by side, words/s from its log"
@@ -62,6 +69,9 @@ test-gpu: install
 
 demo: install
 	CORPUS="$(CORPUS)" ARCH="$(ARCH)" UPDATES="$(UPDATES)" WORKDIR="$(WORKDIR)" bash examples/demo.sh
+
+study: install
+	$(BIN)/python scripts/study.py $(STUDY_CONFIG) --out $(STUDY_DIR)
 
 bench: install
 	$(BIN)/python scripts/benchmark.py --json $(BENCH_JSON) $(BENCH_ARGS)

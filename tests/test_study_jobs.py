@@ -1,0 +1,148 @@
+"""The study's bookkeeping: which jobs a config makes, what a changed setting invalidates, what a rerun
+skips, resumes or redoes, and how a failure spreads."""
+
+import copy
+import io
+import os
+import sys
+
+import pytest
+
+from tupe_plugin.study import state
+from tupe_plugin.study.config import check_config
+from tupe_plugin.study.jobs import Job, build_jobs
+from tupe_plugin.study.launchers import LocalLauncher
+from tupe_plugin.study.runner import DONE, FAILED, SKIPPED, run_jobs
+
+from conftest import SHARED_DATA
+
+ARCHS = {"bert_a_tiny", "tupe_r_tiny"}
+
+
+@pytest.fixture
+def config():
+    return check_config({"archs": ["bert_a_tiny", "tupe_r_tiny"],
+                         "glue": {"dir": os.path.join(SHARED_DATA, "glue"), "tasks": ["RTE", "MRPC"],
+                                  "seeds": [1, 2]}}, ARCHS)
+
+
+def fingerprints(config, out):
+    return {job.name: job.fingerprint for job in build_jobs(config, out)}
+
+
+def changed(before, after):
+    return {name for name in after if before.get(name) != after[name]}
+
+
+def test_jobs_of_a_config_come_after_their_dependencies(config, tmp_path):
+    jobs = build_jobs(config, tmp_path)
+    names = [job.name for job in jobs]
+    assert len(names) == 2 + 2 * (1 + 2 * 2 + 1)  # data, unigram; per arch: pretrain, 4 GLUE runs, analysis
+    for index, job in enumerate(jobs):
+        assert all(names.index(dep) < index for dep in job.deps), job.name
+
+
+def test_changed_glue_setting_invalidates_only_glue_jobs(config, tmp_path):
+    before = fingerprints(config, tmp_path)
+    config["glue"]["lr"] = 1e-4
+    assert changed(before, fingerprints(config, tmp_path)) == {n for n in before if n.startswith("glue/")}
+
+
+def test_changed_pretraining_setting_invalidates_what_depends_on_the_checkpoints(config, tmp_path):
+    before = fingerprints(config, tmp_path)
+    config["pretrain"]["updates"] = 7
+    assert changed(before, fingerprints(config, tmp_path)) == {
+        n for n in before if n.split("/")[0] in ("pretrain", "glue", "analysis")}
+
+
+def test_added_seed_adds_jobs_and_changes_none(config, tmp_path):
+    before = fingerprints(config, tmp_path)
+    bigger = copy.deepcopy(config)
+    bigger["glue"]["seeds"] = [1, 2, 3]
+    after = fingerprints(bigger, tmp_path)
+    assert changed(before, after) == {f"glue/{a}/{t}/seed3" for a in ARCHS for t in ("RTE", "MRPC")}
+
+
+def test_device_is_not_part_of_the_fingerprint(config, tmp_path):
+    from tupe_plugin.study.jobs import Tools
+
+    assert fingerprints(config, tmp_path) == {
+        job.name: job.fingerprint for job in build_jobs(config, tmp_path, Tools(cpu=False))}
+
+
+def toy_job(tmp_path, name, code, deps=(), resumable=False):
+    job = Job(name=name, kind=name.split("/")[0], folder=str(tmp_path / name),
+              commands=[[sys.executable, "-c", code]], deps=list(deps), resumable=resumable,
+              fingerprint=f"fp-{name}")
+    return job
+
+
+def test_done_job_with_the_same_fingerprint_is_skipped(tmp_path):
+    job = toy_job(tmp_path, "a", "pass")
+    state.start(job, state.FRESH)
+    state.finish(job, 0, 1.0)
+    assert state.action(job) == state.SKIP
+
+
+def test_interrupted_resumable_job_resumes_in_its_folder(tmp_path):
+    job = toy_job(tmp_path, "pretrain", "pass", resumable=True)
+    state.start(job, state.FRESH)
+    (tmp_path / "pretrain" / "checkpoint_last.pt").write_text("kept")
+    assert state.action(job) == state.RESUME
+    state.start(job, state.RESUME)
+    assert (tmp_path / "pretrain" / "checkpoint_last.pt").read_text() == "kept"
+    assert state.read_record(job.folder)["attempts"] == 2
+
+
+def test_interrupted_job_that_cannot_resume_starts_afresh_in_an_empty_folder(tmp_path):
+    job = toy_job(tmp_path, "glue", "pass")
+    state.start(job, state.FRESH)
+    (tmp_path / "glue" / "half-written").write_text("stale")
+    assert state.action(job) == state.FRESH
+    state.start(job, state.FRESH)
+    assert os.listdir(tmp_path / "glue") == [state.RECORD]
+
+
+def test_done_job_with_another_fingerprint_is_redone(tmp_path):
+    job = toy_job(tmp_path, "a", "pass")
+    state.start(job, state.FRESH)
+    state.finish(job, 0, 1.0)
+    job.fingerprint = "changed"
+    assert state.action(job) == state.FRESH
+
+
+def test_failed_job_skips_its_dependents_and_the_others_still_run(tmp_path):
+    jobs = [toy_job(tmp_path, "base", "pass"),
+            toy_job(tmp_path, "bad", "import sys; print('boom'); sys.exit(3)", deps=["base"]),
+            toy_job(tmp_path, "after-bad", "pass", deps=["bad"]),
+            toy_job(tmp_path, "other", "pass", deps=["base"])]
+    progress = io.StringIO()
+    outcome = run_jobs(jobs, LocalLauncher(), stream=progress)
+    assert {name: status for name, (status, _) in outcome.items()} == {
+        "base": DONE, "bad": FAILED, "after-bad": SKIPPED, "other": DONE}
+    log = tmp_path / "bad" / "log.txt"
+    assert f"log: {log}" in outcome["bad"][1] and "exit status 3" in outcome["bad"][1]
+    assert "boom" in log.read_text()
+    assert f"bad: FAILED (exit status 3; log: {log})" in progress.getvalue()
+
+
+def test_rerun_runs_nothing_that_is_done(tmp_path):
+    marker = tmp_path / "runs.txt"
+    code = f"open({str(marker)!r}, 'a').write('x')"
+    jobs = [toy_job(tmp_path, "a", code), toy_job(tmp_path, "b", code, deps=["a"])]
+    run_jobs(jobs, LocalLauncher(), stream=io.StringIO())
+    progress = io.StringIO()
+    outcome = run_jobs(jobs, LocalLauncher(), stream=progress)
+    assert marker.read_text() == "xx"
+    assert all(note == "done before" for _, note in outcome.values())
+    assert "[2/2 jobs" in progress.getvalue() and "2 job(s) already done, 0 to run" in progress.getvalue()
+
+
+def test_progress_estimates_the_time_left_from_the_jobs_run(tmp_path):
+    from tupe_plugin.study.runner import Progress
+
+    progress = Progress(total=3, stream=io.StringIO())
+    progress.durations = {"glue": [10.0, 30.0], "pretrain": [100.0]}
+    remaining = [toy_job(tmp_path, "glue/x", "pass"), toy_job(tmp_path, "analysis/x", "pass")]
+    # glue: its kind's mean (20); analysis, not run yet: the mean of every job run (140 / 3)
+    assert progress.estimate(remaining) == pytest.approx(20 + 140 / 3)

@@ -1,0 +1,207 @@
+"""The study report from fake job outputs: every number read back from the logs, the medians, the
+baseline margin and its flag, the tables and the figures."""
+
+import copy
+import json
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from tupe_plugin.study import state
+from tupe_plugin.study.config import check_config
+from tupe_plugin.study.jobs import build_jobs
+from tupe_plugin.study.report import write_report
+from tupe_plugin.study.runner import DONE, FAILED
+
+from conftest import SHARED_DATA
+
+ARCHS = ["bert_a_tiny", "tupe_r_tiny"]
+VALID = "2026-01-01 00:00:00 | INFO | valid | epoch 001 | valid on 'valid' subset | {} | num_updates {}\n"
+INNER = ("2026-01-01 00:00:00 | INFO | train_inner | epoch 001:      {u} / 62 loss=9.1, ppl=5, wps={wps}, "
+         "ups={ups}, wpb=1700, bsz=16, num_updates={u}, lr=0.001\n")
+
+
+def valid_line(update, **metrics):
+    return VALID.format(" | ".join(f"{k} {v}" for k, v in metrics.items()), update)
+
+
+def finish(job, seconds, files):
+    """Record ``job`` done after writing ``files`` (text, or a function run once the folder exists)."""
+    state.start(job, state.FRESH)
+    for relative, text in files.items():
+        path = os.path.join(job.folder, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text() if callable(text) else text)
+    state.finish(job, 0, seconds)
+
+
+def positions_json(job, ti):
+    figure = os.path.join(job.folder, "analysis", "absolute_position_dot_products.png")
+    os.makedirs(os.path.dirname(figure), exist_ok=True)
+    plt.imsave(figure, np.eye(4))
+    return json.dumps({"sections": {
+        "absolute_position_dot_products": {
+            "title": "dot products", "applies": True, "figures": [figure], "metrics": {},
+            "rows": [{"label": "learned APE", "translation_invariance_violation": ti,
+                      "monotonicity_forward": 0.5, "monotonicity_backward": 0.4,
+                      "symmetry_violation": 0.0, "offset_asymmetry": 0.0}]},
+        "t5_bias": {"title": "T5 bias", "applies": False, "reason": "no T5 bias"}}})
+
+
+# losses per arch at updates 2, 4 (then 4 again after a resume) and 6
+LOSSES = {"bert_a_tiny": [9.0, 8.5, 8.4, 7.5], "tupe_r_tiny": [9.0, 8.0, 7.9, 6.5]}
+RTE = {"bert_a_tiny": {1: [50.0, 52.5], 2: [47.0, 51.0], 3: [55.0, 53.0]},
+       "tupe_r_tiny": {1: [60.0, 58.0], 2: [61.0, 62.0], 3: [57.0, 59.5]}}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("study")
+    glue_dir = os.path.join(SHARED_DATA, "glue")
+    squad = {"dev": os.path.join(SHARED_DATA, "squad", "dev-v1.1.json"), "max_articles": 10}
+    config = check_config({"archs": ARCHS, "glue": {"dir": glue_dir, "tasks": ["RTE", "MRPC"]},
+                           "squad": squad}, set(ARCHS))
+    out = tmp_path / "out"
+    jobs = {job.name: job for job in build_jobs(config, out)}
+    finish(jobs["data"], 3.0, {})
+    finish(jobs["unigram"], 1.0, {"unigram.json": json.dumps({"bits_per_token": 8.0})})
+    finish(jobs["squad-data"], 1.0, {})
+    for arch in ARCHS:
+        a, b, c, d = LOSSES[arch]
+        log = (INNER.format(u=1, wps=0, ups=0) + INNER.format(u=2, wps=1000.0, ups=0.5)
+               + valid_line(2, loss=a)
+               + INNER.format(u=4, wps=3000.0, ups=1.5) + valid_line(4, loss=b)
+               + "$ fairseq-train ... (resumed)\n" + valid_line(4, loss=c)
+               + INNER.format(u=6, wps=2000.0, ups=1.0) + valid_line(6, loss=d))
+        finish(jobs[f"pretrain/{arch}"], 120.0, {"train.log": log})
+        for seed, accuracies in RTE[arch].items():
+            lines = "".join(valid_line(u, loss=1.0, accuracy=acc) for u, acc in enumerate(accuracies, 1))
+            finish(jobs[f"glue/{arch}/RTE/seed{seed}"], 10.0, {"run/train.log": lines})
+            mrpc = valid_line(1, accuracy=70.0, f1=80.0 + seed) + valid_line(2, accuracy=72.0 + seed, f1=79.0)
+            finish(jobs[f"glue/{arch}/MRPC/seed{seed}"], 10.0, {"run/train.log": mrpc})
+        em = 10.0 if arch == "bert_a_tiny" else 12.5
+        finish(jobs[f"squad/{arch}"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
+                                             f'{{"exact_match": {em}, "f1": 20.25}}\n'})
+        job = jobs[f"analysis/{arch}"]
+        ti = 0.25 if arch == "bert_a_tiny" else 0.75
+        finish(job, 5.0, {"analysis/positions.json": lambda job=job, ti=ti: positions_json(job, ti)})
+    outcome = {name: (DONE, "") for name in jobs}
+    return config, list(jobs.values()), outcome, out
+
+
+@pytest.fixture(scope="module")
+def written(study):
+    """The report of the fake study: (report.json content, report.md text, the paths)."""
+    paths = write_report(*study)
+    with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
+        return json.load(f), g.read(), paths
+
+
+def test_report_json_has_the_schema(written):
+    report = written[0]
+    assert set(report["archs"]) == set(ARCHS) and report["config"]["archs"] == ARCHS
+    for entry in report["archs"].values():
+        assert {"valid_loss", "valid_loss_curve", "glue", "squad", "analysis", "seconds"} <= set(entry)
+        assert {"metric", "median", "runs"} <= set(entry["glue"]["RTE"])
+
+
+def test_valid_curve_keeps_the_last_loss_of_a_repeated_update(written):
+    report = written[0]
+    assert report["archs"]["tupe_r_tiny"]["valid_loss_curve"] == [[2, 9.0], [4, 7.9], [6, 6.5]]
+    assert report["archs"]["tupe_r_tiny"]["valid_loss"] == 6.5
+
+
+def test_speed_and_wall_time_come_from_the_log_and_the_job_record(written):
+    entry = written[0]["archs"]["bert_a_tiny"]
+    assert entry["seconds"] == 120.0
+    # medians of the train_inner lines, the first (wps=0) left out
+    assert entry["tokens_per_second"] == 2000.0 and entry["updates_per_second"] == 1.0
+
+
+def test_glue_score_is_the_median_over_seeds_of_each_runs_best(written):
+    rte = written[0]["archs"]["bert_a_tiny"]["glue"]["RTE"]
+    assert [run["score"] for run in rte["runs"]] == [52.5, 51.0, 55.0]
+    assert (rte["metric"], rte["median"], rte["min"], rte["max"]) == ("accuracy", 52.5, 51.0, 55.0)
+
+
+def test_mrpc_reports_accuracy_from_the_line_with_the_best_f1(written):
+    mrpc = written[0]["archs"]["bert_a_tiny"]["glue"]["MRPC"]
+    assert mrpc["metric"] == "f1"
+    assert [(run["f1"], run["accuracy"]) for run in mrpc["runs"]] == [(81.0, 70.0), (82.0, 70.0),
+                                                                     (83.0, 70.0)]
+
+
+def test_markdown_glue_row_shows_median_spread_and_average(written):
+    text = written[1]
+    # RTE median 52.5 (51.0-55.0); MRPC median F1 82.0 / acc 70.0 (81.0-83.0); Avg (52.5 + 82.0) / 2
+    assert "| bert_a_tiny | 52.5 (51.0–55.0) | 82.0/70.0 (81.0–83.0) | 67.2 |" in text
+
+
+def test_margin_below_the_unigram_baseline_is_reported(written):
+    report = written[0]
+    assert report["baseline"]["margins"] == {"bert_a_tiny": 0.5, "tupe_r_tiny": 1.5}
+    assert report["baseline"]["discriminative"] is True
+
+
+def test_study_close_to_the_unigram_baseline_is_flagged(study, tmp_path):
+    config, jobs, outcome, _ = study
+    config = copy.deepcopy(config)
+    config["report"]["min_margin_bits"] = 2.0
+    paths = write_report(config, jobs, outcome, tmp_path)
+    assert json.loads(open(paths["json"]).read())["baseline"]["discriminative"] is False
+    assert "**Not yet discriminative**: the best model is only 1.500 bits below" in open(paths["md"]).read()
+
+
+def test_squad_scores_are_the_last_evaluation_line(written):
+    report, text, _ = written
+    assert report["archs"]["tupe_r_tiny"]["squad"] == {"exact_match": 12.5, "f1": 20.25}
+    assert "| tupe_r_tiny | 12.5 | 20.2 |" in text and "every 5th article is dev" in text
+
+
+def test_property_metrics_of_each_arch_are_side_by_side(written):
+    text = written[1]
+    assert "| absolute_position_dot_products: learned APE | bert_a_tiny | 0.250 | 0.500 | 0.400 |" in text
+    assert "| absolute_position_dot_products: learned APE | tupe_r_tiny | 0.750 | 0.500 | 0.400 |" in text
+
+
+def test_figures_are_written_and_linked(written):
+    _, text, paths = written
+    for name in ("pretrain_valid_loss.png", "analysis_absolute_position_dot_products.png"):
+        assert os.path.isfile(os.path.join(paths["figures"], name))
+        assert f"](figures/{name})" in text
+
+
+def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):
+    config, jobs, outcome, _ = study
+    outcome = {**outcome, "glue/tupe_r_tiny/RTE/seed2": (FAILED, "exit status 1; log: somewhere")}
+    report = json.loads(open(write_report(config, jobs, outcome, tmp_path)["json"]).read())
+    assert [run["seed"] for run in report["archs"]["tupe_r_tiny"]["glue"]["RTE"]["runs"]] == [1, 3]
+    assert report["jobs"]["glue/tupe_r_tiny/RTE/seed2"]["status"] == FAILED
+
+
+def test_commands_behind_every_number_are_in_the_report(written):
+    text = written[1]
+    assert "examples/finetune_glue.sh RTE" in text and "SEED=2" in text
+    assert "fairseq-train" in text and "--arch tupe_r_tiny" in text
+
+
+def test_interrupted_study_writes_the_report_of_the_finished_jobs(tmp_path, monkeypatch):
+    from tupe_plugin.study import cli
+
+    def run_data_then_interrupt(jobs, launcher):
+        finish(jobs[0], 2.0, {})  # the data job finishes, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_jobs", run_data_then_interrupt)
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
+    config = tmp_path / "study.yaml"
+    config.write_text("archs: [bert_a_tiny]\n", encoding="utf-8")
+    with pytest.raises(KeyboardInterrupt):
+        cli.main([str(config), "--out", str(tmp_path / "out")])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["jobs"]["data"]["status"] == DONE
+    assert report["jobs"]["pretrain/bert_a_tiny"]["status"] == "not run"
+    assert report["archs"]["bert_a_tiny"]["valid_loss"] is None

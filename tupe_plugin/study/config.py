@@ -1,0 +1,266 @@
+"""The study's YAML config: defaults, and checks that stop a bad config before any training.
+
+Every error names the key (``glue.tasks[1]``) or the file, says what is wrong and how to fix it.
+Relative paths are taken from the current folder; ``glue`` and ``squad`` run only when present
+(their keys default as in :data:`DEFAULTS`); an omitted ``corpus`` is the demo's embedded corpus
+(the docstrings of the Python standard library, ``scripts/build_corpus.py``).
+"""
+
+import copy
+import difflib
+import os
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The GLUE tasks examples/finetune_glue.sh fine-tunes, and the file each needs.
+GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "MNLI-mm", "QNLI", "RTE", "WNLI")
+
+REQUIRED = object()
+
+# The schema: every key the config may have, with its default. A nested dict is a section;
+# The optional sections (glue, squad) run only when the config has them; null or omitted skips them.
+DEFAULTS = {
+    "corpus": None,
+    "device": "auto",
+    "archs": REQUIRED,
+    "data": {"vocab_size": 8000},
+    "pretrain": {
+        "updates": 1000, "tokens_per_sample": 128, "batch_size": 16, "lr": 5e-4,
+        "warmup_updates": None, "seed": 1, "validate_every": None, "extra_args": [],
+    },
+    "glue": {
+        "dir": os.path.join(os.path.dirname(REPO), "shared", "data", "glue"),
+        "tasks": ["CoLA", "SST-2", "MRPC", "STS-B", "RTE"], "max_examples": None,
+        "max_epoch": 3, "seeds": [1, 2, 3], "lr": 2e-5, "batch_size": 32, "extra_args": [],
+    },
+    "squad": {
+        "version": "1.1", "train": None, "dev": os.path.join(os.path.dirname(REPO), "shared", "data", "squad",
+                                           "dev-v1.1.json"),
+        "max_articles": None, "dev_every": 5, "max_epoch": 2, "seed": 1, "lr": 3e-5,
+        "batch_size": 32, "max_seq_length": None, "extra_args": [],
+    },
+    "analysis": True,
+    "report": {"min_margin_bits": 1.0},
+    "launcher": {"name": "local"},
+}
+OPTIONAL_SECTIONS = ("glue", "squad")
+LAUNCHERS = ("local", "submitit")
+SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
+DEVICES = ("auto", "cpu", "cuda")
+SQUAD_VERSIONS = ("1.1", "2.0")
+
+
+class StudyConfigError(ValueError):
+    """A config the study cannot run; the message names the key or file and the fix."""
+
+
+def load_config(path, known_archs):
+    """The checked config of ``path`` as a plain dict, defaults filled in, paths absolute.
+
+    ``known_archs`` are the ``--arch`` names the study may pre-train.
+    """
+    if not os.path.isfile(path):
+        raise StudyConfigError(f"{path}: config file not found")
+    try:
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (OmegaConfBaseException, ValueError, UnicodeDecodeError) as error:
+        raise StudyConfigError(f"{path}: not a readable YAML file: {error}") from error
+    return check_config(raw, known_archs, source=path)
+
+
+def check_config(raw, known_archs, source="config"):
+    """Validate a config dict (as read from YAML); returns it with defaults and absolute paths."""
+    if not isinstance(raw, dict):
+        raise StudyConfigError(f"{source}: the top level must be a mapping of keys (archs, pretrain, ...)")
+    fail = _failer(source)
+    config = _merge(raw, DEFAULTS, "", fail)
+
+    archs = config["archs"]
+    if not isinstance(archs, list) or not archs:
+        fail("archs", "must be a non-empty list of --arch names, e.g. [bert_a_tiny, tupe_r_tiny]")
+    for i, arch in enumerate(archs):
+        if arch not in known_archs:
+            fail(f"archs[{i}]", f"unknown architecture {arch!r}{_suggest(arch, known_archs)}")
+    if len(set(archs)) != len(archs):
+        fail("archs", "lists an architecture twice")
+
+    if config["device"] not in DEVICES:
+        fail("device", f"must be one of {', '.join(DEVICES)}, got {config['device']!r}")
+    config["corpus"] = _check_corpus(config["corpus"], fail)
+    _positive_int(config["data"], "data", "vocab_size", fail, least=8)
+
+    pretrain = config["pretrain"]
+    for key in ("updates", "tokens_per_sample", "batch_size", "seed"):
+        _positive_int(pretrain, "pretrain", key, fail, least=0 if key == "seed" else 1)
+    if pretrain["tokens_per_sample"] < 8:
+        fail("pretrain.tokens_per_sample", "must be at least 8")
+    for key in ("warmup_updates", "validate_every"):
+        if pretrain[key] is not None:
+            _positive_int(pretrain, "pretrain", key, fail, least=0 if key == "warmup_updates" else 1)
+    _positive_float(pretrain, "pretrain", "lr", fail)
+    _string_list(pretrain, "pretrain", "extra_args", fail)
+
+    if config["glue"] is not None:
+        _check_glue(config["glue"], fail)
+    if config["squad"] is not None:
+        _check_squad(config["squad"], fail)
+    if not isinstance(config["analysis"], bool):
+        fail("analysis", f"must be true or false, got {config['analysis']!r}")
+    _positive_float(config["report"], "report", "min_margin_bits", fail)
+    _check_launcher(config["launcher"], fail)
+    return config
+
+
+def _failer(source):
+    def fail(key, message):
+        raise StudyConfigError(f"{source}: key '{key}': {message}")
+    return fail
+
+
+def _suggest(name, known):
+    close = difflib.get_close_matches(str(name), list(known), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else f" (known: {', '.join(sorted(known))})"
+
+
+def _merge(raw, defaults, prefix, fail):
+    """``defaults`` overridden by ``raw``; unknown keys and wrong shapes stop with their name."""
+    merged = copy.deepcopy(defaults)
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if key not in defaults:
+            if prefix == "launcher.":  # executor parameters, checked by the launcher
+                merged[key] = value
+                continue
+            fail(name, f"unknown key{_suggest(key, defaults)}")
+        default = defaults[key]
+        if isinstance(default, dict):
+            if value is None and prefix + key in OPTIONAL_SECTIONS:
+                merged[key] = None
+            elif isinstance(value, dict):
+                merged[key] = _merge(value, default, f"{name}.", fail)
+            else:
+                fail(name, f"must be a mapping of keys ({', '.join(default)})"
+                     + (" or null to skip it" if prefix + key in OPTIONAL_SECTIONS else ""))
+        else:
+            merged[key] = value
+    if not prefix:
+        for key in OPTIONAL_SECTIONS:
+            if key not in raw:
+                merged[key] = None
+    for key, value in merged.items():
+        if value is REQUIRED:
+            fail(f"{prefix}{key}", "is required")
+    return merged
+
+
+def _positive_int(section, prefix, key, fail, least=1):
+    value = section[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        fail(f"{prefix}.{key}", f"must be a whole number of at least {least}, got {value!r}")
+
+
+def _positive_float(section, prefix, key, fail):
+    value = section[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        fail(f"{prefix}.{key}", f"must be a positive number, got {value!r}")
+
+
+def _string_list(section, prefix, key, fail):
+    value = section[key]
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        fail(f"{prefix}.{key}", f"must be a list of command-line arguments, got {value!r}")
+    section[key] = [str(v) for v in value]
+
+
+def _existing_file(path, key, fail, what):
+    if not isinstance(path, str):
+        fail(key, f"must be the path of {what}, got {path!r}")
+    absolute = os.path.abspath(path)
+    if not os.path.isfile(absolute):
+        fail(key, f"{absolute}: file not found; give the path of {what}")
+    return absolute
+
+
+def _check_corpus(corpus, fail):
+    """The corpus path, absolute; a file that is not UTF-8 text stops with the byte offset."""
+    if corpus is None:
+        return None
+    path = _existing_file(corpus, "corpus", fail, "a UTF-8 text file (one paragraph a line)")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        fail("corpus", f"{path}: not UTF-8 text (byte {error.start}: {data[error.start:error.start + 1]!r});"
+             " convert it, e.g. iconv -f latin1 -t utf-8")
+    if not text.strip():
+        fail("corpus", f"{path}: the file is empty")
+    return path
+
+
+def _check_glue(glue, fail):
+    glue_dir = glue["dir"]
+    if not isinstance(glue_dir, str) or not os.path.isdir(glue_dir):
+        fail("glue.dir", f"{os.path.abspath(str(glue_dir))}: no such folder; give the folder holding "
+             "the GLUE tasks (TASK/train.tsv, TASK/dev.tsv), or set glue: null to skip GLUE")
+    glue["dir"] = os.path.abspath(glue_dir)
+    tasks = glue["tasks"]
+    if not isinstance(tasks, list) or not tasks:
+        fail("glue.tasks", f"must be a non-empty list of GLUE tasks ({', '.join(GLUE_TASKS)})")
+    for i, task in enumerate(tasks):
+        if task not in GLUE_TASKS:
+            fail(f"glue.tasks[{i}]", f"unknown GLUE task {task!r}{_suggest(task, GLUE_TASKS)}")
+        train = os.path.join(glue["dir"], task, "train.tsv")
+        if not os.path.isfile(train):
+            fail(f"glue.tasks[{i}]", f"{train}: file not found; is glue.dir the GLUE data folder?")
+    if len(set(tasks)) != len(tasks):
+        fail("glue.tasks", "lists a task twice")
+    seeds = glue["seeds"]
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        fail("glue.seeds", f"must be a non-empty list of distinct whole numbers, got {seeds!r}")
+    if glue["max_examples"] is not None:
+        _positive_int(glue, "glue", "max_examples", fail)
+    for key in ("max_epoch", "batch_size"):
+        _positive_int(glue, "glue", key, fail)
+    _positive_float(glue, "glue", "lr", fail)
+    _string_list(glue, "glue", "extra_args", fail)
+
+
+def _check_squad(squad, fail):
+    squad["version"] = str(squad["version"])
+    if squad["version"] not in SQUAD_VERSIONS:
+        fail("squad.version", f"must be one of {', '.join(SQUAD_VERSIONS)}, got {squad['version']!r}")
+    squad["dev"] = _existing_file(squad["dev"], "squad.dev", fail, "a SQuAD JSON file (dev-v1.1.json)")
+    if squad["train"] is not None:
+        squad["train"] = _existing_file(squad["train"], "squad.train", fail,
+                                        "a SQuAD JSON file (train-v1.1.json), or null to split dev")
+    for key in ("max_articles", "max_seq_length"):
+        if squad[key] is not None:
+            _positive_int(squad, "squad", key, fail, least=2 if key == "max_articles" else 16)
+    _positive_int(squad, "squad", "dev_every", fail, least=2)
+    for key in ("max_epoch", "batch_size", "seed"):
+        _positive_int(squad, "squad", key, fail, least=0 if key == "seed" else 1)
+    _positive_float(squad, "squad", "lr", fail)
+    _string_list(squad, "squad", "extra_args", fail)
+
+
+def _check_launcher(launcher, fail):
+    name = launcher.get("name")
+    if name not in LAUNCHERS:
+        fail("launcher.name", f"must be one of {', '.join(LAUNCHERS)}, got {name!r}")
+    if name == "local" and set(launcher) != {"name"}:
+        extra = sorted(set(launcher) - {"name"})
+        fail(f"launcher.{extra[0]}", "the local launcher takes no parameters; use name: submitit for "
+             "executor parameters")
+    if name == "submitit":
+        cluster = launcher.setdefault("cluster", "slurm")
+        if cluster not in SUBMITIT_CLUSTERS:
+            fail("launcher.cluster", f"must be one of {', '.join(SUBMITIT_CLUSTERS)}, got {cluster!r}")
+        pretrain = launcher.setdefault("pretrain", {})
+        if not isinstance(pretrain, dict):
+            fail("launcher.pretrain", "must be a mapping of executor parameters for pre-training jobs "
+                 "(e.g. {nodes: 1, tasks_per_node: 8, gpus_per_node: 8})")

@@ -1,0 +1,61 @@
+"""The study's figures: validation loss of every arch on one plot, analysis pictures side by side."""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.image as mpimg  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def loss_figure(report, path):
+    """Validation masked-LM loss against updates, one line per arch, the unigram baseline dashed
+    (TUPE, arXiv 2006.15595, Fig. 4a). None when no arch has a curve."""
+    curves = {arch: entry["valid_loss_curve"] for arch, entry in report["archs"].items()
+              if entry["valid_loss_curve"]}
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arch, curve in curves.items():
+        ax.plot([u for u, _ in curve], [loss for _, loss in curve], marker=".", label=arch)
+    if report["unigram"]:
+        ax.axhline(report["unigram"]["bits_per_token"], color="gray", linestyle="--",
+                   label="unigram baseline")
+    ax.set_xlabel("updates")
+    ax.set_ylabel("validation MLM loss (bits)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def analysis_figures(report, folder):
+    """One PNG per analysis section: each arch's picture of it, side by side (a text panel saying
+    why where the section does not apply), one arch per row. {section: path}."""
+    archs = {arch: entry["analysis"] for arch, entry in report["archs"].items() if entry["analysis"]}
+    sections = []
+    for analysis in archs.values():
+        sections += [name for name, result in analysis.items()
+                     if result["applies"] and result["figures"] and name not in sections]
+    written = {}
+    for section in sections:
+        fig, axes = plt.subplots(len(archs), 1, figsize=(12, 3.5 * len(archs)), squeeze=False)
+        for ax, (arch, analysis) in zip(axes[:, 0], archs.items()):
+            ax.axis("off")
+            result = analysis.get(section)
+            if result and result["applies"] and result["figures"]:
+                ax.imshow(mpimg.imread(result["figures"][0]))
+                ax.set_title(arch)
+            else:
+                reason = result["reason"] if result else "not analysed"
+                ax.text(0.5, 0.5, f"{arch}\nn/a: {reason}", ha="center", va="center", wrap=True,
+                        fontsize=8, transform=ax.transAxes)
+        fig.tight_layout()
+        path = os.path.join(folder, f"analysis_{section}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written[section] = path
+    return written

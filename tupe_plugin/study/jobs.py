@@ -1,0 +1,250 @@
+"""The jobs of a study: what each runs, in which folder, after which others, and its fingerprint.
+
+Every job runs the repository's command-line tools (no import of the plugin's internals), so it
+runs the same by hand: its commands are recorded in its folder and in the report. Folders, under
+the study's ``--out``::
+
+    data/                   corpus split, sentencepiece model, data-bin (shared by every arch)
+    unigram/                the context-free baseline (unigram.json)
+    pretrain/ARCH/          fairseq-train masked LM: checkpoints/, tensorboard/, train.log
+    glue/ARCH/TASK/seedS/   examples/finetune_glue.sh: bin/ (the task encoded), run/ (train.log)
+    squad-data/             train/dev split of the SQuAD dev articles (when no train file is given)
+    squad/ARCH/             examples/finetune_squad.sh: bin/, run/ (predictions, eval.log)
+    analysis/ARCH/          scripts/analyze_positions.py: analysis/ (PNGs, positions.json)
+
+A job's fingerprint hashes the settings it depends on and its dependencies' fingerprints, so a
+changed setting invalidates that job and the jobs built on it, and nothing else.
+"""
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+from .config import REPO
+
+
+@dataclass
+class Job:
+    name: str                      # also its folder under --out, e.g. "glue/tupe_r_tiny/RTE/seed1"
+    kind: str                      # data, unigram, pretrain, glue, squad-data, squad, analysis
+    folder: str
+    commands: list                 # argv lists, run in order from the repository root
+    deps: list = field(default_factory=list)     # names of the jobs it needs
+    settings: dict = field(default_factory=dict)  # what its outputs depend on
+    env: dict = field(default_factory=dict)       # extra environment variables
+    resumable: bool = False        # a rerun continues in the same folder instead of starting afresh
+    log: str = "log.txt"           # the output of its commands, in its folder
+    arch: str = None
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class Tools:
+    """Where the commands come from: the Python and fairseq-* of this environment, the device."""
+
+    python: str = sys.executable
+    bin_dir: str = os.path.dirname(sys.executable)
+    cpu: bool = True
+    distributed_world_size: int = 1  # processes of one pre-training job (SLURM tasks)
+
+    def fairseq(self, tool):
+        return os.path.join(self.bin_dir, f"fairseq-{tool}")
+
+
+def pretrain_checkpoint(out, arch):
+    return os.path.join(out, "pretrain", arch, "checkpoints", "checkpoint_last.pt")
+
+
+def data_bin(out):
+    return os.path.join(out, "data", "data-bin")
+
+
+def build_jobs(config, out, tools=Tools()):
+    """The jobs of ``config``, each after its dependencies."""
+    out = os.path.abspath(out)
+    jobs = [_data_job(config, out, tools), _unigram_job(out, tools)]
+    squad = config["squad"]
+    if squad is not None and squad["train"] is None:
+        jobs.append(_squad_split_job(squad, out, tools))
+    # Pre-training and analysis of every arch first: the loss curves against the baseline and the
+    # position analysis are the comparison's core, and a stopped study reports them for all archs.
+    archs = config["archs"]
+    jobs += [_pretrain_job(config["pretrain"], arch, out, tools) for arch in archs]
+    if config["analysis"]:
+        jobs += [_analysis_job(arch, out, tools) for arch in archs]
+    if config["glue"] is not None:
+        jobs += [_glue_job(config["glue"], arch, task, seed, out, tools)
+                 for task in config["glue"]["tasks"] for seed in config["glue"]["seeds"] for arch in archs]
+    if squad is not None:
+        jobs += [_squad_job(squad, arch, out, tools) for arch in archs]
+    by_name = {}
+    for job in jobs:
+        job.fingerprint = _fingerprint(job, by_name)
+        by_name[job.name] = job
+    return jobs
+
+
+def _fingerprint(job, by_name):
+    payload = {"kind": job.kind, "settings": job.settings,
+               "deps": [by_name[dep].fingerprint for dep in job.deps]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def _job(out, name, kind, commands, **kwargs):
+    return Job(name=name, kind=kind, folder=os.path.join(out, name), commands=commands, **kwargs)
+
+
+def _file_digest(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _data_job(config, out, tools):
+    """build_corpus.py -> train_spm.py -> fairseq-preprocess, as examples/demo.sh does."""
+    folder = os.path.join(out, "data")
+    corpus = config["corpus"]
+    tokens = config["pretrain"]["tokens_per_sample"]
+    spm, data = os.path.join(folder, "spm"), data_bin(out)
+    commands = [
+        [tools.python, "scripts/build_corpus.py", "--output-dir", os.path.join(folder, "corpus")]
+        + (["--corpus", corpus] if corpus else []),
+        [tools.python, "scripts/train_spm.py", "--corpus-dir", os.path.join(folder, "corpus"),
+         "--output-dir", spm, "--vocab-size", str(config["data"]["vocab_size"]),
+         "--max-pieces", str(tokens - 2)],
+        [tools.fairseq("preprocess"), "--only-source", "--trainpref", os.path.join(spm, "train.bpe"),
+         "--validpref", os.path.join(spm, "valid.bpe"), "--testpref", os.path.join(spm, "test.bpe"),
+         "--destdir", data, "--workers", "2"],
+        # the hub loader and the fine-tuning scripts look for the sentencepiece model here
+        ["cp", os.path.join(spm, "spm.model"), os.path.join(data, "sentencepiece.bpe.model")],
+    ]
+    source = ({"corpus": corpus, "sha256": _file_digest(corpus)} if corpus
+              else {"corpus": "python standard-library docstrings", "python": sys.version.split()[0]})
+    settings = {**source, "vocab_size": config["data"]["vocab_size"], "tokens_per_sample": tokens}
+    return _job(out, "data", "data", commands, settings=settings)
+
+
+def _unigram_job(out, tools):
+    spm = os.path.join(out, "data", "spm")
+    commands = [[tools.python, "-m", "tupe_plugin.study.unigram",
+                 "--train", os.path.join(spm, "train.bpe"), "--valid", os.path.join(spm, "valid.bpe"),
+                 "--dict", os.path.join(data_bin(out), "dict.txt"),
+                 "--out", os.path.join(out, "unigram", "unigram.json")]]
+    return _job(out, "unigram", "unigram", commands, deps=["data"])
+
+
+def pretrain_schedule(pretrain):
+    """Warm-up, validation/checkpoint interval and log interval of a pre-training run."""
+    updates = pretrain["updates"]
+    warmup = pretrain["warmup_updates"]
+    interval = pretrain["validate_every"] or max(1, updates // 10)
+    return {"warmup": updates // 10 if warmup is None else warmup, "interval": interval,
+            "log_interval": max(1, min(interval, 10))}
+
+
+def _pretrain_job(pretrain, arch, out, tools):
+    name = f"pretrain/{arch}"
+    folder = os.path.join(out, name)
+    schedule = pretrain_schedule(pretrain)
+    updates = pretrain["updates"]
+    command = [
+        tools.fairseq("train"), data_bin(out), "--user-dir", os.path.join(REPO, "tupe_plugin"),
+        "--task", "masked_lm", "--criterion", "masked_lm", "--arch", arch,
+        "--sample-break-mode", "complete", "--tokens-per-sample", str(pretrain["tokens_per_sample"]),
+        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--clip-norm", "1.0",
+        "--lr", str(pretrain["lr"]), "--lr-scheduler", "polynomial_decay",
+        "--warmup-updates", str(schedule["warmup"]), "--total-num-update", str(updates),
+        "--max-update", str(updates), "--batch-size", str(pretrain["batch_size"]),
+        "--log-format", "simple", "--log-interval", str(schedule["log_interval"]),
+        "--save-dir", os.path.join(folder, "checkpoints"),
+        "--tensorboard-logdir", os.path.join(folder, "tensorboard"),
+        "--no-epoch-checkpoints", "--save-interval-updates", str(schedule["interval"]),
+        "--keep-interval-updates", "1", "--validate-interval-updates", str(schedule["interval"]),
+        "--seed", str(pretrain["seed"]), "--num-workers", "0",
+    ]
+    if tools.cpu:
+        command.append("--cpu")
+    if tools.distributed_world_size > 1:
+        command += ["--distributed-world-size", str(tools.distributed_world_size),
+                    "--distributed-port", "29671"]
+    command += pretrain["extra_args"]
+    return _job(out, name, "pretrain", [command], deps=["data"], settings={"arch": arch, **pretrain},
+                resumable=True, log="train.log", arch=arch)
+
+
+def _script_env(tools, **env):
+    """Environment of examples/*.sh: this Python, this fairseq on PATH, --cpu when on CPU."""
+    env = {key: str(value) for key, value in env.items() if value is not None}
+    env["PYTHON"] = tools.python
+    env["PATH"] = tools.bin_dir + os.pathsep + os.environ.get("PATH", "")
+    if tools.cpu:
+        env["CPU"] = "1"
+    return env
+
+
+def _glue_job(glue, arch, task, seed, out, tools):
+    name = f"glue/{arch}/{task}/seed{seed}"
+    folder = os.path.join(out, name)
+    command = ["bash", "examples/finetune_glue.sh", task, pretrain_checkpoint(out, arch), data_bin(out),
+               *glue["extra_args"]]
+    env = _script_env(tools, GLUE_DIR=glue["dir"], BIN_DIR=os.path.join(folder, "bin"),
+                      SAVE_DIR=os.path.join(folder, "run"), SEED=seed, LR=glue["lr"],
+                      MAX_EPOCH=glue["max_epoch"], BATCH_SIZE=glue["batch_size"],
+                      MAX_EXAMPLES=glue["max_examples"])
+    settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "lr", "batch_size",
+                                           "extra_args")}
+    return _job(out, name, "glue", [command], deps=[f"pretrain/{arch}"], env=env,
+                settings={"task": task, "seed": seed, **settings}, arch=arch)
+
+
+def _squad_split_job(squad, out, tools):
+    command = [tools.python, "-m", "tupe_plugin.study.squad_split", "--dev", squad["dev"],
+               "--dev-every", str(squad["dev_every"]), "--out", os.path.join(out, "squad-data")]
+    if squad["max_articles"]:
+        command += ["--max-articles", str(squad["max_articles"])]
+    settings = {"dev": squad["dev"], "sha256": _file_digest(squad["dev"]),
+                "dev_every": squad["dev_every"], "max_articles": squad["max_articles"]}
+    return _job(out, "squad-data", "squad-data", [command], settings=settings)
+
+
+def squad_files(squad, out):
+    """The (train, dev) SQuAD JSON files the fine-tuning jobs read."""
+    if squad["train"] is None:
+        folder = os.path.join(out, "squad-data")
+        return os.path.join(folder, "train.json"), os.path.join(folder, "dev.json")
+    return squad["train"], squad["dev"]
+
+
+def _squad_job(squad, arch, out, tools):
+    name = f"squad/{arch}"
+    folder = os.path.join(out, name)
+    train, dev = squad_files(squad, out)
+    command = ["bash", "examples/finetune_squad.sh", squad["version"], pretrain_checkpoint(out, arch),
+               data_bin(out), *squad["extra_args"]]
+    given = squad["train"] is not None
+    short = squad["max_seq_length"]
+    env = _script_env(tools, TRAIN_FILE=train, VALID_FILE=dev, BIN_DIR=os.path.join(folder, "bin"),
+                      SAVE_DIR=os.path.join(folder, "run"), SEED=squad["seed"], LR=squad["lr"],
+                      MAX_EPOCH=squad["max_epoch"], BATCH_SIZE=squad["batch_size"],
+                      MAX_SEQ_LENGTH=squad["max_seq_length"],
+                      # short windows (a CPU study) keep room for the passage
+                      MAX_QUERY_LENGTH=short and min(64, short // 2),
+                      DOC_STRIDE=short and min(128, short // 4),
+                      MAX_ARTICLES=squad["max_articles"] if given else None)
+    deps = [f"pretrain/{arch}"] + ([] if given else ["squad-data"])
+    settings = dict(squad)
+    if given:
+        settings.update(train_sha256=_file_digest(train), dev_sha256=_file_digest(dev))
+    return _job(out, name, "squad", [command], deps=deps, env=env, settings=settings, arch=arch)
+
+
+def _analysis_job(arch, out, tools):
+    name = f"analysis/{arch}"
+    command = [tools.python, "scripts/analyze_positions.py", "--path", pretrain_checkpoint(out, arch),
+               "--data", data_bin(out), "--out", os.path.join(out, name, "analysis"),
+               "--device", "cpu" if tools.cpu else "cuda"]
+    return _job(out, name, "analysis", [command], deps=[f"pretrain/{arch}"], arch=arch)

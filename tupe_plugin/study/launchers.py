@@ -1,0 +1,121 @@
+"""Where jobs run: here, one after the other (``local``), or as SLURM jobs through submitit.
+
+Both run a job the same way, :func:`run_commands`: its commands one after the other from the
+repository root, their output appended to the job's log. A launcher offers ``submit(job)`` and
+``poll(handle)`` (None while running, else ``(exit status, error)``) and says how many jobs may
+run at once (``capacity``; None: no limit, the scheduler decides).
+"""
+
+import os
+import shlex
+import signal
+import subprocess
+
+from .config import REPO, StudyConfigError
+
+
+def run_commands(commands, env, log_path, cwd=REPO):
+    """Run ``commands`` (argv lists) in order, output appended to ``log_path``; the exit status.
+
+    Interrupting it (Ctrl-C, SIGTERM turned into SystemExit) sends SIGTERM to the running command's
+    process group.
+
+    Under SLURM every task of a multi-task job runs this; tasks other than the first log to
+    ``LOG.rankN`` so that they do not interleave with it.
+    """
+    rank = os.environ.get("SLURM_PROCID", "0")
+    if rank != "0":
+        log_path = f"{log_path}.rank{rank}"
+    with open(log_path, "a", encoding="utf-8") as log:
+        for argv in commands:
+            log.write(f"$ {shlex.join(argv)}\n")
+            log.flush()
+            # Its own process group: an interrupted study stops the command and what it started
+            # (the scripts' fairseq-train), not only the command.
+            proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=log,
+                                    stderr=subprocess.STDOUT, process_group=0)
+            try:
+                returncode = proc.wait()
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+                raise
+            if returncode != 0:
+                log.write(f"exit status {returncode}\n")
+                return returncode
+    return 0
+
+
+class LocalLauncher:
+    """Runs each job here, to its end, before the next."""
+
+    capacity = 1
+
+    def submit(self, job):
+        return run_commands(job.commands, job.env, os.path.join(job.folder, job.log)), ""
+
+    def poll(self, handle):
+        return handle
+
+
+class SubmititLauncher:
+    """Submits each job through ``submitit.AutoExecutor`` (SLURM; ``cluster: local`` for tests).
+
+    ``params`` are the ``launcher`` section of the config: ``cluster``, executor parameters for
+    every job (``timeout_min``, ``slurm_partition``, ``gpus_per_node``, ...) and ``pretrain``,
+    parameters that override them for the pre-training jobs (e.g. ``tasks_per_node: 8,
+    gpus_per_node: 8`` for one 8-GPU fairseq DDP job per architecture).
+    """
+
+    capacity = None
+
+    def __init__(self, params, folder):
+        import submitit
+
+        params = dict(params)
+        params.pop("name")
+        cluster = params.pop("cluster")
+        pretrain_only = params.pop("pretrain")
+        pretrain = {**params, **pretrain_only}
+        self.executors = {}
+        for kind, kind_params in (("default", params), ("pretrain", pretrain)):
+            executor = submitit.AutoExecutor(folder=os.path.join(folder, "%j"), cluster=cluster)
+            try:
+                executor.update_parameters(**kind_params)
+            except (TypeError, ValueError, NameError) as error:
+                key = "launcher.pretrain" if kind == "pretrain" else "launcher"
+                raise StudyConfigError(f"key '{key}': submitit refuses the executor parameters: {error}")
+            self.executors[kind] = executor
+
+    def submit(self, job):
+        executor = self.executors["pretrain" if job.kind == "pretrain" else "default"]
+        executor.update_parameters(name=job.name.replace("/", "-"))
+        return executor.submit(run_commands, job.commands, job.env, os.path.join(job.folder, job.log))
+
+    def poll(self, handle):
+        if not handle.done():
+            return None
+        try:
+            return handle.result(), ""
+        except Exception as error:  # submitit re-raises the job's failure or the scheduler's
+            return 1, f"submitit job {handle.job_id}: {error}"
+
+
+def pretrain_processes(launcher_config):
+    """Processes of one pre-training job: nodes x tasks_per_node of its executor parameters."""
+    if launcher_config["name"] != "submitit":
+        return 1
+    params = {**launcher_config, **launcher_config.get("pretrain", {})}
+    return int(params.get("nodes", 1)) * int(params.get("tasks_per_node", 1))
+
+
+def uses_gpu(launcher_config):
+    """Whether the submitit parameters ask for GPUs."""
+    params = {**launcher_config, **launcher_config.get("pretrain", {})}
+    return launcher_config["name"] == "submitit" and int(params.get("gpus_per_node", 0)) > 0
+
+
+def make_launcher(launcher_config, out):
+    if launcher_config["name"] == "local":
+        return LocalLauncher()
+    return SubmititLauncher(launcher_config, os.path.join(out, "submitit"))
