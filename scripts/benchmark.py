@@ -196,9 +196,8 @@ def write_dictionary(data_dir, vocab):
             f.write(f"w{i} {vocab - i}\n")
 
 
-class PlainPositionalTerm(nn.Module):
-    """The shared term's interface (``build``), straightforwardly: the dense (H, T, T) content-free
-    logits plus padding, materialised per batch row, whatever the path."""
+class WrappedPositionalTerm(nn.Module):
+    """A contender's own ``build`` around the plugin's shared term (its tables and config)."""
 
     def __init__(self, shared):
         super().__init__()
@@ -207,6 +206,11 @@ class PlainPositionalTerm(nn.Module):
 
     def content_free(self, seq_len):
         return self.shared.content_free(seq_len)
+
+
+class PlainPositionalTerm(WrappedPositionalTerm):
+    """The shared term's interface (``build``), straightforwardly: the dense (H, T, T) content-free
+    logits plus padding, materialised per batch row, whatever the path."""
 
     def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32):
         term = self.content_free(seq_len)
@@ -244,17 +248,9 @@ class PlainSelfAttention(nn.Module):
         return self.out_proj(out), probs if need_weights else None
 
 
-class AlwaysSdpaPositionalTerm(nn.Module):
+class AlwaysSdpaPositionalTerm(WrappedPositionalTerm):
     """The shared term, built for the SDPA path whatever the device and dropout (its math fallback
     included): the plugin's attention before kernels were chosen per forward."""
-
-    def __init__(self, shared):
-        super().__init__()
-        self.shared = shared
-        self.config = shared.config
-
-    def content_free(self, seq_len):
-        return self.shared.content_free(seq_len)
 
     def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32):
         return self.shared.build(seq_len, AttentionPath.SDPA, key_padding_mask, dtype)

@@ -211,6 +211,20 @@ def write_lines(path, lines):
             f.write(f"{line}\n")
 
 
+def task_files(task, glue_dir, sentencepiece_model, dictionary):
+    """``{split: tsv path}`` of ``task``, after checking that every input file exists."""
+    task_dir = os.path.join(glue_dir, task.split("-mm")[0])
+    for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary, "--dict")):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{flag} {path}: no such file")
+    files = {"train": os.path.join(task_dir, "train.tsv"),
+             "valid": os.path.join(task_dir, TASKS[task].dev_file)}
+    for path in files.values():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file (--glue-dir {glue_dir}, --task {task})")
+    return files
+
+
 def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=None,
             skip_malformed=False, workers=1):
     """Prepare ``task`` into ``out``; return ``{split: number of examples}`` plus ``skipped`` and ``reused``.
@@ -218,15 +232,7 @@ def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=N
     ``out`` is written aside and renamed into place when complete; a finished preparation of the same
     files and settings is reused as it is, one of other files or settings is replaced.
     """
-    layout = TASKS[task]
-    task_dir = os.path.join(glue_dir, task.split("-mm")[0])
-    for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary, "--dict")):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{flag} {path}: no such file")
-    files = {"train": os.path.join(task_dir, "train.tsv"), "valid": os.path.join(task_dir, layout.dev_file)}
-    for path in files.values():
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such file (--glue-dir {glue_dir}, --task {task})")
+    files = task_files(task, glue_dir, sentencepiece_model, dictionary)
     expected = fingerprint(
         {"sentencepiece_model": sentencepiece_model, "dict": dictionary, **files},
         {"task": task, "max_examples": max_examples, "skip_malformed": skip_malformed},
@@ -243,14 +249,7 @@ def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_exam
     import sentencepiece as spm
 
     layout = TASKS[task]
-    task_dir = os.path.join(glue_dir, task.split("-mm")[0])
-    for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary, "--dict")):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{flag} {path}: no such file")
-    files = {"train": os.path.join(task_dir, "train.tsv"), "valid": os.path.join(task_dir, layout.dev_file)}
-    for path in files.values():
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such file (--glue-dir {glue_dir}, --task {task})")
+    files = task_files(task, glue_dir, sentencepiece_model, dictionary)
 
     data, skipped = {}, 0
     for split, path in files.items():

@@ -26,6 +26,24 @@ def t5_bucket(distance_key_minus_query, num_buckets=32, max_distance=128):
     return bucket + min(large, half - 1)
 
 
+def exact_t5_bucket(rel):
+    """The default T5 bucket (32 buckets, max distance 128) of rel = key - query, in integers.
+
+    Per direction 16 buckets: distances 0-7 exact, then 8 + floor(2 log2(n / 8)) (log-spaced up to 128,
+    clipped at 15), i.e. the largest k with 64 * 2^k <= n^2: no logarithm, so the boundaries at 16, 32
+    and 64 are exact. Keys after the query add 16.
+    """
+    n = abs(rel)
+    if n < 8:
+        bucket = n
+    else:
+        k = 0
+        while 64 * 2 ** (k + 1) <= n * n:
+            k += 1
+        bucket = min(15, 8 + k)
+    return bucket + (16 if rel > 0 else 0)
+
+
 def sinusoid(position, frequencies):
     """[.., sin(w_i x), cos(w_i x), ..] for one integer position (Wang et al. 2021 Table 1)."""
     values = []

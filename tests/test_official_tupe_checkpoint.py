@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import REPO, build_model, random_tokens
+from paper_equations import exact_t5_bucket
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
@@ -33,27 +34,9 @@ BOGUS_DATA = "/home/tupe-authors/data/wiki_book_32768"
 
 # ---------------------------------------------------------------- the release, from docs/official_tupe.md
 
-def release_bucket(rel):
-    """T5 bidirectional bucket of rel = key - query: 32 buckets, max distance 128.
-
-    Per direction 16 buckets: distances 0-7 exact, then 8 + floor(2 log2(n / 8)) (log-spaced up to
-    128, clipped at 15), i.e. the largest k with 64 * 2^k <= n^2 — integer arithmetic, so the
-    boundaries at 16, 32, 64 are exact. Keys after the query add 16.
-    """
-    n = abs(rel)
-    if n < 8:
-        bucket = n
-    else:
-        k = 0
-        while 64 * 2 ** (k + 1) <= n * n:
-            k += 1
-        bucket = min(15, 8 + k)
-    return bucket + (16 if rel > 0 else 0)
-
-
 def release_bucket_matrix(seq_len):
     """rp_bucket as released: ordinary buckets, then column 0 := 32, then row 0 := 16."""
-    buckets = [[release_bucket(j - i) for j in range(seq_len)] for i in range(seq_len)]
+    buckets = [[exact_t5_bucket(j - i) for j in range(seq_len)] for i in range(seq_len)]
     for i in range(seq_len):
         buckets[i][0] = 32
     for j in range(seq_len):
@@ -233,7 +216,7 @@ def load_converted(out):
 
 def test_plugin_buckets_equal_the_release_buckets_for_offsets_up_to_600():
     offsets = torch.arange(-600, 601)
-    assert relative_position_bucket(offsets).tolist() == [release_bucket(r) for r in offsets.tolist()]
+    assert relative_position_bucket(offsets).tolist() == [exact_t5_bucket(r) for r in offsets.tolist()]
 
 
 def test_release_mode_bucket_matrix_resets_cls_row_and_column_to_extra_buckets(release_dir, tmp_path):

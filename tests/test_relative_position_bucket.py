@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tupe_plugin.modules.relative_position import T5RelativeBias, relative_position_bucket
+from paper_equations import exact_t5_bucket
 
 # Per direction (32 buckets, max distance 128): 8 exact distances, then log-spaced buckets whose
 # lower edges are 8 * 16 ** (k / 8) for k = 1..7, rounded up: 12, 16, 23, 32, 46, 64, 91.
@@ -67,21 +68,6 @@ def test_t5_bias_gradient_sums_each_buckets_pairs():
                                atol=1e-4, rtol=1e-5)
 
 
-def exact_bucket(rel, num_buckets=32, max_distance=128):
-    """Integer reference of the default bidirectional buckets (16 per side, 8 exact, max distance 128):
-    8 + floor(2 log2(n / 8)) is the largest k with 64 * 2^(k - 8) <= n^2, found without logarithms."""
-    assert (num_buckets, max_distance) == (32, 128)
-    n = abs(rel)
-    if n < 8:
-        bucket = n
-    else:
-        k = 0
-        while 64 * 2 ** (k + 1) <= n * n:
-            k += 1
-        bucket = min(15, 8 + k)
-    return bucket + (16 if rel > 0 else 0)
-
-
 def release_float32_bucket(relative_position):
     """The TUPE release's computation: float32 logarithm on the CPU, then truncation."""
     n = -relative_position
@@ -100,7 +86,7 @@ def test_bucket_boundaries_equal_the_exact_integer_reference(device):
     offsets = torch.tensor(sorted({s * d for d in BOUNDARIES for s in (1, -1)}), device=device)
     buckets = relative_position_bucket(offsets)
     assert buckets.device.type == device
-    assert buckets.cpu().tolist() == [exact_bucket(r) for r in offsets.tolist()]
+    assert buckets.cpu().tolist() == [exact_t5_bucket(r) for r in offsets.tolist()]
 
 
 def test_distances_16_32_64_land_on_the_bucket_where_the_float32_cpu_computation_puts_them():
