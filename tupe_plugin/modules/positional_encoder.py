@@ -73,13 +73,13 @@ class PositionalTransformerEncoder(nn.Module):
         mask = src_tokens.eq(self.padding_idx)
         if not mask.any():
             return None
-        empty = mask.all(dim=1).nonzero().flatten().tolist()
-        if empty:
-            raise ValueError(
-                f"row {empty[0]} of the batch is all padding ({len(empty)} such rows): an empty sequence has "
-                "no <s> and nothing to encode; drop empty examples from the input"
-            )
-        if mask[:, 0].any():
+        if mask[:, 0].any():  # an all-padding row starts with padding too: told apart only here
+            empty = mask.all(dim=1).nonzero().flatten().tolist()
+            if empty:
+                raise ValueError(
+                    f"row {empty[0]} of the batch is all padding ({len(empty)} such rows): an empty sequence "
+                    "has no <s> and nothing to encode; drop empty examples from the input"
+                )
             raise ValueError(
                 "a sequence starts with padding: the plugin counts positions from the first token "
                 "and needs right-padded batches (fairseq's masked_lm / sentence_prediction "
