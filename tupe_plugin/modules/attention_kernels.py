@@ -19,11 +19,12 @@ T5 bias is added anyway, kept factored (widened heads) otherwise.
 
 BiasedFlashAttention computes ``softmax(scale * q k^T + mask) v`` where ``mask`` (1 or B, H, T, T)
 requires grad: the forward runs the CPU flash kernel with the mask as a constant and keeps only
-the output and the row log-sum-exp; the backward recomputes, a few batch rows at a time, the
-probabilities ``P = exp(scale * q k^T + mask - lse)`` and the softmax gradient
-``dS = P * (dO v^T - rowsum(dO * O))``, from which come dq = scale dS k, dk = scale dS^T q,
-dv = P^T dO and the mask gradient dS (summed over the batch when the mask is shared). At most
-``CHUNK_LOGITS`` logits live at a time, and the forward keeps no (B, H, T, T) activations.
+its output; the backward recomputes, a few heads of one batch row at a time, the probabilities
+``P = softmax(scale * q k^T + mask)`` (one ``baddbmm`` and one softmax, both over a chunk that stays
+in cache) and the softmax gradient ``dS = P * (dO v^T - rowsum(dO * O))``, from which come
+dq = scale dS k, dk = scale dS^T q, dv = P^T dO and the mask gradient dS (summed over the batch
+when the mask is shared). At most ``CHUNK_LOGITS`` logits live at a time, and the forward keeps no
+(B, H, T, T) activations.
 """
 
 import enum
@@ -33,8 +34,9 @@ import torch.nn.functional as F
 
 from .attention_dropout import keep_mask, keep_probability
 
-# Logits recomputed at once in the backward (batch rows of H x T x T): 16 MiB of float32.
-CHUNK_LOGITS = 4 * 2**20
+# Logits recomputed at once in the backward (heads of one batch row): 1 MiB of float32, which
+# stays in a core's cache while it is exponentiated, multiplied and reduced.
+CHUNK_LOGITS = 2**18
 
 
 class BiasedFlashAttention(torch.autograd.Function):
@@ -42,38 +44,41 @@ class BiasedFlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale):
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=mask.detach(), scale=scale
         )
-        ctx.save_for_backward(q, k, v, mask, out, lse)
+        ctx.save_for_backward(q, k, v, mask, out)
         ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, mask, out, lse = ctx.saved_tensors
-        scale = ctx.scale
+        q, k, v, mask, out = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         shared = mask.size(0) == 1
         grad_mask = torch.zeros_like(mask) if shared else torch.empty_like(mask)
-        delta = (grad_out * out).sum(-1, keepdim=True)
+        minus_delta = (grad_out * out).sum(-1, keepdim=True).neg_()
+        logits_mask = mask.to(q.dtype)
         batch, heads, seq_len, _ = q.shape
-        rows = max(1, CHUNK_LOGITS // (heads * seq_len * seq_len))
-        for start in range(0, batch, rows):
-            b = slice(start, start + rows)
-            logits = torch.matmul(q[b], k[b].transpose(-1, -2)).mul_(scale)
-            probs = logits.add_(mask if shared else mask[b]).sub_(lse[b, ..., None]).exp_()
-            grad_logits = torch.matmul(grad_out[b], v[b].transpose(-1, -2))
-            grad_logits = grad_logits.sub_(delta[b]).mul_(probs)
-            if shared:
-                grad_mask += grad_logits.sum(0, keepdim=True)
-            else:
-                grad_mask[b] = grad_logits
-            torch.matmul(grad_logits, k[b], out=grad_q[b]).mul_(scale)
-            torch.matmul(grad_logits.transpose(-1, -2), q[b], out=grad_k[b]).mul_(scale)
-            torch.matmul(probs.transpose(-1, -2), grad_out[b], out=grad_v[b])
-        return grad_q, grad_k, grad_v, grad_mask, None
+        group = min(heads, max(1, CHUNK_LOGITS // (seq_len * seq_len)))
+        for b in range(batch):
+            for start in range(0, heads, group):
+                h = slice(start, start + group)
+                q_bh, k_bh, v_bh, grad_out_bh = q[b, h], k[b, h], v[b, h], grad_out[b, h]
+                logits = torch.baddbmm(logits_mask[0 if shared else b, h], q_bh, k_bh.transpose(-1, -2),
+                                       alpha=ctx.scale)
+                probs = torch.softmax(logits, dim=-1)
+                grad_logits = torch.baddbmm(minus_delta[b, h], grad_out_bh, v_bh.transpose(-1, -2))
+                grad_logits.mul_(probs)
+                if shared:
+                    grad_mask[0, h] += grad_logits
+                else:
+                    grad_mask[b, h] = grad_logits
+                torch.bmm(grad_logits, k_bh, out=grad_q[b, h])
+                torch.bmm(grad_logits.transpose(-1, -2), q_bh, out=grad_k[b, h])
+                torch.bmm(probs.transpose(-1, -2), grad_out_bh, out=grad_v[b, h])
+        return grad_q.mul_(ctx.scale), grad_k.mul_(ctx.scale), grad_v, grad_mask, None
 
 
 class AttentionPath(enum.Enum):
