@@ -12,6 +12,7 @@ from conftest import REPO, assert_gradients_close, build_model, features_and_gra
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import benchmark  # noqa: E402
+import benchmark_attention  # noqa: E402
 
 CONTENDERS = ["roberta", "bert_a", "tupe_r", "plain_tupe_r", "sdpa_tupe_r"]
 
@@ -141,3 +142,24 @@ def test_positional_term_timing_builds_the_mask_in_the_dtype_the_model_uses(tmp_
     contender.step(sample)
     contender.positional_term_seconds(sample, repeats=1)
     assert dtypes == [torch.float32] * 3
+
+
+def test_attention_mode_times_every_path_at_every_length(tmp_path, capsys):
+    out = tmp_path / "attention.json"
+    benchmark_attention.main(["--seq-lens", "8", "16", "--tokens", "32", "--heads", "2", "--head-dim", "8",
+                              "--rounds", "2", "--calls", "2", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert [shape["seq_len"] for shape in result["shapes"]] == [8, 16]
+    assert [shape["batch"] for shape in result["shapes"]] == [4, 2]
+    for shape in result["shapes"]:
+        for path in benchmark_attention.PATHS:
+            assert len(shape["cpu_seconds"][path]) == len(shape["wall_seconds"][path]) == 4
+    assert shape["kept_bytes"]["explicit"] == 4 * 2 * 2 * 16 * 16
+    printed = capsys.readouterr().out
+    assert all(f"| {path} |" in printed for path in benchmark_attention.PATHS)
+
+
+def test_attention_mode_refuses_a_length_longer_than_the_batch(capsys):
+    with pytest.raises(SystemExit):
+        benchmark_attention.main(["--seq-lens", "64", "--tokens", "32"])
+    assert "--seq-lens [64]" in capsys.readouterr().err

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""The attention paths alone, side by side: the measurement behind ``choose_path``'s choice.
+
+For each sequence length, one layer's attention (forward and backward, a learned (1, H, T, T) bias
+as TUPE-R's T5 term) runs on each CPU path of ``tupe_plugin.modules.attention_kernels``:
+``biased-flash`` (flash forward, recomputing backward) and ``explicit`` (matmul-softmax-matmul,
+keeping the probabilities), beside ``sdpa`` without a bias (what BERT-A runs: the floor). Paths
+alternate within every round; each figure is the median over rounds with the spread (min-max),
+as CPU time of this process (robust to other processes on a shared machine) and as wall time.
+The memory column is what a path keeps between forward and backward beyond q, k, v and the output.
+
+    python scripts/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from tupe_plugin.modules.attention_kernels import AttentionPath, attend  # noqa: E402
+
+PATHS = ("sdpa", "biased-flash", "explicit")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=[64, 128, 256, 512], metavar="T")
+    parser.add_argument("--tokens", type=int, default=1024, help="B x T of every shape (B = tokens / T)")
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=3, help="timed forward+backward calls per path per round")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--json", default="benchmark_attention.json", help="where to write the results")
+    args = parser.parse_args(argv)
+    for name in ("tokens", "heads", "head_dim", "rounds", "calls", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    too_long = [t for t in args.seq_lens if t < 1 or t > args.tokens]
+    if too_long:
+        parser.error(f"--seq-lens {too_long} must lie between 1 and --tokens {args.tokens}")
+    return args
+
+
+def inputs(batch, heads, seq_len, head_dim, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=generator).requires_grad_()
+               for _ in range(3))
+    bias = torch.randn(1, heads, seq_len, seq_len, generator=generator).requires_grad_()
+    grad_out = torch.randn(batch, heads, seq_len, head_dim, generator=generator)
+    return q, k, v, bias, grad_out
+
+
+def forward_backward(path, q, k, v, bias, grad_out):
+    """One layer's attention on ``path``, forward and backward (``sdpa``: no bias, BERT-A's call)."""
+    scale = q.size(-1) ** -0.5
+    if path == "sdpa":
+        out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, 0.0)
+    else:
+        out, _ = attend(AttentionPath(path), q, k, v, bias, scale, 0.0)
+    out.backward(grad_out)
+
+
+def kept_bytes(path, batch, heads, seq_len):
+    """Bytes a path keeps from forward to backward beyond q, k, v and the output (float32)."""
+    if path == "explicit":
+        return 4 * batch * heads * seq_len * seq_len  # the probabilities
+    if path == "sdpa":
+        return 4 * batch * heads * seq_len  # the rows' log-sum-exp for the flash backward
+    return 0  # recomputes the probabilities from q, k and the bias
+
+
+def measure(args):
+    shapes = []
+    for seq_len in args.seq_lens:
+        batch = max(1, args.tokens // seq_len)
+        tensors = inputs(batch, args.heads, seq_len, args.head_dim)
+        cpu = {path: [] for path in PATHS}
+        wall = {path: [] for path in PATHS}
+        for path in PATHS:
+            forward_backward(path, *tensors)  # warm-up
+        for round_index in range(args.rounds):
+            order = PATHS[round_index % len(PATHS):] + PATHS[:round_index % len(PATHS)]
+            for path in order:
+                for _ in range(args.calls):
+                    cpu_start, wall_start = time.process_time(), time.perf_counter()
+                    forward_backward(path, *tensors)
+                    cpu[path].append(time.process_time() - cpu_start)
+                    wall[path].append(time.perf_counter() - wall_start)
+        shapes.append({"seq_len": seq_len, "batch": batch, "cpu_seconds": cpu, "wall_seconds": wall,
+                       "kept_bytes": {p: kept_bytes(p, batch, args.heads, seq_len) for p in PATHS}})
+        print(f"T = {seq_len} done", file=sys.stderr, flush=True)
+    return shapes
+
+
+def spread(values):
+    return f"{statistics.median(values) * 1e3:.1f} [{min(values) * 1e3:.1f}–{max(values) * 1e3:.1f}]"
+
+
+def table(args, shapes):
+    lines = [f"H = {args.heads}, d_h = {args.head_dim}, {args.tokens} tokens a batch, "
+             f"{args.threads} threads, {args.rounds} rounds x {args.calls} calls",
+             "",
+             "| T | B | path | CPU ms (median [min–max]) | wall ms (median [min–max]) | "
+             "CPU / sdpa | kept (MiB) |",
+             "|---:|---:|---|---:|---:|---:|---:|"]
+    for shape in shapes:
+        floor = statistics.median(shape["cpu_seconds"]["sdpa"])
+        for path in PATHS:
+            cpu = shape["cpu_seconds"][path]
+            lines.append(f"| {shape['seq_len']} | {shape['batch']} | {path} | {spread(cpu)} | "
+                         f"{spread(shape['wall_seconds'][path])} | {statistics.median(cpu) / floor:.3f} | "
+                         f"{shape['kept_bytes'][path] / 2**20:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+    shapes = measure(args)
+    report = table(args, shapes)
+    print(report)
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump({"settings": vars(args), "torch": torch.__version__, "load_average_before": load_before,
+                   "load_average_after": os.getloadavg(), "shapes": shapes, "table": report}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
