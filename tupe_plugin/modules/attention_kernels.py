@@ -22,7 +22,7 @@ requires grad: the forward runs the CPU flash kernel with the mask as a constant
 its output; the backward recomputes, a few heads of one batch row at a time, the probabilities
 ``P = softmax(scale * q k^T + mask)`` (one ``baddbmm`` and one softmax, both over a chunk that stays
 in cache) and the softmax gradient ``dS = P * (dO v^T - rowsum(dO * O))``, from which come
-dq = scale dS k, dk = scale dS^T q, dv = P^T dO and the mask gradient dS (summed over the batch
+dq = scale dS k, dk = scale (q^T dS)^T, dv = (dO^T P)^T and the mask gradient dS (summed over the batch
 when the mask is shared). At most ``CHUNK_LOGITS`` logits live at a time, and the forward keeps no
 (B, H, T, T) activations.
 """
@@ -55,12 +55,15 @@ class BiasedFlashAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, mask, out = ctx.saved_tensors
         grad_out = grad_out.contiguous()
-        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        batch, heads, seq_len, head_dim = q.shape
+        grad_q = torch.empty_like(q)
+        # dk and dv are computed transposed (q^T dS, dO^T P): a plain-layout product, faster than
+        # (dS^T q) on this CPU's GEMM; their transposed views are the gradients
+        grad_k_t, grad_v_t = (q.new_empty(batch, heads, head_dim, seq_len) for _ in range(2))
         shared = mask.size(0) == 1
         grad_mask = torch.zeros_like(mask) if shared else torch.empty_like(mask)
         minus_delta = (grad_out * out).sum(-1, keepdim=True).neg_()
         logits_mask = mask.to(q.dtype)
-        batch, heads, seq_len, _ = q.shape
         group = min(heads, max(1, CHUNK_LOGITS // (seq_len * seq_len)))
         for b in range(batch):
             for start in range(0, heads, group):
@@ -76,9 +79,10 @@ class BiasedFlashAttention(torch.autograd.Function):
                 else:
                     grad_mask[b, h] = grad_logits
                 torch.bmm(grad_logits, k_bh, out=grad_q[b, h])
-                torch.bmm(grad_logits.transpose(-1, -2), q_bh, out=grad_k[b, h])
-                torch.bmm(probs.transpose(-1, -2), grad_out_bh, out=grad_v[b, h])
-        return grad_q.mul_(ctx.scale), grad_k.mul_(ctx.scale), grad_v, grad_mask, None
+                torch.bmm(q_bh.transpose(-1, -2), grad_logits, out=grad_k_t[b, h])
+                torch.bmm(grad_out_bh.transpose(-1, -2), probs, out=grad_v_t[b, h])
+        grad_k = grad_k_t.mul_(ctx.scale).transpose(-1, -2)
+        return grad_q.mul_(ctx.scale), grad_k, grad_v_t.transpose(-1, -2), grad_mask, None
 
 
 class AttentionPath(enum.Enum):
