@@ -12,7 +12,8 @@
 # 2. fairseq-train --task squad_span --criterion squad_span with Wang et al.'s SQuAD setting (App. A.3,
 #    Table 4: length 384, 3 epochs, lr 3e-5, batch 32, weight decay 0.01; best checkpoint every 1000
 #    updates) and the huggingface recipe it follows for the rest (linear decay to 0 without warm-up,
-#    Adam eps 1e-6 betas (0.9, 0.999), dropout 0.1, doc stride 128, questions up to 64 pieces).
+#    Adam eps 1e-6 betas (0.9, 0.999), dropout 0.1, doc stride 128, questions up to 64 pieces; at most a
+#    third and a half of a shorter MAX_SEQ_LENGTH).
 # 3. scripts/evaluate_squad.py on SAVE_DIR/checkpoint_best.pt: SAVE_DIR/predictions.json and EM / F1.
 # Extra arguments go last to fairseq-train and override any of these.
 #
@@ -20,7 +21,8 @@
 #   TRAIN_FILE (SQUAD_DIR/train-vVERSION.json) VALID_FILE (SQUAD_DIR/dev-vVERSION.json)
 #   BIN_DIR (squad-bin/vVERSION) SAVE_DIR (checkpoints/squad/vVERSION/ARCH/seedSEED)
 #   LR (3e-5) SEED (1) MAX_EPOCH (3) BATCH_SIZE (32) WARMUP_RATIO (0, in percent of all updates)
-#   MAX_SEQ_LENGTH (384, at most the checkpoint's max_positions) DOC_STRIDE (128) MAX_QUERY_LENGTH (64)
+#   MAX_SEQ_LENGTH (384, at most the checkpoint's max_positions)
+#   DOC_STRIDE (128, at most MAX_SEQ_LENGTH / 3) MAX_QUERY_LENGTH (64, at most MAX_SEQ_LENGTH / 2)
 #   MAX_ANSWER_LENGTH (30) NULL_THRESHOLD (0.0) MAX_ARTICLES (all; N keeps the first N articles of each file)
 #   CPU (empty; 1 adds --cpu) PYTHON (the repository's .venv/bin/python when present, else python)
 # Validate the result with
@@ -71,8 +73,10 @@ SAVE_DIR=${SAVE_DIR:-checkpoints/squad/v$VERSION/$ARCH/seed$SEED}
 
 PREPARE=(--train-file "$TRAIN_FILE" --valid-file "$VALID_FILE" --out "$BIN_DIR"
          --sentencepiece-model "$DATA_BIN/sentencepiece.bpe.model" --dict "$DATA_BIN/dict.txt"
-         --max-seq-length "$MAX_SEQ_LENGTH" --doc-stride "${DOC_STRIDE:-128}"
-         --max-query-length "${MAX_QUERY_LENGTH:-64}")
+         --max-seq-length "$MAX_SEQ_LENGTH")
+# prepare_squad.py's defaults of the stride and the question length fit the window
+[[ -n ${DOC_STRIDE:-} ]] && PREPARE+=(--doc-stride "$DOC_STRIDE")
+[[ -n ${MAX_QUERY_LENGTH:-} ]] && PREPARE+=(--max-query-length "$MAX_QUERY_LENGTH")
 [[ -n ${MAX_ARTICLES:-} ]] && PREPARE+=(--max-articles "$MAX_ARTICLES")
 "$PYTHON" "$REPO/scripts/prepare_squad.py" "${PREPARE[@]}"
 

@@ -3,9 +3,11 @@
 
 Each question is encoded with the pre-training sentencepiece model as ``<s> question </s> window </s>``,
 where the windows slide over the passage pieces by ``--doc-stride`` so that every feature fits
-``--max-seq-length`` tokens (the fine-tuning ``--max-positions``). Every passage piece keeps its character
-span in the original context (sentencepiece's byte offsets, converted to characters and stripped of the
-leading whitespace a piece carries), so that predicted token spans map back to the exact original text.
+``--max-seq-length`` tokens (the fine-tuning ``--max-positions``); by default the stride is 128 pieces and
+questions have up to 64, at most a third and a half of a shorter window. Every passage piece keeps its
+character span in the original context (sentencepiece's byte offsets, converted to characters and stripped
+of the leading whitespace a piece carries), so that predicted token spans map back to the exact original
+text.
 The answer labels are its first and last token in the window; ``<s>`` (token 0) when the window does not
 hold the answer or the question is unanswerable (v2.0 ``is_impossible``). Training uses the first
 answer. Files written to ``--out`` (see ``tupe_plugin/squad/features.py``)::
@@ -211,13 +213,29 @@ def write_split(out, split, dictionary, tokens, spans, features):
             f.write(json.dumps(feature) + "\n")
 
 
-def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384, doc_stride=128,
-            max_query_length=64, max_articles=None):
+def window_defaults(max_seq_length, doc_stride=None, max_query_length=None):
+    """``(doc_stride, max_query_length)``, each given or by default scaled to the window.
+
+    Windows of 384 tokens or more: stride 128 and questions up to 64 pieces (Wang et al.'s setting);
+    shorter windows (a model pre-trained on short blocks): a third and a half of the window, so that a
+    window keeps room for the passage and consecutive windows overlap.
+    """
+    if doc_stride is None:
+        doc_stride = min(128, max_seq_length // 3)
+    if max_query_length is None:
+        max_query_length = min(64, max_seq_length // 2)
+    return doc_stride, max_query_length
+
+
+def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384, doc_stride=None,
+            max_query_length=None, max_articles=None):
     """Prepare ``files`` ({split: SQuAD JSON}); return ``({split: counts}, reused)``.
 
-    ``out`` is written aside and renamed into place when complete; a finished preparation of the same
-    files and settings is reused as it is (``reused`` True), one of other files or settings is replaced.
+    ``doc_stride`` and ``max_query_length`` default to :func:`window_defaults`. ``out`` is written aside
+    and renamed into place when complete; a finished preparation of the same files and settings is
+    reused as it is (``reused`` True), one of other files or settings is replaced.
     """
+    doc_stride, max_query_length = window_defaults(max_seq_length, doc_stride, max_query_length)
     for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary_path, "--dict"),
                        *((p, f"--{s}-file") for s, p in files.items())):
         if not os.path.isfile(path):
@@ -275,9 +293,12 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output folder (squad-bin)")
     parser.add_argument("--max-seq-length", type=int, default=384,
                         help="tokens per feature, at most the model's --max-positions (default 384)")
-    parser.add_argument("--doc-stride", type=int, default=128, help="passage pieces between window starts")
-    parser.add_argument("--max-query-length", type=int, default=64,
-                        help="longer questions (in pieces) are skipped, logged and counted (default 64)")
+    parser.add_argument("--doc-stride", type=int,
+                        help="passage pieces between window starts (default: 128, at most a third of "
+                        "--max-seq-length)")
+    parser.add_argument("--max-query-length", type=int,
+                        help="longer questions (in pieces) are skipped, logged and counted (default: 64, "
+                        "at most half of --max-seq-length)")
     parser.add_argument("--max-articles", type=int, help="keep only the first N articles of each file")
     args = parser.parse_args(argv)
     files = {split: path for split, path in (("train", args.train_file), ("valid", args.valid_file)) if path}

@@ -98,6 +98,22 @@ def test_long_passage_gets_several_windows_and_the_answer_lands_in_the_right_one
             assert labelled_text(feature, span, paragraph["context"]) == answer["text"]
 
 
+def test_default_stride_and_question_length_are_the_papers_for_long_windows():
+    assert prepare_squad.window_defaults(384) == (128, 64)
+    assert prepare_squad.window_defaults(512) == (128, 64)
+    assert prepare_squad.window_defaults(64, doc_stride=16, max_query_length=40) == (16, 40)
+
+
+def test_short_window_gets_overlapping_windows_with_room_for_the_passage(vocabulary, tmp_path):
+    articles = [dict(a, paragraphs=a["paragraphs"][:2]) for a in dev_articles(1)]
+    counts, features, _ = prepare(vocabulary, tmp_path / "out", articles, tmp_path, max_seq_length=64)
+    assert prepare_squad.window_defaults(64) == (21, 32)
+    assert counts["features"] > counts["questions"] - counts["long_questions_skipped"] > 0
+    windows = [f for f in features if f["id"] == features[0]["id"]]
+    assert all(f["context_start"] + len(f["offsets"]) + 1 <= 64 for f in features)
+    assert len(windows) > 1 and windows[1]["offsets"][0] in windows[0]["offsets"]  # they overlap
+
+
 def test_unanswerable_question_is_labelled_with_the_first_token(vocabulary, tmp_path):
     article = copy.deepcopy(dev_articles(1)[0])
     article["paragraphs"] = article["paragraphs"][:1]

@@ -1,5 +1,5 @@
-"""scripts/study.py end to end: a tiny 2-arch study, its rerun, a killed study resumed, and the
-submitit launcher with submitit's local executor."""
+"""scripts/study.py end to end: a tiny 2-arch study, its rerun, a killed study resumed, the
+submitit launcher with submitit's local executor, and a 1-arch study with SQuAD."""
 
 import json
 import os
@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from conftest import REPO, shared_data
+
+from tupe_plugin.squad.metric import evaluate
 
 pytestmark = pytest.mark.slow
 
@@ -180,3 +182,41 @@ def test_submitit_local_executor_runs_the_study(tmp_path, corpus, local_study):
     assert report["archs"]["bert_a_tiny"]["glue"]["RTE"]["median"] == local["glue"]["RTE"]["median"]
     submitted = list((out / "submitit").glob("*/*_submitted.pkl"))
     assert len(submitted) == 2  # pre-training and GLUE went through submitit; data and baseline were reused
+
+
+@pytest.fixture(scope="module")
+def squad_study(tmp_path_factory, corpus):
+    """A 1-arch study with SQuAD on a split of the first dev articles, a few fine-tuning updates."""
+    folder = tmp_path_factory.mktemp("squad")
+    squad = {"dev": shared_data("squad", "dev-v1.1.json"), "max_articles": 2, "dev_every": 2,
+             "max_epoch": 1, "batch_size": 16, "extra_args": ["--max-update", "3"]}
+    config = tiny_config(corpus, ["tupe_r_tiny"], glue=None, analysis=False, squad=squad)
+    out = folder / "out"
+    run_study(write_config(folder, config), out)
+    return out
+
+
+def test_squad_scores_in_the_report_are_those_of_the_job_evaluation(squad_study):
+    out = squad_study
+    run = out / "squad" / "tupe_r_tiny" / "run"
+    with open(run / "eval.log", encoding="utf-8") as f:
+        logged = json.loads(next(line for line in f if line.startswith('{"exact_match"')))
+    report = read_report(out)
+    assert report["jobs"]["squad/tupe_r_tiny"]["status"] == "done"
+    assert report["archs"]["tupe_r_tiny"]["squad"] == logged
+    # the logged scores are those of the job's predictions against the held-out articles
+    with open(out / "squad-data" / "dev.json", encoding="utf-8") as f:
+        dev = json.load(f)["data"]
+    with open(run / "predictions.json", encoding="utf-8") as f:
+        scores = evaluate(dev, json.load(f))
+    assert logged == {"exact_match": round(scores["exact_match"], 2), "f1": round(scores["f1"], 2)}
+
+
+def test_squad_table_of_the_report_shows_the_split_and_the_scores(squad_study):
+    out = squad_study
+    scores = read_report(out)["archs"]["tupe_r_tiny"]["squad"]
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "## SQuAD v1.1" in text and "(first 2 articles): every 2nd article is dev" in text
+    assert "not comparable with published SQuAD dev scores" in text
+    assert "| arch | EM | F1 |" in text
+    assert f"| tupe_r_tiny | {scores['exact_match']:.1f} | {scores['f1']:.1f} |" in text

@@ -161,6 +161,25 @@ def test_squad_scores_are_the_last_evaluation_line(written):
     assert "| tupe_r_tiny | 12.5 | 20.2 |" in text and "every 5th article is dev" in text
 
 
+@pytest.mark.parametrize("dev_every, words", [(2, "every 2nd article"), (3, "every 3rd article"),
+                                               (11, "every 11th article"), (22, "every 22nd article")])
+def test_squad_split_is_described_in_words(study, tmp_path, dev_every, words):
+    config, jobs, outcome, _ = study
+    config = copy.deepcopy(config)
+    config["squad"]["dev_every"] = dev_every
+    text = open(write_report(config, jobs, outcome, tmp_path)["md"]).read()
+    assert f"{words} is dev, the others train" in text
+
+
+def test_squad_v2_scores_are_read_from_the_official_v2_keys(tmp_path):
+    from tupe_plugin.study.results import squad_result
+
+    log = tmp_path / "log.txt"
+    log.write_text('{"exact": 40.5, "f1": 45.25, "total": 247, "HasAns_exact": 40.5, "HasAns_f1": 45.25, '
+                   '"HasAns_total": 247}\n', encoding="utf-8")
+    assert squad_result(str(log)) == {"exact_match": 40.5, "f1": 45.25}
+
+
 def test_property_metrics_of_each_arch_are_side_by_side(written):
     text = written[1]
     assert "| absolute_position_dot_products: learned APE | bert_a_tiny | 0.250 | 0.500 | 0.400 |" in text

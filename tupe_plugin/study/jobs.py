@@ -226,14 +226,11 @@ def _squad_job(squad, arch, out, tools):
     command = ["bash", "examples/finetune_squad.sh", squad["version"], pretrain_checkpoint(out, arch),
                data_bin(out), *squad["extra_args"]]
     given = squad["train"] is not None
-    short = squad["max_seq_length"]
+    # the script fits the stride and the question length to the window (prepare_squad.py's defaults)
     env = _script_env(tools, TRAIN_FILE=train, VALID_FILE=dev, BIN_DIR=os.path.join(folder, "bin"),
                       SAVE_DIR=os.path.join(folder, "run"), SEED=squad["seed"], LR=squad["lr"],
                       MAX_EPOCH=squad["max_epoch"], BATCH_SIZE=squad["batch_size"],
                       MAX_SEQ_LENGTH=squad["max_seq_length"],
-                      # short windows (a CPU study) keep room for the passage
-                      MAX_QUERY_LENGTH=short and min(64, short // 2),
-                      DOC_STRIDE=short and min(128, short // 4),
                       MAX_ARTICLES=squad["max_articles"] if given else None)
     deps = [f"pretrain/{arch}"] + ([] if given else ["squad-data"])
     settings = dict(squad)

@@ -196,13 +196,18 @@ def _glue_section(report):
     return lines + [""]
 
 
+def _ordinal(n):
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def _squad_section(report):
     squad = report["config"]["squad"]
     if squad["train"] is None:
         first = f" (first {squad['max_articles']} articles)" if squad["max_articles"] else ""
         source = (f"fine-tuned on a split of the articles of {squad['dev']}{first}: "
-                  f"every {squad['dev_every']}th article is dev, the others train, so these scores are not "
-                  "comparable with published SQuAD dev scores")
+                  f"every {_ordinal(squad['dev_every'])} article is dev, the others train, so these scores "
+                  "are not comparable with published SQuAD dev scores")
     else:
         source = f"fine-tuned on {squad['train']}, evaluated on {squad['dev']}"
     lines = [f"## SQuAD v{squad['version']}", "", f"EM / F1, {source}.", "",

@@ -8,7 +8,8 @@ be checked against the logs line by line.
   excluded) and ``ups`` (updates per second) of its ``train_inner`` lines.
 - GLUE: the best validation line of each run by the task's metric, as
   ``scripts/collect_glue_scores.py`` picks it; the other metrics of the task from that same line.
-- SQuAD: the ``{"exact_match": ..., "f1": ...}`` line of ``scripts/evaluate_squad.py``.
+- SQuAD: the score line of ``scripts/evaluate_squad.py``, with the official scripts' keys (v1.1
+  ``{"exact_match": ..., "f1": ...}``, v2.0 ``{"exact": ..., "f1": ..., ...}``).
 """
 
 import json
@@ -95,15 +96,16 @@ def glue_task(runs, task):
 
 
 def squad_result(log_path):
-    """EM and F1 of the last ``{"exact_match": ..., "f1": ...}`` line of the log."""
+    """EM and F1 of the last score line of the log (v1.1's ``exact_match`` or v2.0's ``exact``)."""
     found = None
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
-            if line.startswith('{"exact_match"'):
+            if line.startswith(('{"exact_match"', '{"exact"')):
                 found = json.loads(line)
     if found is None:
         raise ValueError(f"{log_path}: no EM/F1 line from evaluate_squad.py")
-    return {"exact_match": found["exact_match"], "f1": found["f1"]}
+    return {"exact_match": found["exact_match"] if "exact_match" in found else found["exact"],
+            "f1": found["f1"]}
 
 
 def analysis_result(positions_json):
