@@ -203,13 +203,17 @@ def test_squad_scores_in_the_report_are_those_of_the_job_evaluation(squad_study)
         logged = json.loads(next(line for line in f if line.startswith('{"exact_match"')))
     report = read_report(out)
     assert report["jobs"]["squad/tupe_r_tiny"]["status"] == "done"
-    assert report["archs"]["tupe_r_tiny"]["squad"] == logged
+    squad = report["archs"]["tupe_r_tiny"]["squad"]
+    assert {key: squad[key] for key in logged} == logged
     # the logged scores are those of the job's predictions against the held-out articles
     with open(out / "squad-data" / "dev.json", encoding="utf-8") as f:
         dev = json.load(f)["data"]
     with open(run / "predictions.json", encoding="utf-8") as f:
-        scores = evaluate(dev, json.load(f))
+        predictions = json.load(f)
+    scores = evaluate(dev, predictions)
     assert logged == {"exact_match": round(scores["exact_match"], 2), "f1": round(scores["f1"], 2)}
+    questions = sum(len(paragraph["qas"]) for article in dev for paragraph in article["paragraphs"])
+    assert (squad["predicted"], squad["questions"]) == (len(predictions), questions)
 
 
 def test_squad_table_of_the_report_shows_the_split_and_the_scores(squad_study):
@@ -218,5 +222,6 @@ def test_squad_table_of_the_report_shows_the_split_and_the_scores(squad_study):
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "## SQuAD v1.1" in text and "(first 2 articles): every 2nd article is dev" in text
     assert "not comparable with published SQuAD dev scores" in text
-    assert "| arch | EM | F1 |" in text
-    assert f"| tupe_r_tiny | {scores['exact_match']:.1f} | {scores['f1']:.1f} |" in text
+    assert "| arch | EM | F1 | predicted / questions |" in text
+    assert (f"| tupe_r_tiny | {scores['exact_match']:.1f} | {scores['f1']:.1f} | "
+            f"{scores['predicted']} / {scores['questions']} |") in text

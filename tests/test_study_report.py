@@ -84,6 +84,7 @@ def study(tmp_path_factory):
             finish(jobs[f"glue/{arch}/MRPC/seed{seed}"], 10.0, {"run/train.log": mrpc})
         em = 10.0 if arch == "bert_a_tiny" else 12.5
         finish(jobs[f"squad/{arch}"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
+                                             "dev.json: 247 questions, 113 predicted (0 no answer) -> p.json\n"
                                              f'{{"exact_match": {em}, "f1": 20.25}}\n'})
         job = jobs[f"analysis/{arch}"]
         ti = 0.25 if arch == "bert_a_tiny" else 0.75
@@ -157,8 +158,9 @@ def test_study_close_to_the_unigram_baseline_is_flagged(study, tmp_path):
 
 def test_squad_scores_are_the_last_evaluation_line(written):
     report, text, _ = written
-    assert report["archs"]["tupe_r_tiny"]["squad"] == {"exact_match": 12.5, "f1": 20.25}
-    assert "| tupe_r_tiny | 12.5 | 20.2 |" in text and "every 5th article is dev" in text
+    assert report["archs"]["tupe_r_tiny"]["squad"] == {"exact_match": 12.5, "f1": 20.25, "questions": 247,
+                                                        "predicted": 113}
+    assert "| tupe_r_tiny | 12.5 | 20.2 | 113 / 247 |" in text and "every 5th article is dev" in text
 
 
 @pytest.mark.parametrize("dev_every, words", [(2, "every 2nd article"), (3, "every 3rd article"),

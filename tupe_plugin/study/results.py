@@ -18,6 +18,8 @@ import statistics
 
 VALID_LINE = re.compile(r"\| valid on 'valid' subset \| (.*)$")
 TRAIN_INNER = re.compile(r"\| train_inner \| .*?: +\d+ / \d+ (.*)$")
+# evaluate_squad.py's count line: "GOLD: 247 questions, 113 predicted (0 no answer) -> predictions.json"
+SQUAD_COUNTS = re.compile(r": (\d+) questions, (\d+) predicted \(")
 
 # Task -> (the metric that picks the best checkpoint, the metrics shown), as examples/finetune_glue.sh
 # reports them (seed 001 Table 2: CoLA Matthews corr., MRPC F1 and accuracy, STS-B Pearson and
@@ -96,16 +98,21 @@ def glue_task(runs, task):
 
 
 def squad_result(log_path):
-    """EM and F1 of the last score line of the log (v1.1's ``exact_match`` or v2.0's ``exact``)."""
-    found = None
+    """EM and F1 of the last score line of the log (v1.1's ``exact_match`` or v2.0's ``exact``), and
+    how many of the dev questions got a prediction (``questions``, ``predicted``; the others were
+    skipped by prepare_squad.py and count as wrong)."""
+    found, counts = None, {}
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             if line.startswith(('{"exact_match"', '{"exact"')):
                 found = json.loads(line)
+            count = SQUAD_COUNTS.search(line)
+            if count:
+                counts = {"questions": int(count.group(1)), "predicted": int(count.group(2))}
     if found is None:
         raise ValueError(f"{log_path}: no EM/F1 line from evaluate_squad.py")
     return {"exact_match": found["exact_match"] if "exact_match" in found else found["exact"],
-            "f1": found["f1"]}
+            "f1": found["f1"], **counts}
 
 
 def analysis_result(positions_json):
