@@ -59,19 +59,23 @@ SDPA_PREFIX = "sdpa_"
 VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX)
 DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r", "bert_rope",
                       "bert_alibi"]
-# (what, contender, reference, bound, sequence lengths it applies to or None for all)
+# (what, contender, reference, bound, the (sequence length, attention dropout) it applies to or None
+# for all)
 TARGETS = [
     ("step time", "bert_a", "roberta", 1.02, None),
-    ("step time", "tupe_r", "bert_a", 1.05, lambda t: t >= 512),
-    ("step time", "tupe_r", "bert_a", 1.10, lambda t: t < 512),
-    ("step time", "tupe_a", "bert_a", 1.05, lambda t: t >= 512),
-    ("step time", "tupe_a", "bert_a", 1.10, lambda t: t < 512),
+    ("step time", "bert_a", "roberta", 0.90, lambda t, dropout: dropout > 0),
+    ("step time", "tupe_r", "bert_a", 1.05, lambda t, dropout: t >= 512),
+    ("step time", "tupe_r", "bert_a", 1.10, lambda t, dropout: t < 512),
+    ("step time", "tupe_r", "bert_a", 1.03, lambda t, dropout: dropout == 0),
+    ("step time", "tupe_a", "bert_a", 1.05, lambda t, dropout: t >= 512),
+    ("step time", "tupe_a", "bert_a", 1.10, lambda t, dropout: t < 512),
     ("step time", "tupe_r", "plain_tupe_r", 0.70, None),
+    ("step time", "tupe_r", "plain_tupe_r", 1.00, lambda t, dropout: dropout == 0),
     ("peak memory", "tupe_r", "bert_a", 1.05, None),
-    ("step time", "bert_rope", "bert_a", 1.03, lambda t: t >= 512),
-    ("step time", "bert_alibi", "bert_a", 1.03, lambda t: t >= 512),
-    ("peak memory", "bert_rope", "bert_a", 1.02, lambda t: t >= 512),
-    ("peak memory", "bert_alibi", "bert_a", 1.02, lambda t: t >= 512),
+    ("step time", "bert_rope", "bert_a", 1.03, lambda t, dropout: t >= 512),
+    ("step time", "bert_alibi", "bert_a", 1.03, lambda t, dropout: t >= 512),
+    ("peak memory", "bert_rope", "bert_a", 1.02, lambda t, dropout: t >= 512),
+    ("peak memory", "bert_alibi", "bert_a", 1.02, lambda t, dropout: t >= 512),
 ]
 POSITIONAL_TERM_SHARE_BOUND = 0.02
 MIN_ROUNDS_FOR_VERDICTS = 5
@@ -514,13 +518,14 @@ def ratio(results, name, reference, key):
     return None if value is None or base is None else value / base
 
 
-def verdicts(shapes, rounds, bound_share=POSITIONAL_TERM_SHARE_BOUND):
-    """The targets' rows; ``met`` is None (no verdict) from fewer than MIN_ROUNDS_FOR_VERDICTS rounds."""
+def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHARE_BOUND):
+    """The targets' rows for runs at ``attention_dropout``; ``met`` is None (no verdict) from fewer than
+    MIN_ROUNDS_FOR_VERDICTS rounds."""
     rows = []
     for shape in shapes:
         results, seq_len = shape["results"], shape["seq_len"]
         for what, name, reference, bound, applies in TARGETS:
-            if applies is not None and not applies(seq_len):
+            if applies is not None and not applies(seq_len, attention_dropout):
                 continue
             key = "median_step_seconds" if what == "step time" else "peak_bytes"
             value = ratio(results, name, reference, key)
@@ -624,7 +629,7 @@ def measure(args, argv):
             results = measure_shape(args, seq_len, batch, data_dir, log)
             report["shapes"].append({"seq_len": seq_len, "batch": batch, "results": results})
     report["machine"]["load_average_after"] = os.getloadavg()
-    report["targets"] = verdicts(report["shapes"], args.rounds)
+    report["targets"] = verdicts(report["shapes"], args.rounds, args.attention_dropout)
     report["markdown"] = markdown(report)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)

@@ -66,11 +66,26 @@ def test_verdicts_need_five_rounds():
         "bert_a": {"median_step_seconds": 1.0, "peak_bytes": 10, "positional_term_share": 0.0},
         "tupe_r": {"median_step_seconds": 1.2, "peak_bytes": 10, "positional_term_share": 0.01},
     }}
-    assert {row["met"] for row in benchmark.verdicts([shape], rounds=4)} == {None}
-    rows = {row["target"]: row for row in benchmark.verdicts([shape], rounds=5)}
+    assert {row["met"] for row in benchmark.verdicts([shape], rounds=4, attention_dropout=0.1)} == {None}
+    rows = {row["target"]: row for row in benchmark.verdicts([shape], rounds=5, attention_dropout=0.1)}
     assert rows["tupe_r step time / bert_a"]["met"] is False
     assert rows["tupe_r positional term / step"]["met"] is True
     assert rows["tupe_r positional term / step"]["unit"] == "%"
+
+
+@pytest.mark.parametrize("attention_dropout, bounds", [
+    (0.0, {("tupe_r", "bert_a"): [1.05, 1.03], ("tupe_r", "plain_tupe_r"): [0.70, 1.00],
+           ("bert_a", "roberta"): [1.02]}),
+    (0.1, {("tupe_r", "bert_a"): [1.05], ("tupe_r", "plain_tupe_r"): [0.70],
+           ("bert_a", "roberta"): [1.02, 0.90]}),
+])
+def test_step_time_bounds_depend_on_attention_dropout(attention_dropout, bounds):
+    results = {name: {"median_step_seconds": 1.0, "peak_bytes": 10, "positional_term_share": None}
+               for name in ("roberta", "bert_a", "tupe_r", "plain_tupe_r")}
+    rows = benchmark.verdicts([{"seq_len": 512, "results": results}], 5, attention_dropout)
+    for (name, reference), expected in bounds.items():
+        got = [row["bound"] for row in rows if row["target"] == f"{name} step time / {reference}"]
+        assert got == expected, (name, reference)
 
 
 @pytest.mark.parametrize("flag", ["--rounds", "--steps"])
