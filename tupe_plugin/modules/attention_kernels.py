@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from .attention_dropout import keep_mask, keep_probability
 
 # Logits recomputed at once in the backward (heads of one batch row): 1 MiB of float32, which
-# stays in a core's cache while it is exponentiated, multiplied and reduced.
+# stays in the CPU's caches while it is normalised, multiplied and reduced.
 CHUNK_LOGITS = 2**18
 
 
