@@ -306,6 +306,7 @@ class Contender:
         from fairseq import optim
 
         self.name = name
+        self.seq_len = seq_len
         torch.manual_seed(args.seed)
         self.task, self.model, self.criterion, cfg = fairseq_setup(
             name, size, seq_len, data_dir, args.dropout, args.attention_dropout)
@@ -378,7 +379,7 @@ class Contender:
             return "plain reference (explicit)"
         encoder = self.model.encoder.sentence_encoder
         path = AttentionPath.SDPA if self.name.startswith(SDPA_PREFIX) else choose_path(
-            self.device, encoder.attention_dropout, False, encoder.config)
+            self.device, encoder.attention_dropout, False, encoder.config, self.seq_len)
         return path.value
 
     def attention_kernels(self, sample):
@@ -407,7 +408,8 @@ class Contender:
             synchronize(self.device)
             start = time.perf_counter()
             with self.autocast:
-                path = choose_path(self.device, encoder.attention_dropout, False, encoder.config)
+                path = choose_path(self.device, encoder.attention_dropout, False, encoder.config,
+                                   tokens.size(1))
                 encoder.positional_term.build(tokens.size(1), path, encoder.padding_mask(tokens), dtype)
             synchronize(self.device)
             times.append(time.perf_counter() - start)

@@ -4,6 +4,7 @@ import pytest
 import torch
 from conftest import PRESETS, assert_gradients_close, build_model, features_and_grads, random_tokens
 from paper_equations import encoder_features
+from tupe_plugin.modules import attention_kernels
 
 LENGTHS = [7, 5, 3]
 
@@ -19,6 +20,34 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, normalize_befor
     encoder = model.encoder.sentence_encoder
 
     fused, fused_grads = features_and_grads(model, tokens, weights)
+    plain, plain_grads = features_and_grads(model, tokens, weights,
+                                            lambda t: encoder_features(encoder, t))
+
+    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, plain_grads)
+
+
+@pytest.mark.parametrize("preset, overrides", [("bert_r", {}), ("tupe_r", {}),
+                                               ("bert_rpe", {"shaw_keys_only": True})])
+@pytest.mark.parametrize("normalize_before", [False, True])
+def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normalize_before, dictionary,
+                                                      monkeypatch):
+    """Short sequences take the explicit path; with its length bound at 0 every length takes the
+    flash forward and recomputing backward, which must give the same function and gradients."""
+    monkeypatch.setattr(attention_kernels, "EXPLICIT_MAX_LENGTH_PER_HEAD_DIM", 0)
+    calls = []
+    original = attention_kernels.BiasedFlashAttention.apply
+    monkeypatch.setattr(attention_kernels.BiasedFlashAttention, "apply",
+                        lambda *args: calls.append(1) or original(*args))
+    model = build_model(f"{preset}_tiny", dictionary, encoder_normalize_before=normalize_before,
+                        shaw_max_distance=3, **overrides)
+    tokens = random_tokens(dictionary, LENGTHS)
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
+    encoder = model.encoder.sentence_encoder
+
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    assert len(calls) == model.args.encoder_layers
     plain, plain_grads = features_and_grads(model, tokens, weights,
                                             lambda t: encoder_features(encoder, t))
 

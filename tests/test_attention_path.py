@@ -14,6 +14,9 @@ TUPE_A = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, untied_pos="t
 SHAW_VALUES = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="shaw-learned")
 
 
+LONG = 3 * TUPE_R.head_dim  # longer than twice the head dimension
+
+
 @pytest.mark.parametrize("config, device, dropout, need_weights, expected", [
     (TUPE_A, "cpu", 0.0, False, AttentionPath.SDPA),
     (TUPE_A, "cpu", 0.1, False, AttentionPath.EXPLICIT),
@@ -27,12 +30,20 @@ SHAW_VALUES = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos=
 ])
 def test_the_path_follows_device_dropout_weights_and_value_terms(config, device, dropout, need_weights,
                                                                   expected):
-    assert choose_path(device, dropout, need_weights, config) is expected
+    assert choose_path(device, dropout, need_weights, config, LONG) is expected
+
+
+@pytest.mark.parametrize("seq_len, expected", [
+    (1, AttentionPath.EXPLICIT), (2 * TUPE_R.head_dim, AttentionPath.EXPLICIT),
+    (2 * TUPE_R.head_dim + 1, AttentionPath.BIASED_FLASH),
+])
+def test_a_learned_bias_without_dropout_takes_the_explicit_path_up_to_twice_the_head_dim(seq_len, expected):
+    assert choose_path("cpu", 0.0, False, TUPE_R, seq_len) is expected
 
 
 def test_a_learned_bias_without_gradients_keeps_the_plain_fused_kernel():
     with torch.no_grad():
-        assert choose_path("cpu", 0.0, False, TUPE_R) is AttentionPath.SDPA
+        assert choose_path("cpu", 0.0, False, TUPE_R, LONG) is AttentionPath.SDPA
 
 
 @pytest.mark.parametrize("path", list(AttentionPath))

@@ -73,7 +73,7 @@ def test_query_whose_keys_are_all_padding_stays_finite(preset, need_weights, dic
     x = torch.randn(2, 6, encoder.layers[0].self_attn.head_dim * encoder.layers[0].self_attn.num_heads)
     padding = torch.tensor([[False] * 3 + [True] * 3, [True] * 6])
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        path = choose_path(x.device, 0.0, need_weights, encoder.config)
+        path = choose_path(x.device, 0.0, need_weights, encoder.config, x.size(1))
         term = encoder.positional_term.build(6, path, padding, x.dtype)
         out, _ = encoder.layers[0](x, term, need_weights)
     assert torch.isfinite(out).all()

@@ -239,7 +239,7 @@ def test_query_whose_keys_are_all_padding_stays_finite(preset, need_weights, pre
     x = torch.randn(2, 6, attention.head_dim * attention.num_heads, device="cuda")
     padding = torch.tensor([[False] * 3 + [True] * 3, [True] * 6], device="cuda")
     with torch.no_grad(), torch.autocast("cuda", dtype=DTYPES[precision]):
-        path = choose_path(x.device, 0.0, need_weights, encoder.config)
+        path = choose_path(x.device, 0.0, need_weights, encoder.config, x.size(1))
         term = encoder.positional_term.build(6, path, padding, x.dtype)
         out, _ = encoder.layers[0](x, term, need_weights)
     assert torch.isfinite(out).all()

@@ -1,17 +1,22 @@
 """The attention kernels and the one decision of which runs (x-transformers' ``Attend``, for CPU and GPU).
 
 :func:`choose_path` decides once per forward, from the device, the attention dropout, whether the
-probabilities are wanted and the position config, which of three paths every layer takes:
+probabilities are wanted, the position config and the sequence length, which of three paths every
+layer takes:
 
 * ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
   always, on CPU when there is no dropout and no mask that needs a gradient;
 * ``BIASED_FLASH``: :class:`BiasedFlashAttention` — on CPU, no dropout, a learned dense bias (the
-  T5 bias of TUPE Eq. 5 / 8, Shaw key terms): SDPA would drop to its slow math path for a
-  grad-requiring mask, so the flash kernel runs the forward with the mask as a constant and an
-  exact backward follows;
+  T5 bias of TUPE Eq. 5 / 8, Shaw key terms) and sequences longer than ``2 d_h``: SDPA would drop
+  to its slow math path for a grad-requiring mask, so the flash kernel runs the forward with the
+  mask as a constant and an exact backward follows, keeping no (B, H, T, T) tensor;
 * ``EXPLICIT``: matmul-softmax-matmul — where the probabilities are needed (``need_weights``,
-  Shaw value vectors) and on CPU with attention dropout, where SDPA has no fused kernel and its
-  math fallback is slower than the explicit path.
+  Shaw value vectors), on CPU with attention dropout, where SDPA has no fused kernel and its
+  math fallback is slower than the explicit path, and on CPU for a learned dense bias without
+  dropout when ``T <= 2 d_h``: there it is faster than BIASED_FLASH (measured by
+  ``scripts/benchmark_attention.py``: 0.8 x its time at T = 64 and 128, equal at 256, 1.2 x at
+  512, d_h = 64) and the probabilities it keeps, B H T^2 numbers a layer, are at most twice the
+  layer's hidden states (B T H d_h): the memory bound of the choice.
 
 :func:`fold_untied_term` is the matching decision for TUPE's untied term (see
 :mod:`positional_term`): multiplied out into the dense bias on the explicit path and where a dense
@@ -37,6 +42,9 @@ from .attention_dropout import keep_mask, keep_probability
 # Logits recomputed at once in the backward (heads of one batch row): 1 MiB of float32, which
 # stays in the CPU's caches while it is normalised, multiplied and reduced.
 CHUNK_LOGITS = 2**18
+
+# Without dropout, a learned dense bias takes the explicit path up to T = 2 d_h (see above).
+EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 2
 
 
 class BiasedFlashAttention(torch.autograd.Function):
@@ -91,16 +99,18 @@ class AttentionPath(enum.Enum):
     EXPLICIT = "explicit"
 
 
-def choose_path(device, dropout, need_weights, config):
+def choose_path(device, dropout, need_weights, config, seq_len):
     """The path every layer of this forward takes (see the module docstring).
 
     ``dropout`` is the attention dropout in effect (0 in evaluation), ``config`` the model's
-    :class:`~.position_config.PositionConfig`.
+    :class:`~.position_config.PositionConfig`, ``seq_len`` the length T of the batch.
     """
     on_cpu = torch.device(device).type == "cpu"
     if need_weights or config.shaw_values or (on_cpu and dropout > 0):
         return AttentionPath.EXPLICIT
     if on_cpu and config.learned_dense_bias and torch.is_grad_enabled():
+        if seq_len <= EXPLICIT_MAX_LENGTH_PER_HEAD_DIM * config.head_dim:
+            return AttentionPath.EXPLICIT
         return AttentionPath.BIASED_FLASH
     return AttentionPath.SDPA
 

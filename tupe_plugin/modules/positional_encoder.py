@@ -94,7 +94,7 @@ class PositionalTransformerEncoder(nn.Module):
         if padding_mask is not None:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         dropout = self.attention_dropout if self.training else 0.0
-        path = choose_path(x.device, dropout, need_attn, self.config)
+        path = choose_path(x.device, dropout, need_attn, self.config, src_tokens.size(1))
         term = self.positional_term.build(src_tokens.size(1), path, padding_mask, x.dtype)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
