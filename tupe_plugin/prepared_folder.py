@@ -1,6 +1,6 @@
 """Output folders written atomically: built aside, renamed into place only once complete.
 
-Data preparation (``scripts/prepare_glue.py``, ``scripts/prepare_squad.py``) writes its folder through
+Data preparation (``tupe-prepare-glue``, ``tupe-prepare-squad``) writes its folder through
 :func:`write_prepared_folder`:
 
 - the files are written into a temporary sibling folder (``OUT.tmp-XXXX``) and renamed to ``OUT`` only

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Pass fairseq-train's log through and show progress over the updates requested, not the epoch.
 
     fairseq-train ... --max-update 400 --log-format simple 2>&1 | \\
-        python scripts/show_progress.py --total 400 [--log train.log] [--label NAME]
+        tupe-show-progress --total 400 [--log train.log] [--label NAME]
 
 Every line of the input goes to ``--log`` (or to stdout). Each ``num_updates=N`` (or ``num_updates N``)
 it sees gives a progress line on stderr: ``[NAME] update N/TOTAL (P%), elapsed M:SS, ETA M:SS`` —
@@ -64,7 +63,8 @@ def main(argv=None):
     finally:
         if args.log:
             out.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

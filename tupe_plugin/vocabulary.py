@@ -1,4 +1,4 @@
-"""Whether a sentencepiece model and a ``dict.txt`` belong together (scripts/prepare_glue.py, prepare_squad.py).
+"""Whether a sentencepiece model and a ``dict.txt`` belong together (tupe-prepare-glue, tupe-prepare-squad).
 
 A ``--dict`` of another sentencepiece model still encodes every piece, as ``<unk>`` when it is missing:
 31 % of a task's tokens became ``<unk>`` without a word. A dictionary built from data encoded with the

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """What did the position encodings learn? Pictures and property metrics of any plugin checkpoint.
 
-    python scripts/analyze_positions.py --path checkpoints/checkpoint_last.pt --out analysis/
+    tupe-analyze --path checkpoints/checkpoint_last.pt --out analysis/
 
 Writes one PNG per section that applies to the architecture, ``positions.json`` with every
 number (sections that do not apply say why), and prints a short table. ``--out`` is a new or empty
@@ -13,6 +12,7 @@ matrices and the metrics are defined in docs/analysis.md.
 import argparse
 import logging
 import os
+import sys
 
 import torch
 
@@ -109,8 +109,8 @@ def main(argv=None):
         for figure in result.figures:
             print(f"  {figure}")
     print(f"  {report}")
-    return results
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Write the token embedding of a fairseq checkpoint as word2vec text ('N d' header, 'token v1 ... vd').
 
-    python scripts/export_embeddings.py checkpoints/checkpoint_last.pt --out vectors.txt
+    tupe-export-embeddings checkpoints/checkpoint_last.pt --out vectors.txt
 
 The dictionary is found as for ``--embed-init-path`` (``--dict``, else dict.txt next to the checkpoint,
 else the dict.txt of the data it was trained on). The output is what ``--embed-init-path`` reads.
@@ -11,10 +11,7 @@ import logging
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import tupe_plugin  # noqa: E402,F401  (lets torch >= 2.6 read fairseq checkpoints)
-from tupe_plugin.modules.pretrained_embeddings import read_checkpoint_vectors  # noqa: E402
+from tupe_plugin.modules.pretrained_embeddings import read_checkpoint_vectors
 
 
 def own_flags(message, checkpoint):
@@ -48,7 +45,8 @@ def main(argv=None):
             f.write(token + " " + " ".join(f"{value:.8g}" for value in row) + "\n")
     os.replace(partial, args.out)
     print(f"wrote {len(vectors.tokens)} vectors of size {vectors.dim} to {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

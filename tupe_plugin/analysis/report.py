@@ -4,7 +4,7 @@ A section is a function ``section(context) -> SectionResult``. It draws its figu
 ``context.out_dir``, returns its numbers as JSON-ready ``metrics`` and, for the printed table, the
 property metrics of its matrices as ``rows``. A section that does not apply to the model returns
 ``SectionResult.not_applicable(name, title, reason)``. New diagnoses are new section functions
-appended to the list handed to :func:`run_sections` (see scripts/analyze_positions.py).
+appended to the list handed to :func:`run_sections` (see :mod:`tupe_plugin.analysis.cli`).
 """
 
 import json

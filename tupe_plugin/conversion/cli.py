@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Convert the TUPE authors' released TUPE-R checkpoint into a plugin checkpoint.
 
-    python scripts/convert_official_tupe.py --checkpoint tupe_ckp/model.pt --dict tupe_ckp/dict.txt \\
+    tupe-convert-official --checkpoint tupe_ckp/model.pt --dict tupe_ckp/dict.txt \\
         --out tupe_r_release
 
 writes ``OUT/model.pt``, a fairseq checkpoint of the plugin's ``tupe_r_*`` architecture with the
@@ -20,8 +19,7 @@ import logging
 import os
 import sys
 
-import tupe_plugin  # noqa: F401  (registers the model, and the Namespace for weights_only loading)
-from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert, release_key  # noqa: F401
+from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert
 
 
 def main(argv=None):
@@ -43,7 +41,8 @@ def main(argv=None):
         convert(args.checkpoint, args.dict, args.out, args.allow_pickle, args.force)
     except ReleaseCheckpointError as error:
         sys.exit(f"convert_official_tupe.py: error: {error}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,7 +2,7 @@
 
 The release (``tupe_ckp.tar.gz``: ``model.pt`` + ``dict.txt``) was saved by the authors' fairseq 0.8 fork
 (model ``bert``). Its format, its dictionary and the ways its computation departs from the paper are
-described in docs/official_tupe.md; ``scripts/convert_official_tupe.py`` is the command line.
+described in docs/official_tupe.md; ``tupe-convert-official`` (:mod:`.cli`) is the command line.
 
 * The release's ``args.data`` (the authors' machine) is never read: the configuration is built anew
   from the tensors' shapes (layers, sizes, heads, positions, buckets) and the release's non-shape

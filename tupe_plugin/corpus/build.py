@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build an English pre-training corpus and split it into train/valid/test.
 
 By default the text is the docstrings of the Python standard library, which
@@ -16,8 +15,8 @@ input and seed always give the same files.
 
 Example::
 
-    python scripts/build_corpus.py --output-dir demo/corpus
-    python scripts/build_corpus.py --corpus my_text.txt --output-dir demo/corpus
+    tupe-build-corpus --output-dir demo/corpus
+    tupe-build-corpus --corpus my_text.txt --output-dir demo/corpus
 """
 
 import argparse

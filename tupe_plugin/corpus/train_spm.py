@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Train a sentencepiece model on a corpus and encode its splits into pieces.
 
 Reads ``train.txt`` (and ``valid.txt``, ``test.txt`` when present) from
-``--corpus-dir`` as written by ``scripts/build_corpus.py``, trains a
+``--corpus-dir`` as written by ``tupe-build-corpus``, trains a
 sentencepiece model on ``train.txt`` and writes to ``--output-dir``:
 
 - ``spm.model``, ``spm.vocab``: the sentencepiece model;
@@ -18,7 +17,7 @@ fairseq encode raw text with the same model, pass
 
 Example::
 
-    python scripts/train_spm.py --corpus-dir demo/corpus --output-dir demo/spm
+    tupe-train-spm --corpus-dir demo/corpus --output-dir demo/spm
 """
 
 import argparse
@@ -113,7 +112,7 @@ def parse_args(argv):
     train_file = args.corpus_dir / "train.txt"
     if not train_file.is_file():
         parser.error(
-            f"--corpus-dir: {train_file} not found; build it with scripts/build_corpus.py "
+            f"--corpus-dir: {train_file} not found; build it with tupe-build-corpus "
             f"--output-dir {args.corpus_dir}"
         )
     if not train_file.read_text(encoding="utf-8").strip():

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Encode and binarize one GLUE task for fairseq's ``sentence_prediction`` task.
 
 Reads ``GLUE_DIR/TASK/train.tsv`` and the task's dev file in the standard GLUE tsv layout, encodes the
@@ -17,7 +16,7 @@ logged and counted with ``--skip-malformed``. A dev label that train does not co
 
 Example::
 
-    python scripts/prepare_glue.py --task RTE --glue-dir ../shared/data/glue \\
+    tupe-prepare-glue --task RTE --glue-dir glue_data \\
         --sentencepiece-model data-bin/sentencepiece.bpe.model --dict data-bin/dict.txt --out RTE-bin
 """
 
@@ -318,7 +317,8 @@ def main(argv=None):
     print(f"{args.task}: train {counts['train']}, valid {counts['valid']}, skipped malformed "
           f"{counts['skipped']}" + (f", train labels {labels}" if labels else ", regression (score / 5)")
           + f" -> {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

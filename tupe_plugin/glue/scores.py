@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Collect the best dev scores of GLUE fine-tuning runs into a markdown table (mean ± std over seeds).
 
 Each RUN_DIR is a ``SAVE_DIR`` of ``examples/finetune_glue.sh``: ``run.json`` names the task, arch, seed
@@ -10,7 +9,7 @@ the mean and counted in its cell (``2 failed``). Both are listed on stderr.
 Runs of the same task and arch are different seeds; the table has one row per arch and one column per task,
 each cell ``mean ± sample std (n seeds)``, like Wang et al. 2021 Table 2::
 
-    python scripts/collect_glue_scores.py checkpoints/glue/*/*/seed*
+    tupe-collect-glue checkpoints/glue/*/*/seed*
 """
 
 import argparse
@@ -119,7 +118,8 @@ def main(argv=None):
             print(f"collect_glue_scores.py: {run.run_dir}: {run.nan_evaluations} of {run.evaluations} "
                   f"evaluations of {run.metric} gave nan ({what})", file=sys.stderr)
     print(markdown_table(runs))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

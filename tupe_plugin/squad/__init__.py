@@ -1,1 +1,2 @@
-"""SQuAD span prediction: the prepared feature files, span decoding and the official EM/F1."""
+"""SQuAD span prediction: the prepared feature files (tupe-prepare-squad), span decoding, the official
+EM/F1 and the evaluation of a checkpoint (tupe-evaluate-squad)."""

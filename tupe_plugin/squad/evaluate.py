@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Evaluate a ``squad_span`` checkpoint on SQuAD: predictions JSON and the official EM and F1.
 
 Two modes:
@@ -11,7 +10,7 @@ Each version's own rules apply (:mod:`tupe_plugin.squad.metric`): v1.1 keeps gol
 to the empty string and averages over every question of the file; v2.0 drops them and averages over the
 predicted questions.
 
-Runs the model over the features ``scripts/prepare_squad.py`` wrote for ``--split`` (default valid),
+Runs the model over the features ``tupe-prepare-squad`` wrote for ``--split`` (default valid),
 decodes each question's answer from all its windows (:mod:`tupe_plugin.squad.spans`: best valid span,
 start <= end, at most ``--max-answer-length`` tokens, ``--n-best`` starts and ends per window; with
 ``--version-2-with-negative`` no answer when null score - best span score > ``--null-threshold``),
@@ -23,9 +22,9 @@ of the file), a warning says so.
 
 Example::
 
-    python scripts/evaluate_squad.py --path checkpoints/squad/checkpoint_best.pt --data squad-bin \\
+    tupe-evaluate-squad --path checkpoints/squad/checkpoint_best.pt --data squad-bin \\
         --gold-file dev-v1.1.json --output predictions.json
-    python scripts/evaluate_squad.py --gold-file dev-v1.1.json --predictions predictions.json
+    tupe-evaluate-squad --gold-file dev-v1.1.json --predictions predictions.json
 """
 
 import argparse
@@ -173,7 +172,7 @@ def main(argv=None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--path", help="fine-tuned checkpoint (fairseq-train --task squad_span)")
-    parser.add_argument("--data", help="folder written by scripts/prepare_squad.py (with --path)")
+    parser.add_argument("--data", help="folder written by tupe-prepare-squad (with --path)")
     parser.add_argument("--predictions", help="score this predictions JSON ({question id: answer text}) "
                         "instead of running a model, as the official evaluation script does")
     parser.add_argument("--gold-file", required=True, help="the SQuAD JSON the features were prepared from")
@@ -194,7 +193,8 @@ def main(argv=None):
     if args.predictions is not None:
         if args.path is not None:
             parser.error("give either --predictions (score a file) or --path and --data (run a model)")
-        return score_predictions(args)
+        score_predictions(args)
+        return 0
     if args.path is None or args.data is None:
         parser.error("give --path and --data (run a model), or --predictions (score a predictions file)")
     check_decoding_flags(parser, args)
@@ -218,8 +218,8 @@ def main(argv=None):
     warn_missing(scores, args.gold_file, len(predictions), args.max_articles)
     print(json.dumps({key: round(value, 2) if isinstance(value, float) else value
                       for key, value in official_output(scores).items()}))
-    return scores
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,5 @@
-"""The files ``scripts/prepare_squad.py`` writes for one split, read by the ``squad_span`` task and by
-``scripts/evaluate_squad.py``.
+"""The files ``tupe-prepare-squad`` writes for one split, read by the ``squad_span`` task and by
+``tupe-evaluate-squad``.
 
 A *feature* is one window of one question: ``<s> question </s> passage window </s>``.
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Encode the official SQuAD JSON (v1.1 or v2.0) into features for ``--task squad_span``.
 
 Each question is encoded with the pre-training sentencepiece model as ``<s> question </s> window </s>``,
@@ -24,7 +23,7 @@ as given, in valid); both are logged with the question id and counted in the sum
 
 Example::
 
-    python scripts/prepare_squad.py --train-file train-v1.1.json --valid-file dev-v1.1.json \\
+    tupe-prepare-squad --train-file train-v1.1.json --valid-file dev-v1.1.json \\
         --sentencepiece-model data-bin/sentencepiece.bpe.model --dict data-bin/dict.txt --out squad-bin
 """
 
@@ -323,7 +322,8 @@ def main(argv=None):
               f"without the answer); skipped: {c['long_questions_skipped']} questions longer than "
               f"--max-query-length, {c['mismatched_answers']} answers not matching the context; "
               f"{c['unknown_pieces']} of {c['pieces']} pieces not in --dict -> {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

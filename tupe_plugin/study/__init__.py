@@ -1,13 +1,14 @@
 """A comparison of position encodings, from a corpus to the report, as one resumable command.
 
-``scripts/study.py CONFIG.yaml --out DIR`` pre-trains each architecture of the config on one
+``tupe-study CONFIG.yaml --out DIR`` pre-trains each architecture of the config on one
 corpus, fine-tunes it on GLUE tasks and SQuAD, analyses its positions, and writes
 ``DIR/report.md``, ``DIR/report.json`` and ``DIR/figures/`` side by side, the comparisons of TUPE
 (Ke, He and Liu, arXiv 2006.15595, Table 2 and Fig. 4) and of "On Position Embeddings in BERT"
 (Wang et al. 2021, Tables 2-3).
 
-Every step is a job that runs the repository's command-line tools (fairseq-train,
-examples/finetune_glue.sh, scripts/analyze_positions.py, ...) in its own folder:
+Every step is a job that runs command-line tools (fairseq-train, the package's commands such as
+``python -m tupe_plugin.analysis.cli``, the repository's examples/finetune_glue.sh, ...) in its own
+folder:
 
 - :mod:`.config`    the YAML config and its checks;
 - :mod:`.jobs`      the jobs of a config, their commands and fingerprints;

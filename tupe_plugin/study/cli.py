@@ -1,4 +1,4 @@
-"""``scripts/study.py CONFIG.yaml --out DIR``: check the config, run the jobs, write the report."""
+"""``tupe-study CONFIG.yaml --out DIR``: check the config, run the jobs, write the report."""
 
 import argparse
 import json
@@ -39,7 +39,7 @@ def resolve_tools(config):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="study.py", description="Compare position encodings: pre-train, fine-tune and analyse "
+        prog="tupe-study", description="Compare position encodings: pre-train, fine-tune and analyse "
         "each architecture of CONFIG, then write DIR/report.md, DIR/report.json and DIR/figures/.")
     parser.add_argument("config", metavar="CONFIG.yaml", help="the study's YAML config")
     parser.add_argument("--out", required=True, metavar="DIR",
@@ -63,12 +63,16 @@ def main(argv=None):
     except (KeyboardInterrupt, SystemExit):
         finished = {job.name: (DONE, "done before") for job in jobs if state.action(job) == state.SKIP}
         paths = write_report(config, jobs, finished, args.out)
-        print(f"study.py: interrupted; the report of the {len(finished)} finished job(s) is {paths['md']}; "
+        print(f"tupe-study: interrupted; the report of the {len(finished)} finished job(s) is {paths['md']}; "
               "run the same command again to continue", file=sys.stderr)
         raise
     paths = write_report(config, jobs, outcome, args.out)
     print(f"report: {paths['md']}, {paths['json']}, figures in {paths['figures']}")
     failed = {name: note for name, (status, note) in outcome.items() if status != DONE}
     for name, note in failed.items():
-        print(f"study.py: {name}: {outcome[name][0]}: {note}", file=sys.stderr)
+        print(f"tupe-study: {name}: {outcome[name][0]}: {note}", file=sys.stderr)
     return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

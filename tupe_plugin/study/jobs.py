@@ -1,7 +1,9 @@
 """The jobs of a study: what each runs, in which folder, after which others, and its fingerprint.
 
-Every job runs the repository's command-line tools (no import of the plugin's internals), so it
-runs the same by hand: its commands are recorded in its folder and in the report. Folders, under
+Every job runs command-line tools (no import of the plugin's internals): fairseq's, the package's
+(``python -m tupe_plugin...``, the modules behind the ``tupe-*`` commands) and the fine-tuning
+scripts in the repository's examples/, which run from the repository root. So a job runs the same
+by hand: its commands are recorded in its folder and in the report. Folders, under
 the study's ``--out``::
 
     data/                   corpus split, sentencepiece model, data-bin (shared by every arch)
@@ -10,7 +12,7 @@ the study's ``--out``::
     glue/ARCH/TASK/seedS/   examples/finetune_glue.sh: bin/ (the task encoded), run/ (train.log)
     squad-data/             train/dev split of the SQuAD dev articles (when no train file is given)
     squad/ARCH/             examples/finetune_squad.sh: bin/, run/ (predictions, eval.log)
-    analysis/ARCH/          scripts/analyze_positions.py: analysis/ (PNGs, positions.json)
+    analysis/ARCH/          tupe-analyze: analysis/ (PNGs, positions.json)
 
 A job's fingerprint hashes the settings it depends on and its dependencies' fingerprints, so a
 changed setting invalidates that job and the jobs built on it, and nothing else.
@@ -22,7 +24,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from .config import REPO
 
 
 @dataclass
@@ -38,6 +39,10 @@ class Job:
     log: str = "log.txt"           # the output of its commands, in its folder
     arch: str = None
     fingerprint: str = ""
+
+
+# fairseq's --user-dir: the folder of the tupe_plugin package, in a checkout or installed.
+PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass(frozen=True)
@@ -105,15 +110,15 @@ def _file_digest(path):
 
 
 def _data_job(config, out, tools):
-    """build_corpus.py -> train_spm.py -> fairseq-preprocess, as examples/demo.sh does."""
+    """tupe-build-corpus -> tupe-train-spm -> fairseq-preprocess, as examples/demo.sh does."""
     folder = os.path.join(out, "data")
     corpus = config["corpus"]
     tokens = config["pretrain"]["tokens_per_sample"]
     spm, data = os.path.join(folder, "spm"), data_bin(out)
     commands = [
-        [tools.python, "scripts/build_corpus.py", "--output-dir", os.path.join(folder, "corpus")]
+        [tools.python, "-m", "tupe_plugin.corpus.build", "--output-dir", os.path.join(folder, "corpus")]
         + (["--corpus", corpus] if corpus else []),
-        [tools.python, "scripts/train_spm.py", "--corpus-dir", os.path.join(folder, "corpus"),
+        [tools.python, "-m", "tupe_plugin.corpus.train_spm", "--corpus-dir", os.path.join(folder, "corpus"),
          "--output-dir", spm, "--vocab-size", str(config["data"]["vocab_size"]),
          "--max-pieces", str(tokens - 2)],
         [tools.fairseq("preprocess"), "--only-source", "--trainpref", os.path.join(spm, "train.bpe"),
@@ -152,7 +157,7 @@ def _pretrain_job(pretrain, arch, out, tools):
     schedule = pretrain_schedule(pretrain)
     updates = pretrain["updates"]
     command = [
-        tools.fairseq("train"), data_bin(out), "--user-dir", os.path.join(REPO, "tupe_plugin"),
+        tools.fairseq("train"), data_bin(out), "--user-dir", PLUGIN_DIR,
         "--task", "masked_lm", "--criterion", "masked_lm", "--arch", arch,
         "--sample-break-mode", "complete", "--tokens-per-sample", str(pretrain["tokens_per_sample"]),
         "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--clip-norm", "1.0",
@@ -241,7 +246,7 @@ def _squad_job(squad, arch, out, tools):
 
 def _analysis_job(arch, out, tools):
     name = f"analysis/{arch}"
-    command = [tools.python, "scripts/analyze_positions.py", "--path", pretrain_checkpoint(out, arch),
+    command = [tools.python, "-m", "tupe_plugin.analysis.cli", "--path", pretrain_checkpoint(out, arch),
                "--data", data_bin(out), "--out", os.path.join(out, name, "analysis"),
                "--device", "cpu" if tools.cpu else "cuda"]
     return _job(out, name, "analysis", [command], deps=[f"pretrain/{arch}"], arch=arch)

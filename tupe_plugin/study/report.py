@@ -224,7 +224,7 @@ def _squad_section(report):
 
 
 def _analysis_section(report, out):
-    lines = ["## Position analysis (scripts/analyze_positions.py)", "",
+    lines = ["## Position analysis (tupe-analyze)", "",
              "Translation-invariance violation (0 = invariant), monotonicity fractions forward/backward "
              "(1 = monotone), symmetry violation and offset asymmetry of each matrix, as defined in "
              "docs/analysis.md.", "",

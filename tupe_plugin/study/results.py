@@ -7,8 +7,8 @@ be checked against the logs line by line.
   base 2, at each ``num_updates``); speed: the median ``wps`` (input tokens per second, padding
   excluded) and ``ups`` (updates per second) of its ``train_inner`` lines.
 - GLUE: the best validation line of each run by the task's metric, as
-  ``scripts/collect_glue_scores.py`` picks it; the other metrics of the task from that same line.
-- SQuAD: the score line of ``scripts/evaluate_squad.py``, with the official scripts' keys (v1.1
+  ``tupe-collect-glue`` picks it; the other metrics of the task from that same line.
+- SQuAD: the score line of ``tupe-evaluate-squad``, with the official scripts' keys (v1.1
   ``{"exact_match": ..., "f1": ...}``, v2.0 ``{"exact": ..., "f1": ..., ...}``).
 """
 

@@ -1,5 +1,5 @@
 """``--task squad_span``: extractive question answering (SQuAD v1.1 / v2.0) on the features written by
-``scripts/prepare_squad.py`` (layout in :mod:`tupe_plugin.squad.features`).
+``tupe-prepare-squad`` (layout in :mod:`tupe_plugin.squad.features`).
 
 The model gets a span head (start/end logits per token, :class:`~tupe_plugin.models.span_head.
 SpanPredictionHead`); the targets are the start and end token of the answer, ``<s>`` for none.
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class SquadSpanConfig(FairseqDataclass):
-    data: str = field(default=MISSING, metadata={"help": "folder written by scripts/prepare_squad.py"})
+    data: str = field(default=MISSING, metadata={"help": "folder written by tupe-prepare-squad"})
     span_head_name: str = field(default="squad_span", metadata={"help": "name of the model's span head"})
     max_positions: int = field(
         default=512, metadata={"help": "the pre-training --max-positions (features must fit)"}
@@ -53,7 +53,7 @@ class SquadSpanTask(FairseqTask):
         path = os.path.join(cfg.data, "dict.txt")
         if not os.path.isfile(path):
             raise FileNotFoundError(
-                f"{path}: no such file; prepare the data with scripts/prepare_squad.py --out {cfg.data}"
+                f"{path}: no such file; prepare the data with tupe-prepare-squad --out {cfg.data}"
             )
         dictionary = Dictionary.load(path)
         dictionary.add_symbol("<mask>")  # as masked_lm did in pre-training: same vocabulary size
@@ -64,7 +64,7 @@ class SquadSpanTask(FairseqTask):
         if tokens is None or not os.path.isfile(spans_path(self.cfg.data, split)):
             raise FileNotFoundError(
                 f"{tokens_prefix(self.cfg.data, split)}.bin or {spans_path(self.cfg.data, split)} missing: "
-                f"scripts/prepare_squad.py writes the {split} split into --out {self.cfg.data}"
+                f"tupe-prepare-squad writes the {split} split into --out {self.cfg.data}"
             )
         spans = load_spans(self.cfg.data, split)
         if len(spans) != len(tokens):
@@ -74,7 +74,7 @@ class SquadSpanTask(FairseqTask):
         if longest > self.cfg.max_positions:
             raise ValueError(
                 f"{self.cfg.data}: {split} features of {longest} tokens exceed --max-positions "
-                f"{self.cfg.max_positions}; prepare with scripts/prepare_squad.py --max-seq-length "
+                f"{self.cfg.max_positions}; prepare with tupe-prepare-squad --max-seq-length "
                 f"{self.cfg.max_positions} or less"
             )
         dataset = NestedDictionaryDataset(
