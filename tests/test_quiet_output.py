@@ -7,7 +7,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from tupe_plugin.fairseq_fixes.quiet_output import FULL_CONFIG_VARIABLE, ConfigDumpFilter
+from tupe_plugin.policies.config_summary import FULL_CONFIG_VARIABLE, ConfigDumpFilter
 
 BUILD_CONFIG = """
 import sys, warnings

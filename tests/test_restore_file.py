@@ -11,12 +11,13 @@ import pytest
 import torch
 from cli import run_fairseq_steps, train_args
 from conftest import REPO, _Task, build_model, make_dictionary, random_tokens
-from fairseq import checkpoint_utils, options
+import fairseq_cli.train
+from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from tupe_plugin.fairseq_fixes.missing_restore_file import MissingRestoreFileError
 from tupe_plugin.models import TupeRobertaModel
-from tupe_plugin.models.restore_architecture import ArchitectureMismatchError, prepare_training
+from tupe_plugin.policies.missing_restore_file import MissingRestoreFileError
+from tupe_plugin.policies.restore_architecture import ArchitectureMismatchError, prepare_training
 
 MAX_POSITIONS = 32
 
@@ -133,15 +134,11 @@ def test_a_missing_restore_file_stops_the_run_naming_it(restore_file, tmp_path, 
         prepared(fine_tuning_command(restore_file, "tupe_r_tiny"))
 
 
-def test_fairseq_load_checkpoint_refuses_a_missing_restore_file(tmp_path):
+def test_fairseq_train_refuses_a_missing_restore_file_before_building_the_model(tmp_path):
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(
         options.get_training_parser(), input_args=fine_tuning_command(tmp_path / "typo.pt", "tupe_r_tiny")))
-
-    class Trainer:
-        checkpoint_suffix = ""
-
     with pytest.raises(MissingRestoreFileError, match="typo.pt does not exist"):
-        checkpoint_utils.load_checkpoint(cfg.checkpoint, Trainer())
+        fairseq_cli.train.add_defaults(cfg)  # the step of fairseq-train's main that runs the plugin's checks
 
 
 def test_a_new_run_without_restore_file_needs_no_checkpoint(tmp_path):

@@ -12,9 +12,10 @@ import torch
 from fairseq import checkpoint_utils, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from tupe_plugin.fairseq_fixes import atomic_checkpoints, save_dir_lock
+from tupe_plugin.fairseq_fixes import atomic_checkpoints
+from tupe_plugin.policies import save_dir_lock
 from tupe_plugin.fairseq_fixes.partial_checkpoint_cleanup import CheckpointSaveError
-from tupe_plugin.fairseq_fixes.save_dir_lock import LOCK_NAME, SaveDirLockedError, acquire, release
+from tupe_plugin.policies.save_dir_lock import LOCK_NAME, SaveDirLockedError, acquire, release
 
 
 def held_by(save_dir, pid, host=None, command="fairseq-train DATA --save-dir X"):

@@ -7,7 +7,7 @@ from fairseq import options, tasks
 from fairseq.data import FairseqDataset
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from tupe_plugin.fairseq_fixes.skipped_data_check import SkippedDataError
+from tupe_plugin.policies.skipped_data_check import SkippedDataError
 from tupe_plugin.models import TupeRobertaModel
 
 
@@ -16,6 +16,7 @@ def masked_lm_train_split(data, *flags):
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(options.get_training_parser(), input_args=argv))
     task = tasks.setup_task(cfg.task)
+    task.allow_skipped_data = False  # what building a plugin model without --allow-skipped-data does
     task.load_dataset("train")
     dataset = task.dataset("train")
     return task, dataset, np.arange(len(dataset))
@@ -44,16 +45,17 @@ def test_allow_skipped_data_trains_on_the_rest(wikitext_bin):
     assert 0 < len(kept) < len(indices)
 
 
-def test_the_model_flag_allow_skipped_data_reaches_the_task():
+@pytest.mark.parametrize("allow", [True, False])
+def test_the_model_flag_allow_skipped_data_reaches_the_task(allow):
     task = _Task(make_dictionary(), 32)
-    model = build_model("tupe_r_tiny", allow_skipped_data=True)
+    model = build_model("tupe_r_tiny", allow_skipped_data=allow)
     TupeRobertaModel.build_model(model.args, task)
-    assert task.allow_skipped_data is True
+    assert task.allow_skipped_data is allow
 
 
 class Sized(FairseqDataset):
-    def __init__(self, sizes):
-        self.sizes = np.array(sizes)
+    def __init__(self, sizes, dtype=np.int64):
+        self.sizes = np.array(sizes, dtype=dtype)
 
     def __getitem__(self, index):
         return index
@@ -69,8 +71,12 @@ class Sized(FairseqDataset):
 
 
 class Task(tasks.FairseqTask):
-    def __init__(self):
+    """A task a plugin model was built for (``allow_skipped_data`` set), or another model's (None)."""
+
+    def __init__(self, allow_skipped_data=False):
         self.datasets = {}
+        if allow_skipped_data is not None:
+            self.allow_skipped_data = allow_skipped_data
 
 
 @pytest.mark.parametrize("long_samples, refused", [(1, False), (3, True), (100, True)])
@@ -88,3 +94,17 @@ def test_only_more_than_one_percent_of_the_tokens_stops_the_run(long_samples, re
 def test_validation_without_skip_flag_keeps_fairseqs_own_error():
     with pytest.raises(Exception, match="skip this example with --skip-invalid-size-inputs-valid-test"):
         Task().filter_indices_by_size(np.arange(3), Sized([10, 50, 10]), 20, ignore_invalid_inputs=False)
+
+
+def test_the_tasks_of_other_models_skip_long_samples_as_fairseq_does():
+    dataset = Sized([10] * 900 + [50] * 100)   # 36% of the tokens too long for max_positions 20
+    kept = Task(allow_skipped_data=None).filter_indices_by_size(np.arange(1000), dataset, 20,
+                                                                ignore_invalid_inputs=True)
+    assert len(kept) == 900
+
+
+def test_token_counts_beyond_uint16_are_exact():
+    sizes = [60_000] * 99 + [65_000]             # fairseq keeps sizes below 65,536 as uint16
+    with pytest.raises(SkippedDataError, match=r"^1\.1% of the tokens of the data \(1 of 100 samples\)"):
+        Task().filter_indices_by_size(np.arange(100), Sized(sizes, dtype=np.uint16), 64_000,
+                                      ignore_invalid_inputs=True)

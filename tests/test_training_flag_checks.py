@@ -6,7 +6,7 @@ from conftest import build_model, make_dictionary
 from fairseq import checkpoint_utils, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from tupe_plugin.fairseq_fixes.training_flag_checks import TrainingFlagError, check_training_flags
+from tupe_plugin.policies.training_flag_checks import TrainingFlagError, check_training_flags
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import NotAFairseqCheckpointError
 from tupe_plugin.modules.position_config import PositionFlagError
 
@@ -61,3 +61,10 @@ def test_a_torch_file_that_is_not_a_fairseq_checkpoint_is_named(content, held, t
     with pytest.raises(NotAFairseqCheckpointError, match=f"{path} is a torch file but not a fairseq checkpoint "
                                                          f"\\(it holds {held}"):
         checkpoint_utils.load_model_ensemble_and_task([str(path)])
+
+
+def test_bf16_on_a_tpu_machine_is_left_to_fairseqs_tpu_path(monkeypatch):
+    from tupe_plugin.policies import training_flag_checks
+
+    monkeypatch.setattr(training_flag_checks, "_has_xla", lambda: True)
+    check_training_flags(training_cfg("--tpu", "--bf16", "--cpu"))

@@ -3,7 +3,7 @@ Encoding in Language Pre-training", arXiv 2006.15595), of Wang et al. ("On Posit
 BERT", ICLR 2021) and the embedding initialisation of Kang et al. ("On Initializing Transformers
 with Pre-trained Embeddings", arXiv 2407.12514)."""
 
-from . import fairseq_fixes  # noqa: F401  (checkpoints, binarized data, CPU DDP)
+from . import fairseq_fixes, policies  # noqa: F401  (fixes for every model; policies for the plugin's own)
 from .user_errors import install as _print_user_errors_in_one_line
 from . import criterions, models, tasks  # noqa: F401  (register criterions, the model and --arch presets, tasks)
 

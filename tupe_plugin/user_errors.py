@@ -6,7 +6,8 @@ names the flag or file and the fix. Left uncaught in a command (fairseq-train, f
 scripts), it is printed as one ``error:`` line instead of a traceback through fairseq, and the command
 exits with status 1; ``TUPE_PLUGIN_TRACEBACK=1`` keeps the full traceback. fairseq sometimes wraps the
 error (e.g. "Cannot load model parameters from checkpoint"): the plugin's error in the chain is the one
-printed.
+printed. In a fairseq run of another model (``--arch roberta_base --user-dir tupe_plugin``) every error
+keeps its traceback, as without the plugin.
 """
 
 import os
@@ -37,8 +38,10 @@ def install():
         return
 
     def excepthook(kind, error, traceback):
+        from .policies.scope import in_other_models_run
+
         found = user_error_in(error)
-        if found is None or os.environ.get(TRACEBACK_VARIABLE):
+        if found is None or os.environ.get(TRACEBACK_VARIABLE) or in_other_models_run():
             previous(kind, error, traceback)
             return
         print(f"error: {found}\n(the full traceback: rerun with {TRACEBACK_VARIABLE}=1)", file=sys.stderr)

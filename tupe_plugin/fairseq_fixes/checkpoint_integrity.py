@@ -3,15 +3,15 @@
 ``torch.save`` writes a zip archive with a CRC-32 of every record, but ``torch.load`` never checks
 them: a checkpoint with flipped tensor bytes loads, validates (at a loss of thousands), fine-tunes
 and analyses without a word. :func:`verify_checkpoint` checks every record's CRC (zlib speed, about
-a second per GB) before fairseq's ``load_checkpoint_to_cpu`` (fairseq-train resuming or
-``--restore-file``, fairseq-validate, the hub, the analysis) and the plugin's own loaders read it.
+a second per GB). fairseq's loader calls it when a load fails (:mod:`.unreadable_checkpoints`, every
+model); the plugin checks every checkpoint of its own architectures after a successful load too
+(:mod:`tupe_plugin.policies.checkpoint_crc`), and its own readers before they read.
 Files that are not zip archives are left to :mod:`.unreadable_checkpoints`.
 """
 
 import os
 import zipfile
 
-from fairseq import checkpoint_utils
 from ..user_errors import UserError
 
 _verified = {}
@@ -46,14 +46,3 @@ def verify_checkpoint(path):
         )
     _verified[key] = True
 
-
-_fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
-
-
-def load_checkpoint_to_cpu(path, *args, **kwargs):
-    """fairseq's loader, after :func:`verify_checkpoint` (local files)."""
-    verify_checkpoint(path)
-    return _fairseq_load_checkpoint_to_cpu(path, *args, **kwargs)
-
-
-checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

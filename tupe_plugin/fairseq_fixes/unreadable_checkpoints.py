@@ -1,8 +1,11 @@
-"""A clear error, naming the file, for a checkpoint that torch cannot read (truncated, or not a checkpoint).
+"""A clear error, naming the file, for a checkpoint that torch cannot read (damaged, truncated, or not a
+checkpoint).
 
 fairseq's ``load_checkpoint_to_cpu`` (behind ``fairseq-train`` resuming or ``--restore-file``, and
 ``fairseq-validate --path``) hands the file straight to ``torch.load``, whose errors ("failed finding
-central directory", "invalid load key") name neither the file nor what to do.
+central directory", "invalid load key", an unpickling error) name neither the file nor what to do.
+When a load fails, the file is examined: damaged bytes (a record that fails its CRC), a truncated or
+foreign file, a torch file that holds no fairseq checkpoint, each get their own message.
 """
 
 import os
@@ -10,6 +13,7 @@ import zipfile
 
 from fairseq import checkpoint_utils
 from ..user_errors import UserError
+from .checkpoint_integrity import verify_checkpoint
 
 
 class UnreadableCheckpointError(UserError, RuntimeError):
@@ -24,10 +28,11 @@ _fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
 
 
 def load_checkpoint_to_cpu(path, *args, **kwargs):
-    """fairseq's loader; a local file that fails to load and is no complete zip archive is reported."""
+    """fairseq's loader; a local file that fails to load is examined and reported."""
     try:
         return _fairseq_load_checkpoint_to_cpu(path, *args, **kwargs)
     except Exception as err:
+        verify_checkpoint(path)
         raise_if_unreadable(path, err)
         raise_if_not_fairseq(path, err)
         raise
@@ -66,5 +71,5 @@ def raise_if_not_fairseq(path, err):
     raise NotAFairseqCheckpointError(
         f"{path} is a torch file but not a fairseq checkpoint (it holds {held}; a fairseq checkpoint holds "
         "'model', 'cfg' and 'optimizer_history'): pass a checkpoint written by fairseq-train, or convert "
-        "the authors' released weights with scripts/convert_official_tupe.py"
+        "the authors' released TUPE weights with tupe-convert-official"
     ) from err

@@ -1,3 +1,2 @@
 from .tupe_roberta import TupeRobertaEncoder, TupeRobertaModel  # noqa: F401
 from . import architectures  # noqa: F401  (registers the named --arch presets)
-from . import restore_architecture  # noqa: F401  (fine-tuning builds the checkpoint's architecture)

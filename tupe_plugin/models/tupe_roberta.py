@@ -169,7 +169,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
                 args.tokens_per_sample = task.max_positions()
             args.max_positions = args.tokens_per_sample
         check_dictionary_fingerprint(args, task.source_dictionary)
-        task.allow_skipped_data = args.allow_skipped_data  # read by fairseq_fixes.skipped_data_check
+        task.allow_skipped_data = args.allow_skipped_data  # read by policies.skipped_data_check
         check_num_classes(task)
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         model = cls(args, encoder)

@@ -1,31 +1,22 @@
-"""Keep fairseq's command-line output readable: no hydra deprecation warnings, no one-line config dumps.
+"""A one-line configuration summary in the logs of the plugin's runs, instead of a 12 KB config dump.
 
-fairseq 0.12 builds its configuration through hydra APIs that hydra has since deprecated, so every
-fairseq command prints about fifty lines of deprecation warnings; these are silenced by message (other
-warnings stay). fairseq-train and fairseq-validate log their whole configuration as one line of about
-12 KB; it is replaced by a one-line summary (architecture, task, criterion, data). The full configuration
-is stored in every checkpoint (``cfg``); ``TUPE_PLUGIN_FULL_CONFIG=1`` logs it as before.
+fairseq-train and fairseq-validate log their whole configuration as one line of about 12 KB. For a run
+(or checkpoint) of one of the plugin's architectures it is replaced by a one-line summary (architecture,
+task, criterion, data); the full configuration is stored in every checkpoint (``cfg``), and
+``TUPE_PLUGIN_FULL_CONFIG=1`` logs it as before. Other models' runs keep fairseq's dump.
 """
 
+import argparse
 import logging
 import os
-import warnings
 
-HYDRA_DEPRECATIONS = (
-    r"hydra\.experimental\.(initialize|compose)\(\) is no longer experimental",
-    r"\s*The version_base parameter is not specified",
-    r"In '[^']*': Usage of deprecated keyword in package header",
-    r"\s*'[^']*' is validated against ConfigStore schema with the same name",
-    r"\s*The strict flag in the compose API is deprecated",
-)
+from omegaconf import OmegaConf
+
+from .scope import is_plugin_config
+
 CONFIG_LOGGERS = ("fairseq_cli.train", "fairseq_cli.validate")
 FULL_CONFIG_VARIABLE = "TUPE_PLUGIN_FULL_CONFIG"
 LONG_MESSAGE = 2000
-
-
-def silence_hydra_deprecations():
-    for message in HYDRA_DEPRECATIONS:
-        warnings.filterwarnings("ignore", message=message)
 
 
 def _get(config, *path):
@@ -54,18 +45,19 @@ def config_summary(config):
 
 
 class ConfigDumpFilter(logging.Filter):
-    """Replace a logged configuration object (not a text message) longer than LONG_MESSAGE by a summary."""
+    """Replace a logged configuration of a plugin architecture longer than LONG_MESSAGE by a summary."""
 
     def filter(self, record):
-        if os.environ.get(FULL_CONFIG_VARIABLE) or isinstance(record.msg, str) or record.args:
+        config = record.msg
+        if os.environ.get(FULL_CONFIG_VARIABLE) or record.args \
+                or not (OmegaConf.is_config(config) or isinstance(config, argparse.Namespace)):
             return True
-        if len(str(record.msg)) > LONG_MESSAGE:
-            record.msg = config_summary(record.msg)
+        if is_plugin_config(config) and len(str(config)) > LONG_MESSAGE:
+            record.msg = config_summary(config)
         return True
 
 
 def install():
-    silence_hydra_deprecations()
     for name in CONFIG_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, ConfigDumpFilter) for f in logger.filters):

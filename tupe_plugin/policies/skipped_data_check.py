@@ -4,8 +4,9 @@ fairseq drops the samples longer than the model's ``max_positions`` from every t
 WARNING ("N samples have invalid sizes and will be skipped"). With ``--sample-break-mode complete``
 (whole lines per sample) and lines longer than ``--tokens-per-sample``, that was 92 % of the tokens of a
 corpus, and the run trained on the rest with exit 0. Above :data:`MAX_SKIPPED_FRACTION` of the tokens the
-run now stops, saying how much and what to change; ``--allow-skipped-data`` (a model flag: the model
-sets ``task.allow_skipped_data``) accepts the loss and keeps fairseq's warning.
+run now stops, saying how much and what to change; ``--allow-skipped-data`` accepts the loss and keeps
+fairseq's warning. It is a flag of the plugin's architectures only: building one of them sets
+``task.allow_skipped_data``, and the tasks of other models (which have no such flag) are left to fairseq.
 """
 
 import logging
@@ -24,18 +25,22 @@ class SkippedDataError(UserError, ValueError):
 
 
 def _tokens(dataset, indices):
+    """Tokens of the samples ``indices``, summed in int64 (fairseq stores sizes as uint16 when they fit)."""
     indices = np.asarray(indices, dtype=np.int64)
     if len(indices) == 0:
         return 0
     try:
-        return int(np.sum(dataset.num_tokens_vec(indices)))
+        sizes = dataset.num_tokens_vec(indices)
     except NotImplementedError:
-        return int(sum(dataset.num_tokens(int(i)) for i in indices))
+        sizes = [dataset.num_tokens(int(i)) for i in indices]
+    return int(np.asarray(sizes, dtype=np.int64).sum())
 
 
 def check_skipped(task, dataset, indices, ignored, max_positions):
-    """Raise :class:`SkippedDataError` when ``ignored`` holds more than the allowed fraction of tokens."""
-    if len(ignored) == 0 or getattr(task, "allow_skipped_data", False):
+    """Raise :class:`SkippedDataError` when ``ignored`` holds more than the allowed fraction of tokens.
+
+    Only for a task a plugin model was built for without ``--allow-skipped-data``."""
+    if len(ignored) == 0 or getattr(task, "allow_skipped_data", True):
         return
     total = _tokens(dataset, indices)
     skipped = _tokens(dataset, ignored)

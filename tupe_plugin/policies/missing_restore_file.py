@@ -2,14 +2,14 @@
 
 fairseq's ``load_checkpoint`` treats a missing checkpoint as "no checkpoint yet": a mistyped
 ``--restore-file`` logs "No existing checkpoint found" at INFO and trains from random initialisation,
-exit 0. Only the default value (``checkpoint_last.pt``, fairseq's resume-if-present behaviour) may be
-missing; a path the user gave must exist. :func:`checkpoint_to_restore` also says which file fairseq
-will load, for the plugin's checks that run before the model is built.
+exit 0. For the plugin's architectures only the default value (``checkpoint_last.pt``, fairseq's
+resume-if-present behaviour) may be missing; a path the user gave must exist (checked before the model is
+built, :mod:`.training_run`). :func:`checkpoint_to_restore` also says which file fairseq will load, for
+the plugin's checks that run before the model is built.
 """
 
 import os
 
-from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 from ..user_errors import UserError
 
@@ -43,14 +43,3 @@ def checkpoint_to_restore(cfg, suffix=""):
         )
     return path
 
-
-_fairseq_load_checkpoint = checkpoint_utils.load_checkpoint
-
-
-def load_checkpoint(cfg, trainer, **passthrough_args):
-    """fairseq's ``load_checkpoint``, after :func:`checkpoint_to_restore` refused a missing file."""
-    checkpoint_to_restore(cfg, trainer.checkpoint_suffix)
-    return _fairseq_load_checkpoint(cfg, trainer, **passthrough_args)
-
-
-checkpoint_utils.load_checkpoint = load_checkpoint

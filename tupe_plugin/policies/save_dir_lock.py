@@ -3,11 +3,13 @@
 Two runs sharing a ``--save-dir`` overwrite each other's ``checkpoint_last.pt`` / ``checkpoint_best.pt``
 (and the resumed one continues from the other's weights) without a word. The first process of a run
 (rank 0) creates ``SAVE_DIR/tupe_plugin.lock`` exclusively, with its pid, host and command line, and
-removes it when the run ends. A lock left by a run that was killed (its pid no longer exists on this
-host) is taken over, so re-running a killed command resumes as before.
+removes it when the process ends (also a worker started by fairseq's ``torch.multiprocessing.spawn``) or
+starts another run. A lock left by a run that was killed (its pid no longer exists on this host) is
+taken over, so re-running a killed command resumes as before.
 """
 
 import json
+import multiprocessing.util
 import os
 import socket
 import sys
@@ -15,6 +17,8 @@ import time
 from ..user_errors import UserError
 
 LOCK_NAME = "tupe_plugin.lock"
+
+_held = []
 
 
 class SaveDirLockedError(UserError, RuntimeError):
@@ -75,26 +79,13 @@ def release(path):
         os.remove(path)
 
 
-def _install():
-    import fairseq_cli.train as train
-    from fairseq.distributed import utils as distributed_utils
 
-    fairseq_main = train.main
-    if getattr(fairseq_main, "locks_save_dir", False):
-        return
-
-    def main(cfg, **kwargs):
-        if cfg.checkpoint.no_save or not distributed_utils.is_master(cfg.distributed_training):
-            return fairseq_main(cfg, **kwargs)
-        path = acquire(cfg.checkpoint.save_dir)
-        try:
-            return fairseq_main(cfg, **kwargs)
-        finally:
-            release(path)
-
-    main.locks_save_dir = True
-    main.__wrapped__ = fairseq_main
-    train.main = main
-
-
-_install()
+def lock_for_run(save_dir):
+    """Take the lock of ``save_dir`` for the run starting in this process, released when the process ends
+    (normal exit, an exception, a spawned worker's end) or when it starts another run."""
+    while _held:
+        release(_held.pop())
+    path = acquire(save_dir)
+    _held.append(path)
+    multiprocessing.util.Finalize(None, release, args=(path,), exitpriority=0)
+    return path

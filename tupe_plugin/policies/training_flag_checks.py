@@ -1,10 +1,14 @@
 """fairseq-train flags that fail deep inside fairseq, refused in one line before anything is built.
 
-- ``--fp16`` / ``--bf16`` without a CUDA device (``--cpu``, or a machine without one): fairseq fails in
-  its fp16 optimizer or in a kernel without a CPU half-precision implementation;
+- ``--fp16`` / ``--bf16`` without a CUDA device (``--cpu``, or a machine without one): fairseq fails in its
+  fp16 optimizer, in a kernel without a CPU half-precision implementation, or, for ``--bf16`` (which
+  fairseq takes to imply ``--tpu``), in XLA code. A machine with ``torch_xla`` installed is left to
+  fairseq's TPU path;
 - ``--tokens-per-sample`` below 2 (masked_lm blocks are one token shorter, for ``<s>``);
 - ``--mask-prob`` of 0 (no token to predict: the loss is 0/0) or 1 and above (nothing left to read).
 """
+
+import importlib.util
 
 import torch
 from ..user_errors import UserError
@@ -14,11 +18,17 @@ class TrainingFlagError(UserError, ValueError):
     """A fairseq-train flag that cannot train."""
 
 
+def _has_xla():
+    """True where torch_xla, which fairseq's ``--tpu``/``--bf16`` path runs on, is installed."""
+    return importlib.util.find_spec("torch_xla") is not None
+
+
 def check_training_flags(cfg):
     """Raise :class:`TrainingFlagError` listing every bad flag of fairseq-train config ``cfg``."""
     errors = []
     for flag in ("fp16", "bf16"):
-        if getattr(cfg.common, flag, False) and (cfg.common.cpu or not torch.cuda.is_available()):
+        on_cpu = cfg.common.cpu or not torch.cuda.is_available()
+        if getattr(cfg.common, flag, False) and on_cpu and not _has_xla():
             where = "--cpu" if cfg.common.cpu else "this machine, which has no CUDA device"
             errors.append(f"--{flag} needs a CUDA GPU but the run is on the CPU ({where}): drop --{flag}")
     task = cfg.task
@@ -32,21 +42,3 @@ def check_training_flags(cfg):
     if errors:
         raise TrainingFlagError("; ".join(errors))
 
-
-def _install():
-    import fairseq_cli.train as train
-
-    fairseq_main = train.main
-    if getattr(fairseq_main, "checks_training_flags", False):
-        return
-
-    def main(cfg, **kwargs):
-        check_training_flags(cfg)
-        return fairseq_main(cfg, **kwargs)
-
-    main.checks_training_flags = True
-    main.__wrapped__ = fairseq_main
-    train.main = main
-
-
-_install()

@@ -17,19 +17,16 @@ weights replace that initialisation.
 
 import argparse
 import logging
-import sys
 
 import torch
-from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
-from ..fairseq_fixes.missing_restore_file import checkpoint_to_restore
 from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
 from ..user_errors import UserError
+from .missing_restore_file import checkpoint_to_restore
+from .scope import is_plugin_arch
 
 logger = logging.getLogger(__name__)
-
-MODEL_NAME = "tupe_roberta"
 
 # Regularisation, pruning and memory flags and the classification-head settings: a fine-tuning command
 # may give them other values than pre-training (the model's weights keep their meaning). When the command
@@ -62,7 +59,7 @@ class ArchitectureMismatchError(UserError, ValueError):
 
 def model_flags():
     """{option string: dest} of every model flag (RoBERTa's and the plugin's)."""
-    from .tupe_roberta import TupeRobertaModel
+    from ..models.tupe_roberta import TupeRobertaModel
 
     parser = argparse.ArgumentParser(add_help=False)
     TupeRobertaModel.add_args(parser)
@@ -134,8 +131,7 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
     line. Returns the carried settings {name: value}; raises :class:`ArchitectureMismatchError`.
     """
     saved_arch = _get(saved, "arch")
-    if ARCH_MODEL_NAME_REGISTRY.get(saved_arch) != MODEL_NAME \
-            or ARCH_MODEL_NAME_REGISTRY.get(_get(model_cfg, "arch")) != MODEL_NAME:
+    if not is_plugin_arch(saved_arch) or not is_plugin_arch(_get(model_cfg, "arch")):
         return {}  # another model family: fairseq's own checks apply
     flags = model_flags()
     explicit = explicit_settings(argv, flags)
@@ -176,26 +172,9 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
 
 def prepare_training(cfg, argv):
     """Before fairseq-train builds the model: refuse a missing --restore-file, carry the checkpoint's
-    architecture into ``cfg.model``."""
+    architecture into ``cfg.model`` (``argv``: the command line, for the settings it gives)."""
     path = checkpoint_to_restore(cfg.checkpoint, cfg.checkpoint.checkpoint_suffix)
     if path is None or not isinstance(cfg.model, argparse.Namespace):
         return {}
     return carry_checkpoint_architecture(cfg.model, saved_model_config(path), path, argv)
 
-
-def _install():
-    import fairseq_cli.train as train
-
-    fairseq_main = train.main
-    if getattr(fairseq_main, "carries_checkpoint_architecture", False):
-        return
-
-    def main(cfg, **kwargs):
-        prepare_training(cfg, sys.argv[1:])
-        return fairseq_main(cfg, **kwargs)
-
-    main.carries_checkpoint_architecture = True
-    train.main = main
-
-
-_install()
