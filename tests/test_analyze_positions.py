@@ -1,16 +1,15 @@
 """The position analysis: matrices against the papers' formulas, sections per architecture, the script."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from cli import run_fairseq, train_args
-from conftest import PRESETS, REPO, build_model, make_dictionary
+from conftest import PRESETS, build_model, make_dictionary
 from paper_equations import content_free_correlation, layer_norm
+from tupe_plugin.analysis import cli as analyze_positions
 from tupe_plugin.analysis import figures
 from tupe_plugin.analysis import position_matrices as pm
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
@@ -20,15 +19,6 @@ from tupe_plugin.modules.pretrained_embeddings import embedding_position_diagnos
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS_WITHOUT_FIGURE = {"embeddings_vs_positions"}  # numbers only: norms, their ratio, the probe R^2
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location(
-        "analyze_positions", Path(REPO) / "scripts" / "analyze_positions.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def trained(model):
@@ -235,7 +225,7 @@ def checkpoint(wikitext_bin, tmp_path_factory):
 
 
 def run_script(*argv):
-    return load_script().main([str(a) for a in argv])
+    return analyze_positions.main([str(a) for a in argv])
 
 
 @pytest.mark.parametrize("arch, not_applicable", [

@@ -1,14 +1,10 @@
-"""scripts/collect_glue_scores.py treats a nan evaluation as failed: excluded, counted and reported."""
+"""tupe-collect-glue treats a nan evaluation as failed: excluded, counted and reported."""
 
 import json
-import os
-import sys
 
 import pytest
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import collect_glue_scores  # noqa: E402
+from tupe_plugin.glue import scores as collect_glue_scores
 
 METRIC = "pearson_and_spearman"
 

@@ -1,23 +1,10 @@
-"""The demo's data scripts: scripts/build_corpus.py and scripts/train_spm.py."""
-
-import importlib.util
-from pathlib import Path
+"""The demo's data commands: tupe-build-corpus and tupe-train-spm."""
 
 import pytest
 import sentencepiece as spm
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build_corpus = load_script("build_corpus")
-train_spm = load_script("train_spm")
+from tupe_plugin.corpus import build as build_corpus
+from tupe_plugin.corpus import train_spm
 
 ANIMALS = ["cat", "dog", "bird", "horse", "fox", "owl", "bear", "wolf"]
 PLACES = ["garden", "forest", "river", "house", "field", "hill"]

@@ -2,14 +2,11 @@
 the warning when most questions of --gold-file have no prediction."""
 
 import json
-import os
-import sys
 
 import pytest
-from conftest import REPO, shared_data
+from conftest import shared_data
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import evaluate_squad  # noqa: E402
+from tupe_plugin.squad import evaluate as evaluate_squad
 
 DEV = shared_data("squad", "dev-v1.1.json")
 

@@ -10,9 +10,8 @@ import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import REPO, VENV_BIN, shared_data
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import collect_glue_scores  # noqa: E402
-import prepare_glue  # noqa: E402
+from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.glue import scores as collect_glue_scores
 
 GLUE = ("SST-2", "CoLA", "MRPC", "RTE", "STS-B")
 METRIC = {"SST-2": "accuracy", "STS-B": "pearson"}

@@ -1,10 +1,9 @@
-"""scripts/convert_official_tupe.py: the authors' released TUPE-R checkpoint, converted and checked
+"""tupe-convert-official: the authors' released TUPE-R checkpoint, converted and checked
 against a plain implementation of the release's forward pass written here from
 docs/official_tupe.md (not from the plugin's modules)."""
 
 import argparse
 import math
-import os
 import sys
 import types
 
@@ -12,20 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cli import logged_losses, run_fairseq, train_inner_losses
-from conftest import REPO, build_model, random_tokens
+from conftest import build_model, random_tokens
 from paper_equations import exact_t5_bucket
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
+from tupe_plugin.conversion import cli as convert_official_tupe
+from tupe_plugin.conversion import official_tupe
+from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert, release_key
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.modules.position_config import PositionFlagError
 from tupe_plugin.modules.relative_position import relative_position_bucket
-
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import convert_official_tupe  # noqa: E402  (the command line)
-
-from tupe_plugin.conversion import official_tupe  # noqa: E402
-from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert, release_key  # noqa: E402
 
 S = "decoder.sentence_encoder."
 LAYERS, DIM, HEADS, FFN, MAX_POSITIONS, BUCKETS = 2, 32, 4, 64, 24, 32

@@ -4,16 +4,13 @@ with other settings, failing half-way, and into a folder they did not write."""
 
 import json
 import os
-import sys
 
 import pytest
-from conftest import REPO, shared_data
+from conftest import shared_data
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import prepare_glue  # noqa: E402
-import prepare_squad  # noqa: E402
-
-from tupe_plugin.prepared_folder import MANIFEST  # noqa: E402
+from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.prepared_folder import MANIFEST
+from tupe_plugin.squad import prepare as prepare_squad
 
 
 def glue_dir(tmp_path, rows=30):

@@ -1,16 +1,15 @@
 """--embed-init-*: reading, matching, standardising (Kang et al.), and the embeddings-vs-positions diagnosis."""
 
 import argparse
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
 from cli import run_fairseq, train_args
-from conftest import REPO, build_model, make_dictionary
+from conftest import build_model, make_dictionary
 from fairseq.data import Dictionary
 
+from tupe_plugin.analysis import export_embeddings
 from tupe_plugin.modules.pretrained_embeddings import (
     FAIRSEQ_EMBED_INIT_STD,
     embedding_position_diagnosis,
@@ -102,12 +101,7 @@ def test_checkpoint_vectors_are_read_with_the_dictionary_next_to_it(model, dicti
 def test_export_embeddings_writes_what_embed_init_path_reads(model, dictionary, tmp_path):
     dictionary.save(str(tmp_path / "dict.txt"))
     torch.save({"args": None, "model": model.state_dict()}, tmp_path / "checkpoint.pt")
-    spec = importlib.util.spec_from_file_location(
-        "export_embeddings", os.path.join(REPO, "scripts", "export_embeddings.py")
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    script.main([str(tmp_path / "checkpoint.pt"), "--out", str(tmp_path / "v.txt"), "--scale", "2"])
+    export_embeddings.main([str(tmp_path / "checkpoint.pt"), "--out", str(tmp_path / "v.txt"), "--scale", "2"])
     read = read_vectors(str(tmp_path / "v.txt"))
     assert read.tokens == dictionary.symbols
     torch.testing.assert_close(read.vectors, 2 * model.encoder.sentence_encoder.embed_tokens.weight,

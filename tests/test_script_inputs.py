@@ -2,18 +2,15 @@
 their own flags."""
 
 import json
-import os
-import sys
 
 import pytest
 import torch
-from conftest import REPO, build_model, make_dictionary
+from conftest import build_model, make_dictionary
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import analyze_positions  # noqa: E402
-import export_embeddings  # noqa: E402
-import prepare_glue  # noqa: E402
-import prepare_squad  # noqa: E402
+from tupe_plugin.analysis import cli as analyze_positions
+from tupe_plugin.analysis import export_embeddings
+from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.squad import prepare as prepare_squad
 
 
 def refused(main, argv, capsys):

@@ -1,14 +1,10 @@
-"""scripts/show_progress.py: progress over the updates requested (--max-update), not fairseq's epoch."""
+"""tupe-show-progress: progress over the updates requested (--max-update), not fairseq's epoch."""
 
 import io
-import os
-import sys
 
 import pytest
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import show_progress  # noqa: E402
+from tupe_plugin import progress as show_progress
 
 LOG = [
     "2024 | INFO | fairseq_cli.train | begin training epoch 1\n",

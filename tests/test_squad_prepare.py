@@ -4,18 +4,14 @@ and the errors and counted skips of bad input."""
 import copy
 import json
 import logging
-import os
-import sys
 
 import pytest
 import sentencepiece as spm
-from conftest import REPO, shared_data
+from conftest import shared_data
 from fairseq.data import Dictionary
 
+from tupe_plugin.squad import prepare as prepare_squad
 from tupe_plugin.squad.features import NO_ANSWER, load_features, load_spans
-
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import prepare_squad  # noqa: E402
 
 
 def dev_articles(count):

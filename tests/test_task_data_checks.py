@@ -1,22 +1,18 @@
 """Bad GLUE / SQuAD task data is refused, naming the file and line or entry, before a model sees it."""
 
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, _Task, build_model, shared_data
+from conftest import _Task, build_model, shared_data
 from fairseq.data import Dictionary
 
+from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.task_checks import LabelCountError
+from tupe_plugin.squad import evaluate as evaluate_squad
+from tupe_plugin.squad import prepare as prepare_squad
 from tupe_plugin.vocabulary import DictionaryFitError, check_dictionary_symbols, check_unknown_pieces
-
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import evaluate_squad  # noqa: E402
-import prepare_glue  # noqa: E402
-import prepare_squad  # noqa: E402
 
 
 def glue_file(tmp_path, task, rows, header=True, extra_lines=()):
