@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
-from tupe_plugin.prepared_folder import PreparedFolderError, fingerprint, write_prepared_folder
+from tupe_plugin.prepared_folder import fingerprint, write_prepared_folder
 
 logger = logging.getLogger("prepare_glue")
 
