@@ -13,17 +13,17 @@ from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.architectures import POSITION_PRESETS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+TEST_DATA = os.path.join(REPO, "tests", "data")
 VENV_BIN = os.path.dirname(sys.executable)
 PRESETS = sorted(POSITION_PRESETS)
 
 
-def shared_data(*parts):
-    """Path of a file under ../shared/data; a clear error when the checkout lacks it."""
-    path = os.path.join(SHARED_DATA, *parts)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} missing: the tests read ../shared/data beside the repository")
-    return path
+def test_data(*parts):
+    """Path of a file or folder under tests/data, the excerpts of real data (tests/data/SOURCES.md)."""
+    return os.path.join(TEST_DATA, *parts)
+
+
+test_data.__test__ = False  # a helper, not a test, in the modules that import it
 
 
 class _Task:
@@ -107,7 +107,7 @@ def _seed():
 def wikitext_bin(tmp_path_factory):
     """The first lines of WikiText-2 valid (train) and the next ones (valid), binarized."""
     root = tmp_path_factory.mktemp("wikitext")
-    with open(shared_data("wikitext-2", "wiki.valid.tokens"), encoding="utf-8") as f:
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
         lines = f.readlines()
     (root / "train.txt").write_text("".join(lines[:300]), encoding="utf-8")
     (root / "valid.txt").write_text("".join(lines[300:400]), encoding="utf-8")
@@ -122,13 +122,13 @@ def wikitext_bin(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def pretrained_dir(tmp_path_factory):
-    """A tiny TUPE-R trained for 2 updates on SST-2 sentences with a sentencepiece vocabulary."""
+    """A tiny TUPE-R trained for 2 updates on WikiText-2 paragraphs with a sentencepiece vocabulary."""
     import sentencepiece as spm
     from cli import run_fairseq, train_args
 
     root = tmp_path_factory.mktemp("hub")
-    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
-        sentences = [line.split("\t")[0] for line in list(f)[1:1201]]
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
+        sentences = [line.strip() for line in f if line.strip()]
     (root / "raw.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
     spm.SentencePieceTrainer.train(
         input=str(root / "raw.txt"), model_prefix=str(root / "spm"), vocab_size=300,
@@ -136,8 +136,8 @@ def pretrained_dir(tmp_path_factory):
     )
     processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
     encoded = [" ".join(processor.encode(s, out_type=str)) for s in sentences]
-    (root / "train.bpe").write_text("\n".join(encoded[:1000]) + "\n", encoding="utf-8")
-    (root / "valid.bpe").write_text("\n".join(encoded[1000:]) + "\n", encoding="utf-8")
+    (root / "train.bpe").write_text("\n".join(encoded[:-20]) + "\n", encoding="utf-8")
+    (root / "valid.bpe").write_text("\n".join(encoded[-20:]) + "\n", encoding="utf-8")
     data = root / "data-bin"
     run_fairseq("preprocess", "--only-source", "--trainpref", root / "train.bpe",
                 "--validpref", root / "valid.bpe", "--destdir", data, "--workers", 1)

@@ -4,18 +4,21 @@ the warning when most questions of --gold-file have no prediction."""
 import json
 
 import pytest
-from conftest import shared_data
+from conftest import test_data
 
 from tupe_plugin.squad import evaluate as evaluate_squad
 
-DEV = shared_data("squad", "dev-v1.1.json")
+DEV = test_data("squad", "dev-v1.1.head.json")
+QUESTIONS = 1169  # of its 3 articles: 810, 247 and 112
+DEV_V2 = test_data("squad", "dev-v2.0-style.head.json")
 
 
-def write_predictions(tmp_path, articles=None, choose=0):
-    with open(DEV, encoding="utf-8") as f:
+def write_predictions(tmp_path, articles=slice(None), gold_file=DEV):
+    """The first gold answer of every question of ``articles``, "" for the unanswerable ones."""
+    with open(gold_file, encoding="utf-8") as f:
         data = json.load(f)["data"]
-    predictions = {qa["id"]: qa["answers"][choose]["text"] for a in data[:articles] for p in a["paragraphs"]
-                   for qa in p["qas"]}
+    predictions = {qa["id"]: qa["answers"][0]["text"] if qa["answers"] else ""
+                   for a in data[articles] for p in a["paragraphs"] for qa in p["qas"]}
     path = tmp_path / "predictions.json"
     path.write_text(json.dumps(predictions), encoding="utf-8")
     return str(path)
@@ -34,16 +37,31 @@ def test_v2_rules_print_the_official_v20_keys(tmp_path, capsys):
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
     assert list(printed) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total"]
-    assert printed["total"] == 10570 and printed["exact"] == 100.0
+    assert printed["total"] == QUESTIONS and printed["exact"] == 100.0
     assert "is version 1.1, scored with the v2.0 rules" in captured.err
 
 
+def test_v2_file_with_unanswerable_questions_prints_the_no_answer_keys(tmp_path, capsys):
+    with open(DEV_V2, encoding="utf-8") as f:
+        qas = [qa for a in json.load(f)["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    unanswerable = sum(qa["is_impossible"] for qa in qas)
+    predictions = write_predictions(tmp_path, gold_file=DEV_V2)
+    evaluate_squad.main(["--gold-file", DEV_V2, "--predictions", predictions, "--version-2-with-negative"])
+    printed = json.loads(capsys.readouterr().out)
+    assert list(printed) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
+                             "NoAns_exact", "NoAns_f1", "NoAns_total"]
+    assert (printed["total"], printed["NoAns_total"]) == (len(qas), unanswerable) and unanswerable > 0
+    assert printed["exact"] == printed["NoAns_exact"] == printed["HasAns_f1"] == 100.0
+
+
 def test_predictions_of_a_few_articles_warn_loudly_and_score_the_whole_file(tmp_path, capsys):
-    scores = evaluate_squad.main(["--gold-file", DEV, "--predictions", write_predictions(tmp_path, 2)])
-    err = capsys.readouterr().err
-    assert "WARNING:" in err and "of the 10570 questions" in err and "--max-articles" in err
-    predicted = len(json.loads((tmp_path / "predictions.json").read_text()))
-    assert scores["exact_match"] == 100.0 * predicted / 10570  # the official v1.1 rule, but said out loud
+    predictions = write_predictions(tmp_path, slice(2, 3))  # the last article: 112 questions
+    evaluate_squad.main(["--gold-file", DEV, "--predictions", predictions])
+    captured = capsys.readouterr()
+    assert f"WARNING: {QUESTIONS - 112} of the {QUESTIONS} questions" in captured.err
+    assert "--max-articles" in captured.err
+    # the official v1.1 rule, but said out loud
+    assert json.loads(captured.out)["exact_match"] == 100.0 * 112 / QUESTIONS
 
 
 def test_a_few_missing_predictions_warn_quietly(tmp_path, capsys):
@@ -54,7 +72,7 @@ def test_a_few_missing_predictions_warn_quietly(tmp_path, capsys):
     open(path, "w").write(json.dumps(predictions))
     evaluate_squad.main(["--gold-file", DEV, "--predictions", path])
     err = capsys.readouterr().err
-    assert "warning: 1 of the 10570 questions" in err and first in err and "WARNING" not in err
+    assert f"warning: 1 of the {QUESTIONS} questions" in err and first in err and "WARNING" not in err
 
 
 @pytest.mark.parametrize("argv, message", [

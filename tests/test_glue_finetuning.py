@@ -1,5 +1,5 @@
 """GLUE fine-tuning: scripts/prepare_glue.py, examples/finetune_glue.sh, fairseq-validate and
-scripts/collect_glue_scores.py, on slices of the real GLUE files in ../shared/data/glue."""
+scripts/collect_glue_scores.py, on the excerpts of the real GLUE files in tests/data/glue."""
 
 import math
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
-from conftest import REPO, VENV_BIN, shared_data
+from conftest import REPO, VENV_BIN, test_data
 
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue import scores as collect_glue_scores
@@ -19,7 +19,7 @@ METRIC = {"SST-2": "accuracy", "STS-B": "pearson"}
 
 def glue_slice(tmp_path, task, split, rows, extra_lines=()):
     """Copy the header (if any) and the first ``rows`` rows of a real GLUE file, then ``extra_lines``."""
-    with open(shared_data("glue", task, f"{split}.tsv"), encoding="utf-8") as f:
+    with open(test_data("glue", task, f"{split}.tsv"), encoding="utf-8") as f:
         lines = [next(f) for _ in range(rows + (task != "CoLA"))]
     path = tmp_path / task / f"{split}.tsv"
     path.parent.mkdir(exist_ok=True)
@@ -61,7 +61,7 @@ def test_wrong_column_count_stops_the_command_line(tmp_path):
 
 
 def test_dev_label_unseen_in_train_is_an_error(tmp_path):
-    with open(shared_data("glue", "RTE", "train.tsv"), encoding="utf-8") as f:
+    with open(test_data("glue", "RTE", "train.tsv"), encoding="utf-8") as f:
         lines = list(f)
     (tmp_path / "RTE").mkdir()
     (tmp_path / "RTE" / "train.tsv").write_text(
@@ -87,10 +87,11 @@ def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
 
 @pytest.fixture(scope="module")
 def finetuned(pretrained_dir, tmp_path_factory):
-    """examples/finetune_glue.sh for SST-2 and STS-B on 200-example slices, 3 updates each."""
+    """examples/finetune_glue.sh for SST-2 and STS-B on their first 48 examples, 3 updates each."""
     root = tmp_path_factory.mktemp("glue")
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable,
-               PYTHONWARNINGS="ignore", CPU="1", MAX_EXAMPLES="200", MAX_EPOCH="1", BATCH_SIZE="16")
+               PYTHONWARNINGS="ignore", CPU="1", GLUE_DIR=test_data("glue"), MAX_EXAMPLES="48",
+               MAX_EPOCH="1", BATCH_SIZE="16")
     runs = {}
     for task in METRIC:
         bin_dir, save_dir = root / f"{task}-bin", root / "runs" / task
@@ -109,7 +110,7 @@ def finetuned(pretrained_dir, tmp_path_factory):
 @pytest.mark.parametrize("task", METRIC)
 def test_finetuning_logs_finite_losses_and_the_task_metric(finetuned, task):
     _, save_dir, output = finetuned[task]
-    assert "Loaded checkpoint" in output and f"{task}: train 200, valid 200" in output
+    assert "Loaded checkpoint" in output and f"{task}: train 48, valid 48" in output
     losses = train_inner_losses(output) + logged_losses(output, "valid")
     assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
     assert f"| {METRIC[task]} " in output.split("valid on 'valid' subset")[-1]

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import shared_data
+from conftest import test_data
 
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.prepared_folder import MANIFEST
@@ -14,7 +14,7 @@ from tupe_plugin.squad import prepare as prepare_squad
 
 
 def glue_dir(tmp_path, rows=30):
-    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+    with open(test_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
         lines = [next(f) for _ in range(rows + 1)]
     (tmp_path / "glue" / "SST-2").mkdir(parents=True)
     for split in ("train", "dev"):
@@ -39,8 +39,8 @@ def fast_binarize(monkeypatch, fake_sentencepiece):
 
 @pytest.fixture
 def spm_files(tmp_path):
-    (tmp_path / "spm.model").write_bytes(open(shared_data("glue", "SST-2", "dev.tsv"), "rb").read()[:10])
-    with open(shared_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+    (tmp_path / "spm.model").write_bytes(open(test_data("glue", "SST-2", "dev.tsv"), "rb").read()[:10])
+    with open(test_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
         words = {word for _, line in zip(range(200), f) for word in line.split("\t")[0].split()}
     (tmp_path / "dict.txt").write_text("".join(f"{word} 1\n" for word in sorted(words)))  # the fake's pieces
     return str(tmp_path / "spm.model"), str(tmp_path / "dict.txt")
@@ -165,7 +165,7 @@ def test_command_line_says_the_preparation_was_reused(tmp_path, spm_files, fast_
 
 
 def squad_file(tmp_path, articles=1):
-    with open(shared_data("squad", "dev-v1.1.json"), encoding="utf-8") as f:
+    with open(test_data("squad", "dev-v1.1.head.json"), encoding="utf-8") as f:
         data = json.load(f)["data"][:articles]
     data[0]["paragraphs"] = data[0]["paragraphs"][:2]
     path = tmp_path / "squad.json"
@@ -178,7 +178,7 @@ def squad_vocabulary(tmp_path_factory):
     import sentencepiece as spm
 
     root = tmp_path_factory.mktemp("squad_vocabulary")
-    with open(shared_data("squad", "dev-v1.1.json"), encoding="utf-8") as f:
+    with open(test_data("squad", "dev-v1.1.head.json"), encoding="utf-8") as f:
         contexts = [p["context"] for p in json.load(f)["data"][0]["paragraphs"][:20]]
     (root / "contexts.txt").write_text("\n".join(contexts), encoding="utf-8")
     spm.SentencePieceTrainer.train(input=str(root / "contexts.txt"), model_prefix=str(root / "spm"),

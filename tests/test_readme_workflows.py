@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, VENV_BIN, shared_data
+from conftest import REPO, VENV_BIN, test_data
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def user_environment(**extra):
 
 def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pretrained_dir, tmp_path):
     data = pretrained_dir / "data-bin"
-    glue = os.path.dirname(os.path.dirname(shared_data("glue", "RTE", "train.tsv")))
+    glue = test_data("glue")
     prepare = [sys.executable, os.path.join(REPO, "scripts", "prepare_glue.py"), "--task", "RTE",
                "--glue-dir", glue, "--sentencepiece-model", data / "sentencepiece.bpe.model",
                "--dict", data / "dict.txt", "--out", "glue-bin/RTE-bin", "--max-examples", "48"]
@@ -45,7 +45,7 @@ def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pre
 
 def test_demo_of_a_second_architecture_keeps_the_first_ones_run(tmp_path):
     corpus = tmp_path / "corpus.txt"
-    with open(shared_data("wikitext-2", "wiki.valid.tokens"), encoding="utf-8") as f:
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
         corpus.write_text(f.read(), encoding="utf-8")
     workdir = tmp_path / "demo"
     for arch in ("tupe_r_tiny", "bert_a_tiny"):

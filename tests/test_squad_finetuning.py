@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
-from conftest import REPO, VENV_BIN, shared_data
+from conftest import REPO, VENV_BIN, test_data
 
 from tupe_plugin.squad.metric import evaluate
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def squad_slice(path, article, paragraphs):
-    with open(shared_data("squad", "dev-v1.1.json"), encoding="utf-8") as f:
+    with open(test_data("squad", "dev-v1.1.head.json"), encoding="utf-8") as f:
         source = json.load(f)["data"][article]
     data = [dict(source, paragraphs=source["paragraphs"][:paragraphs])]
     path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import sentencepiece as spm
-from conftest import shared_data
+from conftest import test_data
 from fairseq.data import Dictionary
 
 from tupe_plugin.squad import prepare as prepare_squad
@@ -15,7 +15,7 @@ from tupe_plugin.squad.features import NO_ANSWER, load_features, load_spans
 
 
 def dev_articles(count):
-    with open(shared_data("squad", "dev-v1.1.json"), encoding="utf-8") as f:
+    with open(test_data("squad", "dev-v1.1.head.json"), encoding="utf-8") as f:
         return json.load(f)["data"][:count]
 
 
@@ -118,6 +118,18 @@ def test_unanswerable_question_is_labelled_with_the_first_token(vocabulary, tmp_
     counts, features, spans = prepare(vocabulary, tmp_path / "out", [article], tmp_path)
     assert counts["questions"] == len(article["paragraphs"][0]["qas"])
     assert (spans == NO_ANSWER).all() and len(features) == len(spans) >= counts["questions"]
+
+
+def test_unanswerable_questions_of_a_v2_file_get_no_answer_span_and_the_others_do(vocabulary, tmp_path):
+    path = test_data("squad", "dev-v2.0-style.head.json")
+    with open(path, encoding="utf-8") as f:
+        qas = [qa for a in json.load(f)["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    unanswerable = {qa["id"] for qa in qas if qa["is_impossible"]}
+    counts, features, spans = prepare(vocabulary, tmp_path / "out", path, tmp_path, max_query_length=100)
+    assert counts["questions"] == len(qas) and counts["long_questions_skipped"] == 0
+    assert {f["id"] for f in features} == {qa["id"] for qa in qas}
+    answered = {f["id"] for f, span in zip(features, spans) if span[0] != NO_ANSWER}
+    assert unanswerable and answered == {qa["id"] for qa in qas} - unanswerable
 
 
 def test_file_that_is_not_json_names_the_file(vocabulary, tmp_path):

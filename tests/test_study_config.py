@@ -1,6 +1,7 @@
 """scripts/study.py's config checks: a bad config stops before any job, naming the key and the fix."""
 
 import os
+import shutil
 
 import pytest
 import yaml
@@ -8,9 +9,9 @@ import yaml
 from tupe_plugin.study.cli import known_archs, main
 from tupe_plugin.study.config import StudyConfigError, load_config
 
-from conftest import SHARED_DATA
+from conftest import REPO, test_data
 
-GLUE_DIR = os.path.join(SHARED_DATA, "glue")
+GLUE_DIR = test_data("glue")
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,64 @@ def test_defaults_fill_a_minimal_config(tmp_path, archs):
     assert config["launcher"] == {"name": "local"} and config["corpus"] is None
 
 
+def test_missing_archs_are_named_as_required(tmp_path, archs):
+    message = error_of(tmp_path, {"pretrain": {"updates": 5}}, archs)
+    assert "key 'archs': is required: the --arch names to compare" in message
+
+
 def test_glue_section_takes_defaults_for_missing_keys(tmp_path, archs):
-    config = load_config(write(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"tasks": ["RTE"]}}), archs)
+    glue = {"dir": GLUE_DIR, "tasks": ["RTE"]}
+    config = load_config(write(tmp_path, {"archs": ["tupe_r_tiny"], "glue": glue}), archs)
     assert config["glue"]["seeds"] == [1, 2, 3] and config["glue"]["dir"] == os.path.abspath(GLUE_DIR)
+    assert config["glue"]["max_epoch"] == 3 and config["glue"]["lr"] == 2e-5
+
+
+def test_glue_section_without_dir_says_where_to_get_glue(tmp_path, archs):
+    message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"tasks": ["RTE"]}}, archs)
+    assert "key 'glue.dir': is required: the folder of the GLUE data" in message
+    assert "download_glue_data.py" in message and "gluebenchmark.com" in message and "glue: null" in message
+
+
+def test_squad_section_without_dev_says_where_to_get_squad(tmp_path, archs):
+    message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "squad": {"max_articles": 4}}, archs)
+    assert "key 'squad.dev': is required: the SQuAD dev file" in message
+    assert "rajpurkar.github.io/SQuAD-explorer" in message and "squad: null" in message
+
+
+def partial_glue(tmp_path, files):
+    """A GLUE folder with RTE's ``files`` only (copied from the test data)."""
+    (tmp_path / "glue" / "RTE").mkdir(parents=True)
+    for name in files:
+        shutil.copy(test_data("glue", "RTE", name), tmp_path / "glue" / "RTE" / name)
+    return str(tmp_path / "glue")
+
+
+def test_glue_task_missing_from_glue_dir_is_named_with_its_folder(tmp_path, archs):
+    glue = partial_glue(tmp_path, ["train.tsv", "dev.tsv"])
+    message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": glue, "tasks": ["RTE", "MRPC"]}},
+                       archs)
+    mrpc = os.path.join(glue, "MRPC")
+    assert f"key 'glue.tasks[1]': {mrpc}: no such folder: glue.dir has no GLUE task MRPC" in message
+    assert "gluebenchmark.com" in message
+
+
+@pytest.mark.parametrize("present, missing", [(["train.tsv"], "dev.tsv"), (["dev.tsv"], "train.tsv")])
+def test_glue_task_without_its_train_or_dev_file_is_named_with_the_file(tmp_path, archs, present, missing):
+    glue = partial_glue(tmp_path, present)
+    message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": glue, "tasks": ["RTE"]}}, archs)
+    assert (f"key 'glue.tasks[0]': {os.path.join(glue, 'RTE', missing)}: file not found: the GLUE task RTE "
+            f"needs its {missing}") in message
+
+
+def test_mnli_mismatched_is_checked_in_the_mnli_folder(tmp_path, archs):
+    folder = tmp_path / "glue" / "MNLI"
+    folder.mkdir(parents=True)
+    for name in ("train.tsv", "dev_matched.tsv"):
+        (folder / name).write_text("index\tsentence1\tsentence2\tgold_label\n")
+    mnli = {"archs": ["tupe_r_tiny"], "glue": {"dir": str(tmp_path / "glue"), "tasks": ["MNLI"]}}
+    assert load_config(write(tmp_path, mnli), archs)["glue"]["tasks"] == ["MNLI"]
+    mnli["glue"]["tasks"] = ["MNLI-mm"]
+    assert f"{folder / 'dev_mismatched.tsv'}: file not found" in error_of(tmp_path, mnli, archs)
 
 
 def test_typo_in_a_top_level_key_is_named_with_a_suggestion(tmp_path, archs):
@@ -66,6 +122,7 @@ def test_missing_glue_dir_is_named(tmp_path, archs):
     missing = tmp_path / "no-glue"
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": str(missing)}}, archs)
     assert f"key 'glue.dir': {missing}: no such folder" in message and "glue: null" in message
+    assert "gluebenchmark.com" in message
 
 
 def test_unknown_glue_task_suggests_the_right_spelling(tmp_path, archs):
@@ -90,6 +147,7 @@ def test_missing_squad_dev_file_is_named(tmp_path, archs):
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "squad": {"dev": str(tmp_path / "d.json")}},
                        archs)
     assert "key 'squad.dev'" in message and "file not found" in message
+    assert "rajpurkar.github.io/SQuAD-explorer" in message
 
 
 def test_non_positive_updates_are_refused(tmp_path, archs):
@@ -110,6 +168,29 @@ def test_bad_config_stops_the_cli_before_any_job(tmp_path, capsys):
     assert caught.value.code == 2
     assert "did you mean tupe_r_tiny" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_glue_task_without_its_dev_file_stops_the_cli_before_any_job(tmp_path, capsys):
+    glue = partial_glue(tmp_path, ["train.tsv"])
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as caught:
+        main([write(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": glue, "tasks": ["RTE"]}}),
+              "--out", str(out)])
+    assert caught.value.code == 2
+    assert f"{os.path.join(glue, 'RTE', 'dev.tsv')}: file not found" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("example", ["study-tiny.yaml", "study-glue.yaml"])
+def test_example_configs_read_data_only_inside_the_working_folder(example, archs, tmp_path, monkeypatch):
+    shutil.copytree(test_data("glue"), tmp_path / "glue_data")  # where examples/study-glue.yaml looks
+    monkeypatch.chdir(tmp_path)
+    config = load_config(os.path.join(REPO, "examples", example), archs)
+    assert config["squad"] is None and config["corpus"] is None
+    if example == "study-tiny.yaml":  # `make study`: nothing to download
+        assert config["glue"] is None
+    else:
+        assert config["glue"]["dir"] == str(tmp_path / "glue_data")
 
 
 def test_unknown_submitit_parameter_stops_the_cli_naming_the_launcher(tmp_path, capsys):

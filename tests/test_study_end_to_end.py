@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from conftest import REPO, shared_data
+from conftest import REPO, test_data
 
 from tupe_plugin.squad.metric import evaluate
 
@@ -44,7 +44,7 @@ def tiny_config(corpus, archs, **overrides):
     config = {
         "corpus": str(corpus), "archs": archs, "data": {"vocab_size": 300},
         "pretrain": {"updates": 4, "tokens_per_sample": 64, "batch_size": 8, "validate_every": 2},
-        "glue": {"dir": os.path.dirname(os.path.dirname(shared_data("glue", "RTE", "train.tsv"))),
+        "glue": {"dir": test_data("glue"),
                  "tasks": ["RTE"], "max_examples": 48, "max_epoch": 1, "seeds": [1], "batch_size": 16},
         "analysis": True,
     }
@@ -86,7 +86,7 @@ def attempts(out, name):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    with open(shared_data("wikitext-2", "wiki.valid.tokens"), encoding="utf-8") as f:
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
         lines = f.readlines()[:400]
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text("".join(lines), encoding="utf-8")
@@ -188,7 +188,7 @@ def test_submitit_local_executor_runs_the_study(tmp_path, corpus, local_study):
 def squad_study(tmp_path_factory, corpus):
     """A 1-arch study with SQuAD on a split of the first dev articles, a few fine-tuning updates."""
     folder = tmp_path_factory.mktemp("squad")
-    squad = {"dev": shared_data("squad", "dev-v1.1.json"), "max_articles": 2, "dev_every": 2,
+    squad = {"dev": test_data("squad", "dev-v1.1.head.json"), "max_articles": 2, "dev_every": 2,
              "max_epoch": 1, "batch_size": 16, "extra_args": ["--max-update", "3"]}
     config = tiny_config(corpus, ["tupe_r_tiny"], glue=None, analysis=False, squad=squad)
     out = folder / "out"

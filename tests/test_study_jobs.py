@@ -14,7 +14,7 @@ from tupe_plugin.study.jobs import Job, build_jobs
 from tupe_plugin.study.launchers import LocalLauncher
 from tupe_plugin.study.runner import DONE, FAILED, SKIPPED, run_jobs
 
-from conftest import SHARED_DATA
+from conftest import test_data
 
 ARCHS = {"bert_a_tiny", "tupe_r_tiny"}
 
@@ -22,7 +22,7 @@ ARCHS = {"bert_a_tiny", "tupe_r_tiny"}
 @pytest.fixture
 def config():
     return check_config({"archs": ["bert_a_tiny", "tupe_r_tiny"],
-                         "glue": {"dir": os.path.join(SHARED_DATA, "glue"), "tasks": ["RTE", "MRPC"],
+                         "glue": {"dir": test_data("glue"), "tasks": ["RTE", "MRPC"],
                                   "seeds": [1, 2]}}, ARCHS)
 
 

@@ -15,7 +15,7 @@ from tupe_plugin.study.jobs import build_jobs
 from tupe_plugin.study.report import write_report
 from tupe_plugin.study.runner import DONE, FAILED
 
-from conftest import SHARED_DATA
+from conftest import test_data
 
 ARCHS = ["bert_a_tiny", "tupe_r_tiny"]
 VALID = "2026-01-01 00:00:00 | INFO | valid | epoch 001 | valid on 'valid' subset | {} | num_updates {}\n"
@@ -60,8 +60,8 @@ RTE = {"bert_a_tiny": {1: [50.0, 52.5], 2: [47.0, 51.0], 3: [55.0, 53.0]},
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("study")
-    glue_dir = os.path.join(SHARED_DATA, "glue")
-    squad = {"dev": os.path.join(SHARED_DATA, "squad", "dev-v1.1.json"), "max_articles": 10}
+    glue_dir = test_data("glue")
+    squad = {"dev": test_data("squad", "dev-v1.1.head.json"), "max_articles": 3}
     config = check_config({"archs": ARCHS, "glue": {"dir": glue_dir, "tasks": ["RTE", "MRPC"]},
                            "squad": squad}, set(ARCHS))
     out = tmp_path / "out"

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import _Task, build_model, shared_data
+from conftest import _Task, build_model, test_data
 from fairseq.data import Dictionary
 
 from tupe_plugin.glue import prepare as prepare_glue
@@ -17,7 +17,7 @@ from tupe_plugin.vocabulary import DictionaryFitError, check_dictionary_symbols,
 
 def glue_file(tmp_path, task, rows, header=True, extra_lines=()):
     """The first ``rows`` examples of a real GLUE train file, with or without its header line."""
-    with open(shared_data("glue", task, "train.tsv"), encoding="utf-8") as f:
+    with open(test_data("glue", task, "train.tsv"), encoding="utf-8") as f:
         lines = [next(f) for _ in range(rows + 1)]
     path = tmp_path / task / "train.tsv"
     path.parent.mkdir(exist_ok=True)

@@ -2,8 +2,9 @@
 
 Every error names the key (``glue.tasks[1]``) or the file, says what is wrong and how to fix it.
 Relative paths are taken from the current folder; ``glue`` and ``squad`` run only when present
-(their keys default as in :data:`DEFAULTS`); an omitted ``corpus`` is the demo's embedded corpus
-(the docstrings of the Python standard library, ``scripts/build_corpus.py``).
+(their keys default as in :data:`DEFAULTS`, but for their data, ``glue.dir`` and ``squad.dev``, which
+they must give); an omitted ``corpus`` is the demo's embedded corpus (the docstrings of the Python
+standard library, ``scripts/build_corpus.py``).
 """
 
 import copy
@@ -15,30 +16,49 @@ from omegaconf.errors import OmegaConfBaseException
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# The GLUE tasks examples/finetune_glue.sh fine-tunes, and the file each needs.
-GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "MNLI-mm", "QNLI", "RTE", "WNLI")
+# The GLUE tasks examples/finetune_glue.sh fine-tunes: each one's folder in glue.dir and dev file.
+GLUE_TASKS = {
+    "CoLA": ("CoLA", "dev.tsv"), "SST-2": ("SST-2", "dev.tsv"), "MRPC": ("MRPC", "dev.tsv"),
+    "STS-B": ("STS-B", "dev.tsv"), "QQP": ("QQP", "dev.tsv"), "MNLI": ("MNLI", "dev_matched.tsv"),
+    "MNLI-mm": ("MNLI", "dev_mismatched.tsv"), "QNLI": ("QNLI", "dev.tsv"), "RTE": ("RTE", "dev.tsv"),
+    "WNLI": ("WNLI", "dev.tsv"),
+}
+GET_GLUE = ("get the GLUE data with the GLUE benchmark's download script (download_glue_data.py, linked "
+            "from gluebenchmark.com)")
+GET_SQUAD = "get the official files from rajpurkar.github.io/SQuAD-explorer"
 
-REQUIRED = object()
+
+class Required:
+    """The default of a key the config must give; ``hint`` (what to give) ends the error."""
+
+    def __init__(self, hint):
+        self.hint = hint
+
+    def __deepcopy__(self, memo):
+        return self
+
 
 # The schema: every key the config may have, with its default. A nested dict is a section;
 # The optional sections (glue, squad) run only when the config has them; null or omitted skips them.
 DEFAULTS = {
     "corpus": None,
     "device": "auto",
-    "archs": REQUIRED,
+    "archs": Required("the --arch names to compare, e.g. [bert_a_tiny, tupe_r_tiny]"),
     "data": {"vocab_size": 8000},
     "pretrain": {
         "updates": 1000, "tokens_per_sample": 128, "batch_size": 16, "lr": 5e-4,
         "warmup_updates": None, "seed": 1, "validate_every": None, "extra_args": [],
     },
     "glue": {
-        "dir": os.path.join(os.path.dirname(REPO), "shared", "data", "glue"),
+        "dir": Required("the folder of the GLUE data, one folder per task (RTE/train.tsv, RTE/dev.tsv, ...); "
+                        f"{GET_GLUE}; or set glue: null to skip GLUE"),
         "tasks": ["CoLA", "SST-2", "MRPC", "STS-B", "RTE"], "max_examples": None,
         "max_epoch": 3, "seeds": [1, 2, 3], "lr": 2e-5, "batch_size": 32, "extra_args": [],
     },
     "squad": {
-        "version": "1.1", "train": None, "dev": os.path.join(os.path.dirname(REPO), "shared", "data", "squad",
-                                           "dev-v1.1.json"),
+        "version": "1.1", "train": None,
+        "dev": Required(f"the SQuAD dev file (dev-v1.1.json or dev-v2.0.json); {GET_SQUAD}; or set squad: "
+                        "null to skip SQuAD"),
         "max_articles": None, "dev_every": 5, "max_epoch": 2, "seed": 1, "lr": 3e-5,
         "batch_size": 32, "max_seq_length": None, "extra_args": [],
     },
@@ -151,8 +171,8 @@ def _merge(raw, defaults, prefix, fail):
             if key not in raw:
                 merged[key] = None
     for key, value in merged.items():
-        if value is REQUIRED:
-            fail(f"{prefix}{key}", "is required")
+        if isinstance(value, Required):
+            fail(f"{prefix}{key}", f"is required: {value.hint}")
     return merged
 
 
@@ -205,7 +225,7 @@ def _check_glue(glue, fail):
     glue_dir = glue["dir"]
     if not isinstance(glue_dir, str) or not os.path.isdir(glue_dir):
         fail("glue.dir", f"{os.path.abspath(str(glue_dir))}: no such folder; give the folder holding "
-             "the GLUE tasks (TASK/train.tsv, TASK/dev.tsv), or set glue: null to skip GLUE")
+             f"the GLUE tasks (TASK/train.tsv, TASK/dev.tsv), {GET_GLUE}; or set glue: null to skip GLUE")
     glue["dir"] = os.path.abspath(glue_dir)
     tasks = glue["tasks"]
     if not isinstance(tasks, list) or not tasks:
@@ -213,9 +233,15 @@ def _check_glue(glue, fail):
     for i, task in enumerate(tasks):
         if task not in GLUE_TASKS:
             fail(f"glue.tasks[{i}]", f"unknown GLUE task {task!r}{_suggest(task, GLUE_TASKS)}")
-        train = os.path.join(glue["dir"], task, "train.tsv")
-        if not os.path.isfile(train):
-            fail(f"glue.tasks[{i}]", f"{train}: file not found; is glue.dir the GLUE data folder?")
+        folder, dev = GLUE_TASKS[task]
+        if not os.path.isdir(os.path.join(glue["dir"], folder)):
+            fail(f"glue.tasks[{i}]", f"{os.path.join(glue['dir'], folder)}: no such folder: glue.dir has no "
+                 f"GLUE task {task}; {GET_GLUE}, or remove {task} from glue.tasks")
+        for name in ("train.tsv", dev):
+            path = os.path.join(glue["dir"], folder, name)
+            if not os.path.isfile(path):
+                fail(f"glue.tasks[{i}]", f"{path}: file not found: the GLUE task {task} needs its {name}; "
+                     f"{GET_GLUE}")
     if len(set(tasks)) != len(tasks):
         fail("glue.tasks", "lists a task twice")
     seeds = glue["seeds"]
@@ -234,10 +260,12 @@ def _check_squad(squad, fail):
     squad["version"] = str(squad["version"])
     if squad["version"] not in SQUAD_VERSIONS:
         fail("squad.version", f"must be one of {', '.join(SQUAD_VERSIONS)}, got {squad['version']!r}")
-    squad["dev"] = _existing_file(squad["dev"], "squad.dev", fail, "a SQuAD JSON file (dev-v1.1.json)")
+    squad["dev"] = _existing_file(squad["dev"], "squad.dev", fail,
+                                  f"a SQuAD JSON file (dev-v1.1.json); {GET_SQUAD}")
     if squad["train"] is not None:
         squad["train"] = _existing_file(squad["train"], "squad.train", fail,
-                                        "a SQuAD JSON file (train-v1.1.json), or null to split dev")
+                                        f"a SQuAD JSON file (train-v1.1.json), or null to split dev; "
+                                        f"{GET_SQUAD}")
     for key in ("max_articles", "max_seq_length"):
         if squad[key] is not None:
             _positive_int(squad, "squad", key, fail, least=2 if key == "max_articles" else 16)
