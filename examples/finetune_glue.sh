@@ -15,7 +15,8 @@
 # Extra arguments go last to fairseq-train and override any of these.
 #
 # Environment (defaults): LR (2e-5) SEED (1) MAX_EPOCH (per task) BATCH_SIZE (32) CPU (empty; 1 adds --cpu)
-#   GLUE_DIR (../shared/data/glue beside the repository) BIN_DIR (glue-bin/TASK-bin)
+#   GLUE_DIR (glue_data in the current folder: the GLUE data, TASK/train.tsv and TASK/dev.tsv, as the GLUE
+#     benchmark's download script download_glue_data.py writes it; gluebenchmark.com) BIN_DIR (glue-bin/TASK-bin)
 #   SAVE_DIR (checkpoints/glue/TASK/ARCH/seedSEED) MAX_EXAMPLES (all; N keeps the first N of each split)
 #   PYTHON (the repository's .venv/bin/python when present, else python)
 # The training log is SAVE_DIR/train.log and SAVE_DIR/run.json records task, arch, seed and metric for
@@ -36,7 +37,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 if [[ -z ${PYTHON:-} && -x $REPO/.venv/bin/python ]]; then PYTHON=$REPO/.venv/bin/python; fi
 PYTHON=${PYTHON:-python}
 PATH=$(dirname "$(command -v "$PYTHON" || echo "$PYTHON")"):$PATH
-GLUE_DIR=${GLUE_DIR:-$REPO/../shared/data/glue}
+GLUE_DIR=${GLUE_DIR:-glue_data}
 BIN_DIR=${BIN_DIR:-glue-bin/$TASK-bin}
 LR=${LR:-2e-5}
 SEED=${SEED:-1}
@@ -57,6 +58,12 @@ case $TASK in
     *) echo "finetune_glue.sh: unknown GLUE task '$TASK'" >&2; exit 2 ;;
 esac
 MAX_EPOCH=${MAX_EPOCH:-$EPOCHS}
+[[ -d $GLUE_DIR/${TASK%-mm} ]] || {
+    echo "finetune_glue.sh: GLUE_DIR=$GLUE_DIR has no ${TASK%-mm} folder: set GLUE_DIR to the GLUE data" \
+         "(TASK/train.tsv, TASK/dev.tsv), as the GLUE benchmark's download script (download_glue_data.py," \
+         "linked from gluebenchmark.com) writes it" >&2
+    exit 1
+}
 
 # The checkpoint's architecture and max_positions (fine-tuning keeps the pre-training length).
 read -r ARCH MAX_POSITIONS < <(cd "$REPO" && "$PYTHON" -c '

@@ -17,8 +17,9 @@
 # 3. scripts/evaluate_squad.py on SAVE_DIR/checkpoint_best.pt: SAVE_DIR/predictions.json and EM / F1.
 # Extra arguments go last to fairseq-train and override any of these.
 #
-# Environment (defaults): SQUAD_DIR (../shared/data/squad beside the repository)
-#   TRAIN_FILE (SQUAD_DIR/train-vVERSION.json) VALID_FILE (SQUAD_DIR/dev-vVERSION.json)
+# Environment (defaults): SQUAD_DIR (squad in the current folder, holding the official SQuAD files from
+#   rajpurkar.github.io/SQuAD-explorer) TRAIN_FILE (SQUAD_DIR/train-vVERSION.json)
+#   VALID_FILE (SQUAD_DIR/dev-vVERSION.json)
 #   BIN_DIR (squad-bin/vVERSION) SAVE_DIR (checkpoints/squad/vVERSION/ARCH/seedSEED)
 #   LR (3e-5) SEED (1) MAX_EPOCH (3) BATCH_SIZE (32) WARMUP_RATIO (0, in percent of all updates)
 #   MAX_SEQ_LENGTH (384, at most the checkpoint's max_positions)
@@ -47,7 +48,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 if [[ -z ${PYTHON:-} && -x $REPO/.venv/bin/python ]]; then PYTHON=$REPO/.venv/bin/python; fi
 PYTHON=${PYTHON:-python}
 PATH=$(dirname "$(command -v "$PYTHON" || echo "$PYTHON")"):$PATH
-SQUAD_DIR=${SQUAD_DIR:-$REPO/../shared/data/squad}
+SQUAD_DIR=${SQUAD_DIR:-squad}
 TRAIN_FILE=${TRAIN_FILE:-$SQUAD_DIR/train-v$VERSION.json}
 VALID_FILE=${VALID_FILE:-$SQUAD_DIR/dev-v$VERSION.json}
 BIN_DIR=${BIN_DIR:-squad-bin/v$VERSION}
@@ -57,8 +58,16 @@ MAX_EPOCH=${MAX_EPOCH:-3}
 BATCH_SIZE=${BATCH_SIZE:-32}
 WARMUP_RATIO=${WARMUP_RATIO:-0}
 
-for f in "$CKPT" "$DATA_BIN/sentencepiece.bpe.model" "$DATA_BIN/dict.txt" "$TRAIN_FILE" "$VALID_FILE"; do
+for f in "$CKPT" "$DATA_BIN/sentencepiece.bpe.model" "$DATA_BIN/dict.txt"; do
     [[ -f $f ]] || { echo "finetune_squad.sh: $f: no such file" >&2; exit 1; }
+done
+for name in TRAIN_FILE VALID_FILE; do
+    [[ -f ${!name} ]] || {
+        echo "finetune_squad.sh: $name=${!name}: no such file: set SQUAD_DIR to the folder of the official" \
+             "SQuAD files (train-v$VERSION.json, dev-v$VERSION.json; rajpurkar.github.io/SQuAD-explorer)," \
+             "or set $name" >&2
+        exit 1
+    }
 done
 
 # The checkpoint's architecture and max_positions (fine-tuning keeps the pre-training length).
