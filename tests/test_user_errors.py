@@ -11,6 +11,12 @@ SCRIPT = """
 import tupe_plugin
 from tupe_plugin.modules.position_config import PositionFlagError
 kind = {kind!r}
+if kind == "other model's run":
+    import argparse
+    from tupe_plugin.policies.scope import enter_run
+    from tupe_plugin.fairseq_fixes.binarized_data_checks import BinarizedDataError
+    enter_run(argparse.Namespace(arch="roberta_base"))
+    raise BinarizedDataError("data-bin/train.idx is truncated")
 if kind == "user":
     raise PositionFlagError("--rel-pos-buckets must be even and >= 4, got 3")
 if kind == "wrapped":
@@ -45,6 +51,12 @@ def test_the_traceback_is_kept_on_request():
 def test_other_errors_keep_their_traceback():
     proc = run("other")
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "KeyError: 'other'" in proc.stderr
+
+
+def test_a_run_of_another_model_keeps_fairseqs_tracebacks():
+    proc = run("other model's run")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+    assert "BinarizedDataError: data-bin/train.idx is truncated" in proc.stderr
 
 
 def test_the_user_error_is_found_in_the_chain():
