@@ -22,6 +22,7 @@ from tupe_plugin.analysis.position_matrices import has_learned_table
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import (AnalysisContext, OutputFolderError, claim_output_folder,
                                          format_table, run_sections, write_json)
+from tupe_plugin.extras import MissingExtraError, require
 from tupe_plugin.fairseq_fixes.checkpoint_integrity import CorruptCheckpointError
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
 from tupe_plugin.models.checkpoint_guards import DictionaryMismatchError
@@ -89,11 +90,12 @@ def main(argv=None):
     parser, args = parse_args(argv)
     logging.getLogger().setLevel(logging.INFO)  # importing fairseq leaves the root logger at DEBUG
     try:
+        require("matplotlib", "analysis", "tupe-analyze")
         model, dictionary, arch = load_checkpoint(args.path, args.data)
         seq_len = positions_to_analyse(model, args.max_positions)
         claim_output_folder(args.out, REPORT_NAME)
     except (CheckpointError, OutputFolderError, CorruptCheckpointError, UnreadableCheckpointError,
-            DictionaryMismatchError) as error:
+            DictionaryMismatchError, MissingExtraError) as error:
         parser.error(str(error))
     model.to(args.device)
     context = AnalysisContext(

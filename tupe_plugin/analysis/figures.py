@@ -10,12 +10,15 @@ import math
 
 import numpy as np
 
+from tupe_plugin.extras import require
+
 PANEL_INCHES = 3.2
 HEATMAP_CMAP = "viridis"
 SIGNED_CMAP = "RdBu_r"  # diverging: 0 is white, the sign is the colour
 
 
 def _figure(rows, cols, width=PANEL_INCHES, height=PANEL_INCHES):
+    require("matplotlib", "analysis", "drawing the position figures")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 
+from ..extras import MissingExtraError, require
 from . import state
 from .config import StudyConfigError, load_config
 from .jobs import Tools, build_jobs
@@ -46,11 +47,12 @@ def main(argv=None):
                         help="folder for every job and the report; rerun with the same DIR to resume")
     args = parser.parse_args(argv)
     try:
+        require("matplotlib", "study", "tupe-study")
         config = load_config(args.config, known_archs())
         jobs = build_jobs(config, args.out, resolve_tools(config))
         os.makedirs(args.out, exist_ok=True)
         launcher = make_launcher(config["launcher"], os.path.abspath(args.out))
-    except StudyConfigError as error:
+    except (StudyConfigError, MissingExtraError) as error:
         parser.error(str(error))
     with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
