@@ -20,12 +20,13 @@ TINY_ROBERTA = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "ro
                 "--encoder-embed-dim", 32, "--encoder-ffn-embed-dim", 64, "--encoder-attention-heads", 2,
                 "--max-positions", 64, "--tokens-per-sample", 64, "--batch-size", 8]
 TINY_TRANSFORMER = ["--task", "translation", "--source-lang", "src", "--target-lang", "tgt",
-                    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1, "--arch", "transformer",
-                    "--encoder-layers", 1, "--decoder-layers", 1, "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
-                    "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64, "--encoder-attention-heads", 2,
+                    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1,
+                    "--arch", "transformer", "--encoder-layers", 1, "--decoder-layers", 1,
+                    "--encoder-embed-dim", 32, "--decoder-embed-dim", 32, "--encoder-ffn-embed-dim", 64,
+                    "--decoder-ffn-embed-dim", 64, "--encoder-attention-heads", 2,
                     "--decoder-attention-heads", 2, "--max-tokens", 512]
-COMMON = ["--max-update", 3, "--optimizer", "adam", "--lr", 1e-3, "--cpu", "--seed", 1, "--log-format", "simple",
-          "--log-interval", 1, "--num-workers", 0, "--no-epoch-checkpoints"]
+COMMON = ["--max-update", 3, "--optimizer", "adam", "--lr", 1e-3, "--cpu", "--seed", 1,
+          "--log-format", "simple", "--log-interval", 1, "--num-workers", 0, "--no-epoch-checkpoints"]
 
 # What differs between two identical runs: times, speeds, the run's own folders.
 VOLATILE = [
@@ -72,8 +73,8 @@ def test_fairseq_train_main_stays_fairseqs_picklable_function():
 
 
 @pytest.mark.parametrize("model", ["roberta", "translation transformer"])
-def test_another_model_with_the_plugin_logs_the_same_run_and_writes_the_same_files(model, wikitext_bin,
-                                                                                   parallel_bin, tmp_path):
+def test_another_model_with_the_plugin_logs_the_same_run_and_writes_the_same_files(
+        model, wikitext_bin, parallel_bin, tmp_path):
     data, flags = (wikitext_bin, TINY_ROBERTA) if model == "roberta" else (parallel_bin, TINY_TRANSFORMER)
     plain = train(data, tmp_path / "plain", flags)
     guest = train(data, tmp_path / "guest", flags, "--user-dir", PLUGIN)
@@ -84,7 +85,7 @@ def test_another_model_with_the_plugin_logs_the_same_run_and_writes_the_same_fil
 
 
 def test_another_model_is_not_held_to_the_plugins_policies(wikitext_bin, tmp_path):
-    """No save-dir lock, no skipped-data refusal, no refusal of a missing --restore-file: fairseq's own ways."""
+    """No save-dir lock, no skipped-data refusal, no refusal of a missing --restore-file: fairseq's ways."""
     save_dir = tmp_path / "save"
     save_dir.mkdir()
     lock = {"pid": os.getpid(), "host": socket.gethostname(), "started": "now", "command": "another run"}
@@ -122,7 +123,8 @@ def test_fairseq_spawn_trains_a_plugin_architecture_on_two_workers(wikitext_bin,
     script.write_text(SPAWN)
     save_dir = tmp_path / "save"
     args = [wikitext_bin, "--user-dir", PLUGIN, "--task", "masked_lm", "--criterion", "masked_lm",
-            "--arch", "tupe_r_tiny", "--tokens-per-sample", 64, "--batch-size", 8, *COMMON, "--save-dir", save_dir,
+            "--arch", "tupe_r_tiny", "--tokens-per-sample", 64, "--batch-size", 8, *COMMON,
+            "--save-dir", save_dir,
             "--distributed-world-size", 2, "--distributed-init-method", f"tcp://127.0.0.1:{free_port()}",
             "--distributed-backend", "gloo"]
     proc = subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO, text=True,
@@ -131,8 +133,8 @@ def test_fairseq_spawn_trains_a_plugin_architecture_on_two_workers(wikitext_bin,
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "distributed init (rank 0)" in proc.stdout and "distributed init (rank 1)" in proc.stdout
     assert "training on 2 devices" in proc.stdout
-    assert re.findall(r"train_inner .* bsz=(\d+)", proc.stdout) == ["16"] * 3   # 8 sentences from each worker
-    assert sorted(os.listdir(save_dir)) == ["checkpoint_best.pt", "checkpoint_last.pt"]   # lock released
+    assert re.findall(r"train_inner .* bsz=(\d+)", proc.stdout) == ["16"] * 3  # 8 sentences per worker
+    assert sorted(os.listdir(save_dir)) == ["checkpoint_best.pt", "checkpoint_last.pt"]  # lock released
 
 
 HYDRA_CONFIG = """
@@ -150,8 +152,8 @@ checkpoint: {{save_dir: {save_dir}, no_epoch_checkpoints: true}}
 
 @pytest.mark.parametrize("mask_prob", [0.0, 0.15])
 def test_fairseq_hydra_train_runs_the_plugins_checks(mask_prob, wikitext_bin, tmp_path):
-    (tmp_path / "tiny.yaml").write_text(HYDRA_CONFIG.format(plugin=PLUGIN, data=wikitext_bin, mask_prob=mask_prob,
-                                                            save_dir=tmp_path / "save"))
+    (tmp_path / "tiny.yaml").write_text(HYDRA_CONFIG.format(
+        plugin=PLUGIN, data=wikitext_bin, mask_prob=mask_prob, save_dir=tmp_path / "save"))
     proc = subprocess.run([os.path.join(VENV_BIN, "fairseq-hydra-train"), "--config-dir", str(tmp_path),
                            "--config-name", "tiny"], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONWARNINGS="ignore"))

@@ -1,4 +1,4 @@
-"""Every checkpoint of a plugin architecture is checked against the CRC-32 ``torch.save`` stored for its records.
+"""Every checkpoint of a plugin architecture is checked against the CRC-32 that ``torch.save`` stored.
 
 fairseq loads a checkpoint without looking at those checksums: a file damaged on disk or in a copy loads,
 validates at a loss of thousands and fine-tunes without a word. After fairseq's ``load_checkpoint_to_cpu``

@@ -46,7 +46,7 @@ def is_plugin_config(cfg):
 
 
 def enter_run(cfg):
-    """Record that a fairseq run of config ``cfg`` starts in this process; returns whether it is the plugin's."""
+    """Record that a fairseq run of config ``cfg`` starts in this process; True when it is the plugin's."""
     _run["plugin"] = is_plugin_config(cfg)
     return _run["plugin"]
 
