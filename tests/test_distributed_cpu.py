@@ -11,6 +11,7 @@ neither torch nor gloo promises the order of a reduction.
 """
 
 import os
+import pathlib
 import subprocess
 
 import pytest
@@ -45,3 +46,33 @@ def test_two_processes_equal_one_process_with_update_freq_2(wikitext_bin, tmp_pa
     assert one.keys() == two.keys()
     for name in one:
         torch.testing.assert_close(two[name], one[name], atol=1e-6, rtol=0, msg=name)
+
+
+def launched_threads(tmp_path, cores, nproc, **env):
+    """The OMP_NUM_THREADS the script gives torchrun on a machine of ``cores`` cores: a copy of the
+    script outside the repository (no .venv) with stand-ins for nproc and torchrun on PATH."""
+    scripts, tools = tmp_path / "scripts", tmp_path / "bin"
+    scripts.mkdir()
+    tools.mkdir()
+    script = scripts / "train_distributed_cpu.sh"
+    script.write_text((pathlib.Path(REPO) / "scripts" / "train_distributed_cpu.sh").read_text())
+    (tools / "nproc").write_text(f"#!/bin/sh\necho {cores}\n")
+    (tools / "torchrun").write_text('#!/bin/sh\necho "$OMP_NUM_THREADS"\n')
+    for tool in ("nproc", "torchrun"):
+        (tools / tool).chmod(0o755)
+    environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    environment.update(PATH=f"{tools}{os.pathsep}{os.environ['PATH']}", NPROC=str(nproc), **env)
+    proc = subprocess.run(["bash", str(script), "data-bin"], env=environment, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout
+    return proc.stdout.strip()
+
+
+@pytest.mark.parametrize("cores, nproc, threads", [(2, 2, "1"), (16, 4, "4"), (8, 3, "2"), (2, 4, "1"),
+                                                   (8, 1, "8")])
+def test_processes_share_the_cores(tmp_path, cores, nproc, threads):
+    assert launched_threads(tmp_path, cores, nproc) == threads
+
+
+def test_omp_num_threads_set_by_the_user_is_kept(tmp_path):
+    assert launched_threads(tmp_path, 2, 2, OMP_NUM_THREADS="3") == "3"

@@ -7,7 +7,9 @@ import time
 import pytest
 
 from tupe_plugin.study.config import StudyConfigError
-from tupe_plugin.study.launchers import SubmititLauncher, pretrain_processes, run_commands, uses_gpu
+from tupe_plugin.study.jobs import Job
+from tupe_plugin.study.launchers import (SubmititLauncher, available_cores, job_threads, pretrain_processes,
+                                         run_commands, uses_gpu)
 
 SUBMITIT = {"name": "submitit", "cluster": "local", "timeout_min": 5,
             "pretrain": {"timeout_min": 7, "tasks_per_node": 4, "nodes": 2, "gpus_per_node": 4}}
@@ -34,6 +36,44 @@ def test_gpus_in_the_submitit_parameters_mean_a_gpu_study():
     assert uses_gpu(SUBMITIT)
     assert not uses_gpu({"name": "submitit", "cluster": "slurm", "pretrain": {}})
     assert not uses_gpu({"name": "local"})
+
+
+@pytest.mark.parametrize("cores, jobs, threads", [(2, 2, "1"), (16, 4, "4"), (8, 3, "2"), (2, 5, "1"),
+                                                  (8, 1, "8")])
+def test_concurrent_jobs_share_the_cores(cores, jobs, threads):
+    assert job_threads(cores, jobs, {}) == threads
+
+
+def test_omp_num_threads_of_the_user_is_kept():
+    assert job_threads(2, 2, {"OMP_NUM_THREADS": "2"}) is None
+
+
+def submitted_env(launcher, monkeypatch):
+    """The environment ``launcher`` hands a job's commands."""
+    calls = []
+    monkeypatch.setattr(launcher.executors["default"], "submit", lambda *args: calls.append(args))
+    job = Job(name="glue/x", kind="glue", folder="unused", commands=[["true"]], env={"SEED": "1"})
+    launcher.submit(job)
+    return calls[0][2]
+
+
+def test_local_cluster_runs_a_job_per_core_with_a_thread_each(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    launcher = SubmititLauncher({"name": "submitit", "cluster": "local", "pretrain": {}}, str(tmp_path))
+    assert launcher.capacity == available_cores()
+    assert submitted_env(launcher, monkeypatch) == {"SEED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def test_local_cluster_keeps_the_users_omp_num_threads(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    launcher = SubmititLauncher({"name": "submitit", "cluster": "local", "pretrain": {}}, str(tmp_path))
+    assert submitted_env(launcher, monkeypatch) == {"SEED": "1"}
+
+
+def test_other_clusters_leave_the_threads_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    launcher = SubmititLauncher({"name": "submitit", "cluster": "debug", "pretrain": {}}, str(tmp_path))
+    assert launcher.capacity is None and submitted_env(launcher, monkeypatch) == {"SEED": "1"}
 
 
 def test_interrupted_command_is_stopped_with_what_it_started(tmp_path):
