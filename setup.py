@@ -1,5 +1,20 @@
 from setuptools import find_packages, setup
 
+# The user-facing commands: name -> the module whose main(argv) runs it.
+COMMANDS = {
+    "tupe-study": "tupe_plugin.study.cli",
+    "tupe-analyze": "tupe_plugin.analysis.cli",
+    "tupe-export-embeddings": "tupe_plugin.analysis.export_embeddings",
+    "tupe-prepare-glue": "tupe_plugin.glue.prepare",
+    "tupe-collect-glue": "tupe_plugin.glue.scores",
+    "tupe-prepare-squad": "tupe_plugin.squad.prepare",
+    "tupe-evaluate-squad": "tupe_plugin.squad.evaluate",
+    "tupe-convert-official": "tupe_plugin.conversion.cli",
+    "tupe-build-corpus": "tupe_plugin.corpus.build",
+    "tupe-train-spm": "tupe_plugin.corpus.train_spm",
+    "tupe-show-progress": "tupe_plugin.progress",
+}
+
 setup(
     name="tupe-plugin",
     version="0.1.0",
@@ -8,10 +23,24 @@ setup(
         "encodings of 'On Position Embeddings in BERT'"
     ),
     packages=find_packages(include=["tupe_plugin", "tupe_plugin.*"]),
-    python_requires=">=3.9",
-    install_requires=["torch>=2.1", "ve-fairseq==0.12.3", "sentencepiece"],
+    python_requires=">=3.11",
+    # torch >= 2.6: torch.load's weights_only default, which the plugin's checkpoint loading is built
+    # around; < 2.14: the versions tested (2.13.0).
+    install_requires=[
+        "torch>=2.6,<2.14",
+        "ve-fairseq==0.12.3",
+        "numpy",
+        "omegaconf",
+        "sentencepiece",
+    ],
     extras_require={
+        # tupe-analyze draws its figures with matplotlib
+        "analysis": ["matplotlib"],
+        # tupe-study: the analysis and report figures, fairseq-train's tensorboard logs, the submitit launcher
+        "study": ["matplotlib", "tensorboard", "submitit"],
         "test": ["pytest", "hypothesis"],
-        "plots": ["matplotlib", "tensorboard"],
+    },
+    entry_points={
+        "console_scripts": [f"{name} = {module}:main" for name, module in COMMANDS.items()],
     },
 )
