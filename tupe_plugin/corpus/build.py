@@ -248,7 +248,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    # force: importing the package (fairseq) has given the root logger a handler already
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", force=True)
     parser, args = parse_args(argv)
     if args.corpus is None:
         documents = stdlib_documents(args.max_words)

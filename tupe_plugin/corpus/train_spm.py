@@ -121,7 +121,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    # force: importing the package (fairseq) has given the root logger a handler already
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", force=True)
     args = parse_args(argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     model_file = train(
