@@ -8,6 +8,8 @@ import sys
 import pytest
 from conftest import REPO, VENV_BIN, test_data
 
+from tupe_plugin.corpus import build as build_corpus
+
 pytestmark = pytest.mark.slow
 
 
@@ -44,9 +46,11 @@ def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pre
 
 
 def test_demo_of_a_second_architecture_keeps_the_first_ones_run(tmp_path):
+    # a user's CORPUS file: the text of the demo's embedded corpus (standard-library docstrings)
+    build_corpus.main(["--output-dir", str(tmp_path / "docstrings")])
     corpus = tmp_path / "corpus.txt"
-    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
-        corpus.write_text(f.read(), encoding="utf-8")
+    corpus.write_text("".join((tmp_path / "docstrings" / f"{split}.txt").read_text(encoding="utf-8")
+                              for split in build_corpus.SPLITS), encoding="utf-8")
     workdir = tmp_path / "demo"
     for arch in ("tupe_r_tiny", "bert_a_tiny"):
         proc = subprocess.run(["bash", os.path.join(REPO, "examples", "demo.sh")], cwd=tmp_path,
