@@ -47,7 +47,9 @@ def test_v2_file_with_unanswerable_questions_prints_the_no_answer_keys(tmp_path,
     unanswerable = sum(qa["is_impossible"] for qa in qas)
     predictions = write_predictions(tmp_path, gold_file=DEV_V2)
     evaluate_squad.main(["--gold-file", DEV_V2, "--predictions", predictions, "--version-2-with-negative"])
-    printed = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert captured.err == ""  # the file's "v2.0" is the version of the rules
+    printed = json.loads(captured.out)
     assert list(printed) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
                              "NoAns_exact", "NoAns_f1", "NoAns_total"]
     assert (printed["total"], printed["NoAns_total"]) == (len(qas), unanswerable) and unanswerable > 0

@@ -44,7 +44,7 @@ def check_dictionary_fingerprint(args, dictionary):
             f"checkpoint was trained with (fingerprint {recorded}): same size, other symbols or another "
             "order, so token ids would silently mean other words; binarize the data against the "
             "pre-training dict.txt (fairseq-preprocess --srcdict PRETRAIN-DATA/dict.txt; "
-            "scripts/prepare_glue.py / scripts/prepare_squad.py --dict PRETRAIN-DATA/dict.txt)"
+            "tupe-prepare-glue / tupe-prepare-squad --dict PRETRAIN-DATA/dict.txt)"
         )
     args.dictionary_fingerprint = fingerprint
     args.dictionary_size = len(dictionary)
@@ -117,7 +117,7 @@ def check_checkpoint_matches(model_state, saved_state, prefix, arch):
             f"the checkpoint's vocabulary has {embedding[1][0]} symbols but this model's dictionary has "
             f"{embedding[2][0]}: the data were binarized with another dict.txt; binarize them against "
             "the pre-training one (fairseq-preprocess --srcdict PRETRAIN-DATA/dict.txt; "
-            "scripts/prepare_glue.py / scripts/prepare_squad.py --dict PRETRAIN-DATA/dict.txt)"
+            "tupe-prepare-glue / tupe-prepare-squad --dict PRETRAIN-DATA/dict.txt)"
         )
     if missing or resized:
         details = [f"missing {key}" for key in missing[:3]]

@@ -120,7 +120,7 @@ def score_predictions(args):
         sys.exit(f"evaluate_squad.py: error: --predictions {args.predictions} must map question ids "
                  "to answer texts ({\"id\": \"text\", ...})")
     version = "2.0" if args.version_2_with_negative else "1.1"
-    if str(dataset.get("version")) != version:
+    if str(dataset.get("version")).lstrip("v") != version:  # the official files say "1.1" and "v2.0"
         print(f"evaluate_squad.py: warning: --gold-file {args.gold_file} is version "
               f"{dataset.get('version')}, scored with the v{version} rules"
               + ("" if args.version_2_with_negative else " (--version-2-with-negative for v2.0)"),

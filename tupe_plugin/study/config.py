@@ -4,7 +4,7 @@ Every error names the key (``glue.tasks[1]``) or the file, says what is wrong an
 Relative paths are taken from the current folder; ``glue`` and ``squad`` run only when present
 (their keys default as in :data:`DEFAULTS`, but for their data, ``glue.dir`` and ``squad.dev``, which
 they must give); an omitted ``corpus`` is the demo's embedded corpus (the docstrings of the Python
-standard library, ``scripts/build_corpus.py``).
+standard library, ``tupe-build-corpus``).
 """
 
 import copy
