@@ -24,7 +24,7 @@ DEMO_RUN_OUTPUTS := checkpoints tensorboard train.log valid.log analysis
 STUDY_CONFIG ?= examples/study-tiny.yaml
 STUDY_DIR ?= study-tiny
 
-# Benchmark settings, passed to scripts/benchmark.py (see its --help).
+# Benchmark settings, passed to benchmarks/benchmark.py (see its --help).
 BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
 BENCH_DATA ?=
@@ -41,10 +41,10 @@ help:
 	@echo "make study       compare position encodings (scripts/study.py): pre-train, analysis, and GLUE/SQuAD"
 	@echo "                 when the config has them (examples/study-glue.yaml: GLUE from glue_data/),"
 	@echo "                 report in STUDY_DIR=$(STUDY_DIR)/report.md; config STUDY_CONFIG=$(STUDY_CONFIG)"
-	@echo "make bench       side-by-side training-step benchmark (scripts/benchmark.py): prints the"
+	@echo "make bench       side-by-side training-step benchmark (benchmarks/benchmark.py): prints the"
 	@echo "                 markdown tables, writes $(BENCH_JSON); extra flags: BENCH_ARGS=\"...\""
 	@echo "make bench-train real fairseq-train updates side by side, words/s from its log"
-	@echo "                 (scripts/benchmark_train.py): BENCH_DATA=data-bin folder, BENCH_ARGS=\"...\""
+	@echo "                 (benchmarks/benchmark_train.py): BENCH_DATA=data-bin folder, BENCH_ARGS=\"...\""
 	@echo "make clean       remove the demo outputs in WORKDIR (data and every architecture's run)"
 	@echo "make distclean   clean, and remove .venv"
 
@@ -75,11 +75,11 @@ study: install
 	$(BIN)/python scripts/study.py $(STUDY_CONFIG) --out $(STUDY_DIR)
 
 bench: install
-	$(BIN)/python scripts/benchmark.py --json $(BENCH_JSON) $(BENCH_ARGS)
+	$(BIN)/python benchmarks/benchmark.py --json $(BENCH_JSON) $(BENCH_ARGS)
 
 bench-train: install
 	@test -n "$(BENCH_DATA)" || { echo "make bench-train: set BENCH_DATA to a fairseq-preprocess output folder (make demo writes one)" >&2; exit 2; }
-	$(BIN)/python scripts/benchmark_train.py $(BENCH_DATA) --json benchmark_train.json $(BENCH_ARGS)
+	$(BIN)/python benchmarks/benchmark_train.py $(BENCH_DATA) --json benchmark_train.json $(BENCH_ARGS)
 
 clean:
 	rm -rf $(addprefix $(WORKDIR)/,$(DEMO_DATA))

@@ -1,7 +1,8 @@
-"""scripts/benchmark.py: its contenders compute the plugin's function, its report has the promised
+"""benchmarks/benchmark.py: its contenders compute the plugin's function, its report has the promised
 structure (tiny size, one repetition; the times themselves are not checked)."""
 
 import copy
+import importlib.util
 import json
 import os
 import sys
@@ -10,9 +11,20 @@ import pytest
 import torch
 from conftest import REPO, assert_gradients_close, build_model, features_and_grads, random_tokens
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import benchmark  # noqa: E402
-import benchmark_attention  # noqa: E402
+
+
+def load_benchmark(name):
+    """The module of ``benchmarks/NAME.py``, loaded from its file (benchmarks/ is a folder of scripts)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "benchmarks", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+benchmark = load_benchmark("benchmark")
+benchmark_attention = load_benchmark("benchmark_attention")
+benchmark_train = load_benchmark("benchmark_train")
 
 CONTENDERS = ["roberta", "bert_a", "tupe_r", "plain_tupe_r", "sdpa_tupe_r"]
 
@@ -101,8 +113,6 @@ def test_unknown_contender_names_the_flag():
 
 
 def test_fairseq_train_mode_reports_words_per_second_of_every_run(wikitext_bin, tmp_path, capsys):
-    import benchmark_train
-
     path = tmp_path / "train.json"
     result = benchmark_train.main([
         str(wikitext_bin), "--contenders", "bert_a", "tupe_r", "--size", "tiny",
@@ -118,8 +128,6 @@ def test_fairseq_train_mode_reports_words_per_second_of_every_run(wikitext_bin, 
 
 
 def test_fairseq_train_mode_refuses_a_folder_without_a_dictionary(tmp_path, capsys):
-    import benchmark_train
-
     with pytest.raises(SystemExit):
         benchmark_train.main([str(tmp_path)])
     assert "holds no dict.txt" in capsys.readouterr().err

@@ -621,7 +621,7 @@ def measure(args, argv):
     for name in args.contenders:
         check_contender(name)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    report = {"command": "python scripts/benchmark.py " + " ".join(sys.argv[1:] if argv is None
+    report = {"command": "python benchmarks/benchmark.py " + " ".join(sys.argv[1:] if argv is None
                                                                     else argv),
               "settings": vars(args), "machine": machine(args.device), "shapes": []}
     log(f"benchmark on {report['machine']}")

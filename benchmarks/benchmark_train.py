@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Real ``fairseq-train`` updates side by side: words/s from fairseq's own log.
 
-``scripts/benchmark.py`` times one training step in one process; this times what users run. For each
-repetition every contender runs ``fairseq-train`` for ``--updates`` updates on the same binarized data
+``benchmarks/benchmark.py`` times one training step in one process; this times what users run. For
+each repetition every contender runs ``fairseq-train`` for ``--updates`` updates on the same binarized data
 (``--sample-break-mode none``, so every batch is full), contenders in a rotated order (repetition r
 starts with contender r), one process at a time. The words/s of a run is the median of the ``wps``
 that fairseq logs for each update after the first ``--skip`` (start-up and warm-up); a contender's
 figure is the median over repetitions, with the spread (min-max) beside it. Order and drift effects
 on a shared machine are of the size of the differences measured: rotate, repeat, and read the spread.
 
-    python scripts/benchmark_train.py DATA-BIN --contenders roberta bert_a tupe_r --repetitions 3
+    python benchmarks/benchmark_train.py DATA-BIN --contenders roberta bert_a tupe_r --repetitions 3
 
 Targets (attention dropout 0.1, the presets' setting): ``tupe_r`` at most 1.02 x ``bert_a``'s time per
 word, and ``bert_a`` at most 0.90 x fairseq's ``roberta``; verdicts need 3 repetitions or more.

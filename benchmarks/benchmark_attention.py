@@ -9,7 +9,7 @@ alternate within every round; each figure is the median over rounds with the spr
 as CPU time of this process (robust to other processes on a shared machine) and as wall time.
 The memory column is what a path keeps between forward and backward beyond q, k, v and the output.
 
-    python scripts/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
+    python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
 """
 
 import argparse

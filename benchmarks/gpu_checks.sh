@@ -3,7 +3,7 @@
 # bf16 without attention dropout, with the SDPA backend each contender takes (--kernels), and the
 # fp16/bf16 numerics tests on CUDA (tests/test_numerics_cuda.py). Run from the repository root:
 #
-#   scripts/gpu_checks.sh [OUTDIR]          # default gpu-results; each step time-limited, 560 s in all
+#   benchmarks/gpu_checks.sh [OUTDIR]       # default gpu-results; each step time-limited, 560 s in all
 #
 # Writes OUTDIR/run.log, numerics.xml (JUnit; each test's measured error is a <property>) and
 # bench_bf16.json, bench_fp16.json, bench_bf16_ad0.json, bench_bf16_small.json.
@@ -42,7 +42,7 @@ torch.cuda.get_device_name())" || exit 1
 # B = 64 at T = 512, so that the GPU work of a step (tens of ms) outweighs the per-op launch cost of
 # fairseq's Adam (a Python loop over ~200 parameters). The small-batch run (B = 32 / 16) shows the
 # launch-bound regime.
-BENCH="python3 scripts/benchmark.py --device cuda --size base --seq-lens 128 512 --rounds 9 --warmup 2 --kernels"
+BENCH="python3 benchmarks/benchmark.py --device cuda --size base --seq-lens 128 512 --rounds 9 --warmup 2 --kernels"
 date; timeout 150 $BENCH --bf16 --batch-sizes 256 64 --json "$OUTDIR/bench_bf16.json"; echo "rc=$?"
 date; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_numerics_cuda.py -n 4 \
     -o junit_family=xunit1 --junitxml="$OUTDIR/numerics.xml" -rf 2>&1 | tail -40; echo "rc=$?"
