@@ -16,6 +16,7 @@ from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import AnalysisContext, run_sections
 from tupe_plugin.models.architectures import POSITION_PRESETS
 from tupe_plugin.modules.pretrained_embeddings import embedding_position_diagnosis
+from tupe_plugin.vocabulary import word_indices
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS_WITHOUT_FIGURE = {"embeddings_vs_positions"}  # numbers only: norms, their ratio, the probe R^2
@@ -97,8 +98,8 @@ def test_identical_word_probing_averages_eq_5_over_words():
     dictionary = make_dictionary()
     model = trained(build_model("bert_a_tiny", dictionary))
     probed = pm.identical_word_attention(model, dictionary, 9, samples=6, seed=5)
-    words = torch.tensor(pm.probe_vocabulary(dictionary))[
-        torch.randint(len(pm.probe_vocabulary(dictionary)), (6,),
+    words = torch.tensor(word_indices(dictionary))[
+        torch.randint(len(word_indices(dictionary)), (6,),
                       generator=torch.Generator().manual_seed(5))
     ]
     encoder = pm.positional_encoder(model)
@@ -114,12 +115,6 @@ def test_identical_word_probing_averages_eq_5_over_words():
                 q, k = x @ w[q_rows].t() + b[q_rows], x @ w[k_rows].t() + b[k_rows]
                 expected[head] += torch.softmax(q @ k.t() / math.sqrt(32), -1) / 6
     torch.testing.assert_close(probed, expected, atol=1e-5, rtol=1e-5)
-
-
-def test_probe_words_are_ordinary_words():
-    dictionary = make_dictionary(10)
-    words = [dictionary[i] for i in pm.probe_vocabulary(dictionary)]
-    assert words == [f"w{i}" for i in range(10)]
 
 
 def expected_sections(preset):

@@ -1,4 +1,5 @@
-"""Whether a sentencepiece model and a ``dict.txt`` belong together (tupe-prepare-glue, tupe-prepare-squad).
+"""The words of a fairseq dictionary, and whether a sentencepiece model and a ``dict.txt`` belong
+together (tupe-prepare-glue, tupe-prepare-squad).
 
 A ``--dict`` of another sentencepiece model still encodes every piece, as ``<unk>`` when it is missing:
 31 % of a task's tokens became ``<unk>`` without a word. A dictionary built from data encoded with the
@@ -13,6 +14,14 @@ logger = logging.getLogger(__name__)
 
 MAX_UNKNOWN_FRACTION = 0.2  # of the pieces of the task's text; any is logged with its rate
 MAX_FOREIGN_FRACTION = 0.1  # of the dictionary's symbols that are no piece of the sentencepiece model
+
+
+def word_indices(dictionary):
+    """Indices of the dictionary's words: after its special symbols (``<s>``, ``<pad>``, ``</s>``,
+    ``<unk>``), none starting with ``<`` (``<mask>``; the official TUPE release's ``<url>``, ...), none of
+    the ``madeupwordNNNN`` entries fairseq-preprocess pads a dictionary with to a multiple of 8 symbols."""
+    return [index for index in range(dictionary.nspecial, len(dictionary))
+            if not dictionary[index].startswith(("<", "madeupword"))]
 
 
 class DictionaryFitError(UserError, ValueError):
@@ -36,8 +45,7 @@ def check_unknown_pieces(unknown, total, dictionary_path, sentencepiece_model):
 
 def check_dictionary_symbols(dictionary, processor, dictionary_path, sentencepiece_model):
     """Refuse a dictionary whose symbols are mostly not pieces of the sentencepiece model ``processor``."""
-    symbols = [s for s in dictionary.symbols[dictionary.nspecial:]
-               if not s.startswith("madeupword") and s != "<mask>"]
+    symbols = [dictionary[index] for index in word_indices(dictionary)]
     foreign = [s for s in symbols if processor.piece_to_id(s) == processor.unk_id()]
     if symbols and len(foreign) > MAX_FOREIGN_FRACTION * len(symbols):
         raise DictionaryFitError(

@@ -8,6 +8,7 @@ trains, draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds
 import torch
 
 from ..modules.sinusoid import Sinusoid, initial_frequencies
+from ..vocabulary import word_indices
 
 
 def positional_encoder(model):
@@ -120,14 +121,6 @@ def learnable_frequencies(model):
     return found
 
 
-def probe_vocabulary(dictionary):
-    """Indices of ordinary words: no special symbol, no <mask>, no fairseq padding words."""
-    return [
-        index for index in range(dictionary.nspecial, len(dictionary))
-        if not dictionary[index].startswith(("<", "madeupword"))
-    ]
-
-
 @torch.no_grad()
 def identical_word_attention(model, dictionary, seq_len, samples, seed=0, batch_size=16):
     """(H, T, T): first-layer attention of sentences of one repeated word (Wang et al. 2021 §3.1, Eq. 5).
@@ -135,7 +128,7 @@ def identical_word_attention(model, dictionary, seq_len, samples, seed=0, batch_
     Each sentence is one randomly drawn ordinary word repeated T times; the probabilities are
     averaged over ``samples`` sentences (words drawn with replacement).
     """
-    vocabulary = probe_vocabulary(dictionary)
+    vocabulary = word_indices(dictionary)
     if not vocabulary:
         raise ValueError("the dictionary holds no ordinary word to probe with")
     if samples < 1:

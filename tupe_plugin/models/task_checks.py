@@ -1,6 +1,7 @@
 """Checks of the task's data that the model's build can make before any batch is drawn."""
 
 from ..user_errors import UserError
+from ..vocabulary import word_indices
 
 
 class LabelCountError(UserError, ValueError):
@@ -18,10 +19,8 @@ def check_num_classes(task):
     num_classes = getattr(cfg, "num_classes", None)
     if labels is None or num_classes is None or getattr(cfg, "regression_target", False):
         return
-    # fairseq-preprocess pads a dictionary to a multiple of 8 symbols with madeupwordNNNN entries, and
-    # sentence_prediction's load_dictionary appends <mask> to the label dictionary too
-    names = [name for name in labels.symbols[labels.nspecial:]
-             if not name.startswith("madeupword") and name != "<mask>"]
+    # the label dictionary holds fairseq-preprocess's padding and the <mask> of sentence_prediction too
+    names = [labels[index] for index in word_indices(labels)]
     if len(names) > num_classes:
         raise LabelCountError(
             f"the data's label dictionary ({getattr(cfg, 'data', 'DATA')}/label/dict.txt) holds {len(names)} "
