@@ -3,15 +3,14 @@
 #
 #   examples/finetune_glue.sh TASK CKPT DATA_BIN [extra fairseq-train args...]
 #
-# TASK      CoLA SST-2 MRPC STS-B QQP MNLI MNLI-mm QNLI RTE WNLI (a folder of GLUE_DIR)
+# TASK      a GLUE task: `python -m tupe_plugin.glue.tasks` lists them with their folder in GLUE_DIR
 # CKPT      pre-trained plugin checkpoint (its --arch and --max-positions are read from it)
 # DATA_BIN  the pre-training data-bin: its sentencepiece.bpe.model and dict.txt encode the task
 #
 # Prepares GLUE_DIR/TASK into BIN_DIR with scripts/prepare_glue.py, then runs fairseq-train with the
 # fine-tuning hyper-parameters of TUPE Table 1: batch 32, peak lr 2e-5, 6% linear warm-up then linear
-# decay to 0, 10 epochs (5 for MNLI, QNLI, QQP), Adam eps 1e-6 betas (0.9, 0.999), clip 1.0, dropout 0.1,
-# weight decay 0.01. The best checkpoint is chosen by the task's metric: CoLA mcc, MRPC f1 (acc_and_f1 is
-# logged too), STS-B pearson_and_spearman (regression, --num-classes 1), accuracy elsewhere.
+# decay to 0, Adam eps 1e-6 betas (0.9, 0.999), clip 1.0, dropout 0.1, weight decay 0.01. The task's
+# classes, epochs and metric (which chooses the best checkpoint) come from tupe_plugin/glue/tasks.py.
 # Extra arguments go last to fairseq-train and override any of these.
 #
 # Environment (defaults): LR (2e-5) SEED (1) MAX_EPOCH (per task) BATCH_SIZE (32) CPU (empty; 1 adds --cpu)
@@ -47,19 +46,13 @@ for f in "$CKPT" "$DATA_BIN/sentencepiece.bpe.model" "$DATA_BIN/dict.txt"; do
     [[ -f $f ]] || { echo "finetune_glue.sh: $f: no such file" >&2; exit 1; }
 done
 
-case $TASK in
-    CoLA)           METRIC=(--best-checkpoint-metric mcc --report-mcc); NUM_CLASSES=2; EPOCHS=10 ;;
-    MRPC)           METRIC=(--best-checkpoint-metric f1 --report-acc-and-f1); NUM_CLASSES=2; EPOCHS=10 ;;
-    STS-B)          METRIC=(--best-checkpoint-metric pearson_and_spearman --report-pearson-and-spearman
-                            --regression-target); NUM_CLASSES=1; EPOCHS=10 ;;
-    SST-2|RTE|WNLI) METRIC=(--best-checkpoint-metric accuracy); NUM_CLASSES=2; EPOCHS=10 ;;
-    QNLI|QQP)       METRIC=(--best-checkpoint-metric accuracy); NUM_CLASSES=2; EPOCHS=5 ;;
-    MNLI|MNLI-mm)   METRIC=(--best-checkpoint-metric accuracy); NUM_CLASSES=3; EPOCHS=5 ;;
-    *) echo "finetune_glue.sh: unknown GLUE task '$TASK'" >&2; exit 2 ;;
-esac
+# The task's folder, epochs and metric, and its fairseq-train flags (classes, metric), from the table of
+# GLUE tasks; an unknown TASK stops here.
+TASK_SETTINGS=$(cd "$REPO" && "$PYTHON" -m tupe_plugin.glue.tasks "$TASK")
+{ read -r FOLDER EPOCHS METRIC; read -r -a TASK_ARGS; } <<< "$TASK_SETTINGS"
 MAX_EPOCH=${MAX_EPOCH:-$EPOCHS}
-[[ -d $GLUE_DIR/${TASK%-mm} ]] || {
-    echo "finetune_glue.sh: GLUE_DIR=$GLUE_DIR has no ${TASK%-mm} folder: set GLUE_DIR to the GLUE data" \
+[[ -d $GLUE_DIR/$FOLDER ]] || {
+    echo "finetune_glue.sh: GLUE_DIR=$GLUE_DIR has no $FOLDER folder: set GLUE_DIR to the GLUE data" \
          "(TASK/train.tsv, TASK/dev.tsv), as the GLUE benchmark's download script (download_glue_data.py," \
          "linked from gluebenchmark.com) writes it" >&2
     exit 1
@@ -88,19 +81,19 @@ EXTRA=()
 [[ ${CPU:-} == 1 ]] && EXTRA+=(--cpu)
 mkdir -p "$SAVE_DIR"
 printf '{"task": "%s", "arch": "%s", "seed": %d, "metric": "%s", "lr": "%s", "checkpoint": "%s"}\n' \
-    "$TASK" "$ARCH" "$SEED" "${METRIC[1]}" "$LR" "$CKPT" > "$SAVE_DIR/run.json"
+    "$TASK" "$ARCH" "$SEED" "$METRIC" "$LR" "$CKPT" > "$SAVE_DIR/run.json"
 
 fairseq-train "$BIN_DIR" --user-dir "$REPO/tupe_plugin" \
     --task sentence_prediction --criterion sentence_prediction --arch "$ARCH" \
     --restore-file "$CKPT" --reset-optimizer --reset-dataloader --reset-meters \
-    --init-token 0 --separator-token 2 --num-classes "$NUM_CLASSES" --max-positions "$MAX_POSITIONS" \
+    --init-token 0 --separator-token 2 "${TASK_ARGS[@]}" --max-positions "$MAX_POSITIONS" \
     --shorten-method truncate \
     --batch-size "$BATCH_SIZE" --max-epoch "$MAX_EPOCH" --seed "$SEED" \
     --optimizer adam --adam-betas '(0.9,0.999)' --adam-eps 1e-6 --clip-norm 1.0 --weight-decay 0.01 \
     --lr "$LR" --lr-scheduler polynomial_decay --power 1 --end-learning-rate 0 \
     --warmup-updates "$WARMUP_UPDATES" --total-num-update "$TOTAL_UPDATES" \
     --dropout 0.1 --attention-dropout 0.1 \
-    "${METRIC[@]}" --maximize-best-checkpoint-metric \
+    --maximize-best-checkpoint-metric \
     --save-dir "$SAVE_DIR" --no-epoch-checkpoints --no-last-checkpoints \
     --find-unused-parameters --log-format simple --log-interval 10 \
     "${EXTRA[@]}" "$@" 2>&1 | tee "$SAVE_DIR/train.log"

@@ -11,10 +11,11 @@ from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import REPO, VENV_BIN, test_data
 
 from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.glue import scores as collect_glue_scores
 
 GLUE = ("SST-2", "CoLA", "MRPC", "RTE", "STS-B")
-METRIC = {"SST-2": "accuracy", "STS-B": "pearson"}
+FINETUNED = ("SST-2", "STS-B")
 
 
 def glue_slice(tmp_path, task, split, rows, extra_lines=()):
@@ -29,7 +30,7 @@ def glue_slice(tmp_path, task, split, rows, extra_lines=()):
 
 @pytest.mark.parametrize("task", GLUE)
 def test_every_layout_reads_inputs_and_labels(task, tmp_path):
-    layout = prepare_glue.TASKS[task]
+    layout = GLUE_TASKS[task]
     rows, skipped = prepare_glue.read_tsv(glue_slice(tmp_path, task, "train", 20), layout)
     assert len(rows) == 20 and skipped == 0
     assert all(len(inputs) == (2 if layout.input1 is not None else 1) and all(inputs)
@@ -44,8 +45,8 @@ def test_every_layout_reads_inputs_and_labels(task, tmp_path):
 def test_wrong_column_count_names_file_and_line(tmp_path):
     path = glue_slice(tmp_path, "RTE", "train", 5, ["9\tonly two columns"])
     with pytest.raises(prepare_glue.GlueFormatError, match=rf"{path}:7: expected 4 .* found 2"):
-        prepare_glue.read_tsv(path, prepare_glue.TASKS["RTE"])
-    rows, skipped = prepare_glue.read_tsv(path, prepare_glue.TASKS["RTE"], skip_malformed=True)
+        prepare_glue.read_tsv(path, GLUE_TASKS["RTE"])
+    rows, skipped = prepare_glue.read_tsv(path, GLUE_TASKS["RTE"], skip_malformed=True)
     assert (len(rows), skipped) == (5, 1)
 
 
@@ -77,7 +78,7 @@ def test_dev_label_unseen_in_train_is_an_error(tmp_path):
 
 def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
     path = glue_slice(tmp_path, "STS-B", "train", 10)
-    rows, _ = prepare_glue.read_tsv(path, prepare_glue.TASKS["STS-B"])
+    rows, _ = prepare_glue.read_tsv(path, GLUE_TASKS["STS-B"])
     with open(path, encoding="utf-8") as f:
         scores = [float(line.rstrip("\n").split("\t")[-1]) for line in list(f)[1:]]
     assert prepare_glue.regression_targets(path, rows) == pytest.approx([s / 5 for s in scores])
@@ -93,7 +94,7 @@ def finetuned(pretrained_dir, tmp_path_factory):
                PYTHONWARNINGS="ignore", CPU="1", GLUE_DIR=test_data("glue"), MAX_EXAMPLES="48",
                MAX_EPOCH="1", BATCH_SIZE="16")
     runs = {}
-    for task in METRIC:
+    for task in FINETUNED:
         bin_dir, save_dir = root / f"{task}-bin", root / "runs" / task
         proc = subprocess.run(
             [os.path.join(REPO, "examples", "finetune_glue.sh"), task,
@@ -107,24 +108,24 @@ def finetuned(pretrained_dir, tmp_path_factory):
     return runs
 
 
-@pytest.mark.parametrize("task", METRIC)
+@pytest.mark.parametrize("task", FINETUNED)
 def test_finetuning_logs_finite_losses_and_the_task_metric(finetuned, task):
     _, save_dir, output = finetuned[task]
     assert "Loaded checkpoint" in output and f"{task}: train 48, valid 48" in output
     losses = train_inner_losses(output) + logged_losses(output, "valid")
     assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
-    assert f"| {METRIC[task]} " in output.split("valid on 'valid' subset")[-1]
+    assert f"| {GLUE_TASKS[task].metric} " in output.split("valid on 'valid' subset")[-1]
     assert (save_dir / "checkpoint_best.pt").is_file()
 
 
-@pytest.mark.parametrize("task", METRIC)
+@pytest.mark.parametrize("task", FINETUNED)
 def test_fairseq_validate_reproduces_the_dev_loss_and_metric(finetuned, task):
     bin_dir, save_dir, output = finetuned[task]
     validated = run_fairseq("validate", bin_dir, "--user-dir", "tupe_plugin", "--path",
                             save_dir / "checkpoint_best.pt", "--task", "sentence_prediction",
                             "--criterion", "sentence_prediction", "--batch-size", 32, "--cpu")
     assert logged_losses(validated, "valid") == logged_losses(output, "valid")[-1:]
-    assert f"| {METRIC[task]} " in validated
+    assert f"| {GLUE_TASKS[task].metric} " in validated
 
 
 def test_collected_scores_table(finetuned, capsys):

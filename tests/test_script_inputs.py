@@ -10,6 +10,7 @@ from conftest import build_model, make_dictionary
 from tupe_plugin.analysis import cli as analyze_positions
 from tupe_plugin.analysis import export_embeddings
 from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.squad import prepare as prepare_squad
 
 
@@ -48,7 +49,7 @@ def test_a_glue_file_that_is_not_utf8_is_refused_naming_the_line(line, text, tmp
     path.parent.mkdir()
     path.write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
     with pytest.raises(prepare_glue.GlueFormatError, match=f"{path}:{line}: not UTF-8 text \\(byte 0xe9"):
-        prepare_glue.read_tsv(str(path), prepare_glue.TASKS["SST-2"])
+        prepare_glue.read_tsv(str(path), GLUE_TASKS["SST-2"])
 
 
 @pytest.mark.parametrize("line", [1, 4])

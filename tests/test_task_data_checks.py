@@ -8,11 +8,13 @@ from conftest import _Task, build_model, test_data
 from fairseq.data import Dictionary
 
 from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.task_checks import LabelCountError
 from tupe_plugin.squad import evaluate as evaluate_squad
 from tupe_plugin.squad import prepare as prepare_squad
-from tupe_plugin.vocabulary import DictionaryFitError, check_dictionary_symbols, check_unknown_pieces
+from tupe_plugin.vocabulary import (DictionaryFitError, check_dictionary_symbols, check_unknown_pieces,
+                                    word_indices)
 
 
 def glue_file(tmp_path, task, rows, header=True, extra_lines=()):
@@ -32,7 +34,7 @@ def glue_file(tmp_path, task, rows, header=True, extra_lines=()):
 @pytest.mark.parametrize("score", ["5.5", "-0.2", "nan", "inf"])
 def test_sts_b_score_outside_zero_to_five_is_refused_naming_the_line(score, tmp_path):
     path = glue_file(tmp_path, "STS-B", 3)
-    rows, _ = prepare_glue.read_tsv(path, prepare_glue.TASKS["STS-B"])
+    rows, _ = prepare_glue.read_tsv(path, GLUE_TASKS["STS-B"])
     rows[1] = (rows[1][0], rows[1][1], score)
     with pytest.raises(prepare_glue.GlueFormatError,
                        match=rf"{path}:3: score '{score}' is outside STS-B's range \[0, 5\]"):
@@ -43,13 +45,13 @@ def test_sts_b_score_outside_zero_to_five_is_refused_naming_the_line(score, tmp_
 def test_a_file_without_its_header_line_is_refused(task, tmp_path):
     path = glue_file(tmp_path, task, 12, header=False)
     with pytest.raises(prepare_glue.GlueFormatError, match=rf"{path}:1: expected the header line of {task}"):
-        prepare_glue.read_tsv(path, prepare_glue.TASKS[task])
+        prepare_glue.read_tsv(path, GLUE_TASKS[task])
 
 
 @pytest.mark.parametrize("task, stray", [("SST-2", "2"), ("RTE", "neutral"), ("SST-2", "1 ")])
 def test_more_labels_than_the_task_has_classes_is_refused(task, stray, tmp_path):
     path = glue_file(tmp_path, task, 20)
-    rows, _ = prepare_glue.read_tsv(path, prepare_glue.TASKS[task])
+    rows, _ = prepare_glue.read_tsv(path, GLUE_TASKS[task])
     labels = [label for _, _, label in rows] + [stray + "x" if stray.endswith(" ") else stray]
     with pytest.raises(prepare_glue.GlueFormatError, match=f"{path}: 3 distinct labels .* where {task} has 2"):
         prepare_glue.check_label_count(task, path, labels)
@@ -99,6 +101,16 @@ def test_a_dict_of_another_sentencepiece_model_is_refused(symbols, foreign):
     dictionary.pad_to_multiple_(8)
     with pytest.raises(DictionaryFitError, match=f"{foreign} of the {len(symbols)} symbols of --dict dict.txt"):
         check_dictionary_symbols(dictionary, Pieces(["▁the", "s", "▁a"]), "dict.txt", "spm.model")
+
+
+def test_words_of_a_dictionary_leave_out_special_symbols_mask_and_padding():
+    dictionary = Dictionary()
+    for symbol in ["▁the", "s", "<url>", "▁a"]:
+        dictionary.add_symbol(symbol)
+    dictionary.add_symbol("<mask>")
+    dictionary.pad_to_multiple_(8)
+    assert any(symbol.startswith("madeupword") for symbol in dictionary.symbols)
+    assert [dictionary[index] for index in word_indices(dictionary)] == ["▁the", "s", "▁a"]
 
 
 def test_a_dict_built_from_the_models_pieces_is_accepted():

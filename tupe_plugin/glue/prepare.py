@@ -26,39 +26,13 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass
-from typing import Optional
 
+from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.prepared_folder import fingerprint, write_prepared_folder
 
 logger = logging.getLogger("prepare_glue")
 
 
-@dataclass(frozen=True)
-class TaskLayout:
-    """Where a GLUE task keeps its columns (indices may be negative: counted from the end)."""
-
-    input0: int
-    input1: Optional[int]
-    label: int
-    header: bool = True
-    columns: Optional[int] = None  # fixed column count for files without a header
-    dev_file: str = "dev.tsv"
-    regression: bool = False
-
-
-TASKS = {
-    "CoLA": TaskLayout(input0=3, input1=None, label=1, header=False, columns=4),
-    "SST-2": TaskLayout(input0=0, input1=None, label=1),
-    "MRPC": TaskLayout(input0=3, input1=4, label=0),
-    "STS-B": TaskLayout(input0=7, input1=8, label=-1, regression=True),
-    "QQP": TaskLayout(input0=3, input1=4, label=5),
-    "MNLI": TaskLayout(input0=8, input1=9, label=-1, dev_file="dev_matched.tsv"),
-    "MNLI-mm": TaskLayout(input0=8, input1=9, label=-1, dev_file="dev_mismatched.tsv"),
-    "QNLI": TaskLayout(input0=1, input1=2, label=3),
-    "RTE": TaskLayout(input0=1, input1=2, label=3),
-    "WNLI": TaskLayout(input0=1, input1=2, label=3),
-}
 STSB_SCALE = 5.0
 
 
@@ -69,8 +43,8 @@ class GlueFormatError(ValueError):
 def read_tsv(path, layout, skip_malformed=False, max_examples=None):
     """Rows of ``path`` as ``(line_number, [input0, input1?], label)``, and the number of skipped lines.
 
-    The expected column count is the header's (MNLI's train and dev files differ), or
-    ``layout.columns`` for files without a header.
+    ``layout`` is the file's :class:`~tupe_plugin.glue.tasks.GlueTask`. The expected column count is the
+    header's (MNLI's train and dev files differ), or ``layout.columns`` for files without a header.
     """
     rows, skipped = [], 0
     task_dir = os.path.basename(os.path.dirname(path))
@@ -145,18 +119,14 @@ def regression_targets(path, rows):
     return targets
 
 
-# The number of classes of each classification task (the labels of its train.tsv).
-NUM_CLASSES = {"CoLA": 2, "SST-2": 2, "MRPC": 2, "QQP": 2, "MNLI": 3, "MNLI-mm": 3, "QNLI": 2, "RTE": 2,
-               "WNLI": 2}
-
-
 def check_label_count(task, path, labels):
     """Stop on more distinct train labels than the task has classes (finetune_glue.sh's --num-classes)."""
     found = sorted(set(labels))
-    if len(found) > NUM_CLASSES[task]:
+    num_classes = GLUE_TASKS[task].num_classes
+    if len(found) > num_classes:
         raise GlueFormatError(
             f"{path}: {len(found)} distinct labels ({', '.join(found[:10])}) where {task} has "
-            f"{NUM_CLASSES[task]} classes: fix the stray labels (or the label column)"
+            f"{num_classes} classes: fix the stray labels (or the label column)"
         )
 
 
@@ -212,12 +182,10 @@ def write_lines(path, lines):
 
 def task_files(task, glue_dir, sentencepiece_model, dictionary):
     """``{split: tsv path}`` of ``task``, after checking that every input file exists."""
-    task_dir = os.path.join(glue_dir, task.split("-mm")[0])
     for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary, "--dict")):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{flag} {path}: no such file")
-    files = {"train": os.path.join(task_dir, "train.tsv"),
-             "valid": os.path.join(task_dir, TASKS[task].dev_file)}
+    files = GLUE_TASKS[task].files(glue_dir)
     for path in files.values():
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: no such file (--glue-dir {glue_dir}, --task {task})")
@@ -247,7 +215,7 @@ def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_exam
                   workers):
     import sentencepiece as spm
 
-    layout = TASKS[task]
+    layout = GLUE_TASKS[task]
     files = task_files(task, glue_dir, sentencepiece_model, dictionary)
 
     data, skipped = {}, 0
@@ -292,7 +260,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--task", required=True, choices=sorted(TASKS), help="GLUE task (folder name)")
+    parser.add_argument("--task", required=True, choices=sorted(GLUE_TASKS), help="GLUE task (folder name)")
     parser.add_argument("--glue-dir", required=True, help="folder holding TASK/train.tsv and TASK/dev.tsv")
     parser.add_argument("--sentencepiece-model", required=True,
                         help="the pre-training sentencepiece model (data-bin/sentencepiece.bpe.model)")

@@ -14,15 +14,10 @@ import os
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..glue.tasks import GLUE_TASKS
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# The GLUE tasks examples/finetune_glue.sh fine-tunes: each one's folder in glue.dir and dev file.
-GLUE_TASKS = {
-    "CoLA": ("CoLA", "dev.tsv"), "SST-2": ("SST-2", "dev.tsv"), "MRPC": ("MRPC", "dev.tsv"),
-    "STS-B": ("STS-B", "dev.tsv"), "QQP": ("QQP", "dev.tsv"), "MNLI": ("MNLI", "dev_matched.tsv"),
-    "MNLI-mm": ("MNLI", "dev_mismatched.tsv"), "QNLI": ("QNLI", "dev.tsv"), "RTE": ("RTE", "dev.tsv"),
-    "WNLI": ("WNLI", "dev.tsv"),
-}
 GET_GLUE = ("get the GLUE data with the GLUE benchmark's download script (download_glue_data.py, linked "
             "from gluebenchmark.com)")
 GET_SQUAD = "get the official files from rajpurkar.github.io/SQuAD-explorer"
@@ -233,15 +228,14 @@ def _check_glue(glue, fail):
     for i, task in enumerate(tasks):
         if task not in GLUE_TASKS:
             fail(f"glue.tasks[{i}]", f"unknown GLUE task {task!r}{_suggest(task, GLUE_TASKS)}")
-        folder, dev = GLUE_TASKS[task]
-        if not os.path.isdir(os.path.join(glue["dir"], folder)):
-            fail(f"glue.tasks[{i}]", f"{os.path.join(glue['dir'], folder)}: no such folder: glue.dir has no "
+        folder = os.path.join(glue["dir"], GLUE_TASKS[task].folder)
+        if not os.path.isdir(folder):
+            fail(f"glue.tasks[{i}]", f"{folder}: no such folder: glue.dir has no "
                  f"GLUE task {task}; {GET_GLUE}, or remove {task} from glue.tasks")
-        for name in ("train.tsv", dev):
-            path = os.path.join(glue["dir"], folder, name)
+        for path in GLUE_TASKS[task].files(glue["dir"]).values():
             if not os.path.isfile(path):
-                fail(f"glue.tasks[{i}]", f"{path}: file not found: the GLUE task {task} needs its {name}; "
-                     f"{GET_GLUE}")
+                fail(f"glue.tasks[{i}]", f"{path}: file not found: the GLUE task {task} needs its "
+                     f"{os.path.basename(path)}; {GET_GLUE}")
     if len(set(tasks)) != len(tasks):
         fail("glue.tasks", "lists a task twice")
     seeds = glue["seeds"]
