@@ -26,12 +26,12 @@ def run_dir(tmp_path, seed, values, arch="bert_a_tiny", task="STS-B"):
 ])
 def test_nan_evaluations_are_left_out_of_the_best_value_and_counted(tmp_path, values, best):
     run = collect_glue_scores.read_run(run_dir(tmp_path, 1, values))
-    assert run.score == best and (run.evaluations, run.nan_evaluations) == (3, 1)
+    assert run.score == best and (run.evaluations.count, run.evaluations.nan_count) == (3, 1)
 
 
 def test_run_with_only_nan_evaluations_is_a_failed_run(tmp_path):
     run = collect_glue_scores.read_run(run_dir(tmp_path, 1, ["nan", "nan"]))
-    assert run.score is None and run.nan_evaluations == 2
+    assert run.score is None and run.evaluations.nan_count == 2
 
 
 def test_failed_runs_are_excluded_from_the_mean_counted_in_the_cell_and_reported(tmp_path, capsys):
@@ -49,3 +49,14 @@ def test_failed_runs_are_excluded_from_the_mean_counted_in_the_cell_and_reported
 def test_arch_whose_every_run_failed_still_has_a_row(tmp_path, capsys):
     collect_glue_scores.main([run_dir(tmp_path, 1, ["nan"])])
     assert capsys.readouterr().out.splitlines()[2] == "| bert_a_tiny | –, 1 failed |"
+
+
+def test_table_is_the_same_whatever_the_order_of_the_runs(tmp_path, capsys):
+    runs = {1: ["nan", "0.5"], 2: ["nan"], 3: ["0.9"]}
+    dirs = [run_dir(tmp_path, seed, values) for seed, values in runs.items()]
+    tables = []
+    for order in (dirs, dirs[::-1], dirs[1:] + dirs[:1]):
+        collect_glue_scores.main(order)
+        tables.append(capsys.readouterr().out)
+    assert tables[0] == tables[1] == tables[2]
+    assert tables[0].splitlines()[2] == "| bert_a_tiny | 0.7 ± 0.3 (2), 1 failed |"

@@ -226,3 +226,84 @@ def test_interrupted_study_writes_the_report_of_the_finished_jobs(tmp_path, monk
     assert report["jobs"]["data"]["status"] == DONE
     assert report["jobs"]["pretrain/bert_a_tiny"]["status"] == "not run"
     assert report["archs"]["bert_a_tiny"]["valid_loss"] is None
+
+
+STS_B = {"bert_a_tiny": {1: ["nan", 50.0, 40.0], 2: ["nan", "nan"], 3: [60.0]},
+         "tupe_r_tiny": {1: ["nan"], 2: ["nan"], 3: ["nan", "nan"]}}
+
+
+def sts_b_line(update, value):
+    return valid_line(update, loss=0.1, pearson=value, spearman=value, pearson_and_spearman=value)
+
+
+@pytest.fixture(scope="module")
+def sts_b_study(tmp_path_factory):
+    """STS-B runs whose evaluations gave nan (the correlations of constant predictions): first, or all."""
+    tmp_path = tmp_path_factory.mktemp("sts-b")
+    config = check_config({"archs": ARCHS, "glue": {"dir": test_data("glue"), "tasks": ["STS-B"]}},
+                          set(ARCHS))
+    jobs = build_jobs(config, tmp_path / "out")
+    outcome = {}
+    for job in jobs:
+        if job.kind == "glue":
+            values = STS_B[job.arch][job.settings["seed"]]
+            finish(job, 10.0, {"run/train.log": "".join(sts_b_line(u, v) for u, v in enumerate(values, 1))})
+            outcome[job.name] = (DONE, "")
+    paths = write_report(config, jobs, outcome, tmp_path / "out")
+    with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
+        return json.load(f), g.read()
+
+
+def test_nan_first_evaluation_then_scores_gives_the_best_score(sts_b_study):
+    runs = sts_b_study[0]["archs"]["bert_a_tiny"]["glue"]["STS-B"]["runs"]
+    assert (runs[0]["score"], runs[0]["pearson"], runs[0]["nan_evaluations"]) == (50.0, 50.0, 1)
+
+
+def test_run_whose_every_evaluation_gave_nan_is_a_failed_run_left_out_of_the_median(sts_b_study):
+    report, text = sts_b_study
+    sts_b = report["archs"]["bert_a_tiny"]["glue"]["STS-B"]
+    assert (sts_b["median"], sts_b["min"], sts_b["max"], sts_b["failed"]) == (55.0, 50.0, 60.0, [2])
+    job = report["jobs"]["glue/bert_a_tiny/STS-B/seed2"]
+    assert job["status"] == FAILED
+    assert job["note"].startswith("2 of 2 evaluations of pearson_and_spearman gave nan")
+    assert report["jobs"]["glue/bert_a_tiny/STS-B/seed1"]["status"] == DONE
+    assert "| bert_a_tiny | 55.0/55.0 (50.0–60.0), 1 failed | 55.0 |" in text
+    assert "| tupe_r_tiny | –, 3 failed | – |" in text
+    assert "`glue/bert_a_tiny/STS-B/seed2`: failed (2 of 2 evaluations" in text
+    assert "nan/nan" not in text
+
+
+def test_glue_medians_do_not_depend_on_the_order_of_the_runs(tmp_path):
+    from itertools import permutations
+
+    from tupe_plugin.study.results import glue_run, glue_task
+
+    runs = []
+    for seed, values in {1: ["nan", 50.0], 2: ["nan"], 3: [70.0, "nan"], 4: [40.0]}.items():
+        log = tmp_path / f"seed{seed}.log"
+        log.write_text("".join(sts_b_line(u, v) for u, v in enumerate(values, 1)), encoding="utf-8")
+        runs.append(glue_run(str(log), "STS-B", seed))
+    results = [glue_task(list(order), "STS-B") for order in permutations(runs)]
+    assert all(result == results[0] for result in results)
+    assert (results[0]["median"], results[0]["failed"]) == (50.0, [2])
+
+
+def test_study_with_a_failed_glue_run_exits_with_1_and_names_it(tmp_path, monkeypatch, capsys):
+    from tupe_plugin.study import cli
+
+    def run_jobs_with_a_nan_run(jobs, launcher):
+        for job in jobs:
+            files = {"unigram": {"unigram.json": json.dumps({"bits_per_token": 8.0})},
+                     "pretrain": {"train.log": valid_line(2, loss=7.0)},
+                     "glue": {"run/train.log": sts_b_line(1, "nan")}}.get(job.kind, {})
+            finish(job, 1.0, files)
+        return {job.name: (DONE, "") for job in jobs}
+
+    monkeypatch.setattr(cli, "run_jobs", run_jobs_with_a_nan_run)
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)
+    config = tmp_path / "study.yaml"
+    config.write_text(f"archs: [bert_a_tiny]\nanalysis: false\nglue: {{dir: {test_data('glue')}, "
+                      "tasks: [STS-B], seeds: [1]}\n", encoding="utf-8")
+    assert cli.main([str(config), "--out", str(tmp_path / "out")]) == 1
+    assert ("tupe-study: glue/bert_a_tiny/STS-B/seed1: failed: 1 of 1 evaluations of pearson_and_spearman "
+            "gave nan") in capsys.readouterr().err

@@ -2,10 +2,10 @@
 
 Each RUN_DIR is a ``SAVE_DIR`` of ``examples/finetune_glue.sh``: ``run.json`` names the task, arch, seed
 and metric, and ``train.log`` is fairseq-train's log (``--log-format simple``). A run's score is the best
-value of its metric over the ``valid on 'valid' subset`` lines of the log (every GLUE metric is maximised).
-A ``nan`` value is a failed evaluation (e.g. STS-B's correlations of constant predictions): it is left
-out of the best value and counted; a run whose every evaluation is ``nan`` is a failed run, left out of
-the mean and counted in its cell (``2 failed``). Both are listed on stderr.
+value of its metric over the ``valid on 'valid' subset`` lines of the log (every GLUE metric is maximised),
+read by :mod:`tupe_plugin.fairseq_logs`: a ``nan`` value is a failed evaluation (e.g. STS-B's correlations
+of constant predictions), left out of the best value and counted; a run whose every evaluation is ``nan``
+is a failed run, left out of the mean and counted in its cell (``2 failed``). Both are listed on stderr.
 Runs of the same task and arch are different seeds; the table has one row per arch and one column per task,
 each cell ``mean ± sample std (n seeds)``, like Wang et al. 2021 Table 2::
 
@@ -14,40 +14,31 @@ each cell ``mean ± sample std (n seeds)``, like Wang et al. 2021 Table 2::
 
 import argparse
 import json
-import math
 import os
-import re
 import statistics
 import sys
 from collections import defaultdict
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
-VALID_LINE = re.compile(r"\| valid on 'valid' subset \| (.*)$")
-
-
-def valid_scores(log_path, metric):
-    """Values of ``metric`` on every validation line of a fairseq log."""
-    scores = []
-    with open(log_path, encoding="utf-8") as f:
-        for line in f:
-            match = VALID_LINE.search(line)
-            if not match:
-                continue
-            fields = dict(item.split(" ", 1) for item in match.group(1).split(" | ") if " " in item)
-            if metric in fields:
-                scores.append(float(fields[metric]))
-    return scores
+from tupe_plugin.fairseq_logs import Evaluations, evaluations
 
 
 class Run(NamedTuple):
+    """One fine-tuning run: its task, arch, seed and the evaluations of its metric."""
+
     task: str
     arch: str
     seed: int
-    metric: str
-    score: Optional[float]  # the best finite value; None when every evaluation gave nan
-    evaluations: int
-    nan_evaluations: int
+    evaluations: Evaluations  # of the run's metric; its score is None for a failed run
     run_dir: str = ""
+
+    @property
+    def metric(self):
+        return self.evaluations.metric
+
+    @property
+    def score(self):
+        return self.evaluations.score
 
 
 def read_run(run_dir):
@@ -63,19 +54,14 @@ def read_run(run_dir):
     missing = {"task", "arch", "seed", "metric"} - info.keys()
     if missing:
         raise ValueError(f"{info_path}: lacks {', '.join(sorted(missing))}")
-    scores = valid_scores(log_path, info["metric"])
-    if not scores:
-        raise ValueError(f"{log_path}: no validation line reports {info['metric']}")
-    finite = [score for score in scores if not math.isnan(score)]
-    return Run(info["task"], info["arch"], info["seed"], info["metric"], max(finite) if finite else None,
-               len(scores), len(scores) - len(finite), run_dir)
+    return Run(info["task"], info["arch"], info["seed"], evaluations(log_path, info["metric"]), run_dir)
 
 
 def markdown_table(runs):
     """Markdown table of ``runs`` (:class:`Run`); failed runs are counted in their cell, not averaged."""
     cells, failed, metrics = defaultdict(list), defaultdict(int), {}
     for run in runs:
-        if run.score is None:
+        if run.evaluations.failed:
             failed[run.arch, run.task] += 1
         else:
             cells[run.arch, run.task].append(run.score)
@@ -112,11 +98,11 @@ def main(argv=None):
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"collect_glue_scores.py: error: {e}")
     for run in runs:
-        if run.nan_evaluations:
-            what = ("every evaluation gave nan: failed run, left out of the mean" if run.score is None else
-                    "left out of the best value")
-            print(f"collect_glue_scores.py: {run.run_dir}: {run.nan_evaluations} of {run.evaluations} "
-                  f"evaluations of {run.metric} gave nan ({what})", file=sys.stderr)
+        if run.evaluations.nan_count:
+            what = ("every evaluation gave nan: failed run, left out of the mean" if run.evaluations.failed
+                    else "left out of the best value")
+            print(f"collect_glue_scores.py: {run.run_dir}: {run.evaluations.nan_summary()} ({what})",
+                  file=sys.stderr)
     print(markdown_table(runs))
     return 0
 

@@ -70,9 +70,11 @@ def main(argv=None):
         raise
     paths = write_report(config, jobs, outcome, args.out)
     print(f"report: {paths['md']}, {paths['json']}, figures in {paths['figures']}")
-    failed = {name: note for name, (status, note) in outcome.items() if status != DONE}
-    for name, note in failed.items():
-        print(f"tupe-study: {name}: {outcome[name][0]}: {note}", file=sys.stderr)
+    with open(paths["json"], encoding="utf-8") as f:  # the outcomes, and the GLUE runs that gave only nan
+        statuses = json.load(f)["jobs"]
+    failed = {name: job for name, job in statuses.items() if job["status"] != DONE}
+    for name, job in failed.items():
+        print(f"tupe-study: {name}: {job['status']}: {job['note']}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -16,7 +16,8 @@ import os
 import shlex
 
 from . import results
-from .runner import DONE
+from ..glue.tasks import GLUE_TASKS
+from .runner import DONE, FAILED
 
 # The columns of the property table (docs/analysis.md defines them).
 PROPERTIES = (
@@ -51,9 +52,15 @@ def collect(config, jobs, outcome):
                                                  _record(pretrain).get("seconds")))
         if config["glue"] is not None:
             for task in config["glue"]["tasks"]:
-                runs = [results.glue_run(os.path.join(done[name].folder, "run", "train.log"), task, seed)
-                        for seed in config["glue"]["seeds"]
-                        if (name := f"glue/{arch}/{task}/seed{seed}") in done]
+                runs = []
+                for seed in config["glue"]["seeds"]:
+                    name = f"glue/{arch}/{task}/seed{seed}"
+                    if name in done:
+                        runs.append(results.glue_run(os.path.join(done[name].folder, "run", "train.log"),
+                                                     task, seed))
+                        if "failed" in runs[-1]:
+                            report["jobs"][name].update(status=FAILED, note=f"{runs[-1]['failed']}: a failed "
+                                                        "run, left out of the median")
                 if runs:
                     entry["glue"][task] = results.glue_task(runs, task)
         squad = done.get(f"squad/{arch}")
@@ -175,11 +182,13 @@ def _pretrain_section(report, out):
 def _glue_section(report):
     tasks = report["config"]["glue"]["tasks"]
     seeds = report["config"]["glue"]["seeds"]
+    metrics = "; ".join(f"{task} {'/'.join(GLUE_TASKS[task].shown)} (best by {GLUE_TASKS[task].metric})"
+                        for task in tasks)
     lines = ["## GLUE (dev)", "",
-             f"Median over fine-tuning seeds {seeds} (min–max of the task's metric in brackets); "
-             "MRPC F1/acc., "
-             "STS-B Pearson/Spearman, CoLA Matthews corr., accuracy elsewhere. Avg.: mean over tasks of the "
-             "median of each task's metric (MRPC F1, STS-B mean of Pearson and Spearman).", "",
+             f"Median over fine-tuning seeds {seeds} of each run's best evaluation (min–max of the task's "
+             f"metric in brackets): {metrics}. Avg.: mean over tasks of the median of each task's metric. "
+             "A run whose every evaluation gave nan is a failed run, counted in its cell and left out of "
+             "the median.", "",
              "| arch | " + " | ".join(tasks) + " | Avg. |", "|---|" + "---|" * (len(tasks) + 1)]
     for arch, entry in report["archs"].items():
         cells, medians = [], []
@@ -188,9 +197,14 @@ def _glue_section(report):
             if result is None:
                 cells.append("–")
                 continue
-            shown = "/".join(_number(result["medians"][m], 1) for m in result["shown"])
-            cells.append(f"{shown} ({_number(result['min'], 1)}–{_number(result['max'], 1)})")
-            medians.append(result["median"])
+            cell = "–"
+            if result["median"] is not None:
+                shown = "/".join(_number(result["medians"][m], 1) for m in result["shown"])
+                cell = f"{shown} ({_number(result['min'], 1)}–{_number(result['max'], 1)})"
+                medians.append(result["median"])
+            if result["failed"]:
+                cell += f", {len(result['failed'])} failed"
+            cells.append(cell)
         average = _number(sum(medians) / len(medians), 1) if len(medians) == len(tasks) else "–"
         lines.append(f"| {arch} | " + " | ".join(cells) + f" | {average} |")
     return lines + [""]

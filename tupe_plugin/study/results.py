@@ -6,8 +6,9 @@ be checked against the logs line by line.
 - pre-training: the ``valid on 'valid' subset`` lines of fairseq-train (masked-LM loss in bits,
   base 2, at each ``num_updates``); speed: the median ``wps`` (input tokens per second, padding
   excluded) and ``ups`` (updates per second) of its ``train_inner`` lines.
-- GLUE: the best validation line of each run by the task's metric, as
-  ``tupe-collect-glue`` picks it; the other metrics of the task from that same line.
+- GLUE: the best validation line of each run by the task's metric, read by
+  :mod:`tupe_plugin.fairseq_logs` as ``tupe-collect-glue`` reads it (a run whose every evaluation
+  gave ``nan`` is a failed run); the other metrics of the task from that same line.
 - SQuAD: the score line of ``tupe-evaluate-squad``, with the official scripts' keys (v1.1
   ``{"exact_match": ..., "f1": ...}``, v2.0 ``{"exact": ..., "f1": ..., ...}``).
 """
@@ -16,46 +17,11 @@ import json
 import re
 import statistics
 
-VALID_LINE = re.compile(r"\| valid on 'valid' subset \| (.*)$")
-TRAIN_INNER = re.compile(r"\| train_inner \| .*?: +\d+ / \d+ (.*)$")
+from ..fairseq_logs import evaluations, train_inner_lines, valid_lines
+from ..glue.tasks import GLUE_TASKS
+
 # evaluate_squad.py's count line: "GOLD: 247 questions, 113 predicted (0 no answer) -> predictions.json"
 SQUAD_COUNTS = re.compile(r": (\d+) questions, (\d+) predicted \(")
-
-# Task -> (the metric that picks the best checkpoint, the metrics shown), as examples/finetune_glue.sh
-# reports them (seed 001 Table 2: CoLA Matthews corr., MRPC F1 and accuracy, STS-B Pearson and
-# Spearman, accuracy elsewhere).
-GLUE_METRICS = {
-    "CoLA": ("mcc", ["mcc"]),
-    "MRPC": ("f1", ["f1", "accuracy"]),
-    "STS-B": ("pearson_and_spearman", ["pearson", "spearman"]),
-}
-DEFAULT_GLUE_METRICS = ("accuracy", ["accuracy"])
-
-
-def glue_metrics(task):
-    return GLUE_METRICS.get(task, DEFAULT_GLUE_METRICS)
-
-
-def _fields(text, separator, joiner):
-    fields = {}
-    for item in text.split(separator):
-        key, _, value = item.strip().partition(joiner)
-        try:
-            fields[key.strip()] = float(value)
-        except ValueError:
-            continue
-    return fields
-
-
-def valid_lines(log_path):
-    """The fields (name -> float) of every validation line of a fairseq log, in order."""
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        return [_fields(m.group(1), " | ", " ") for m in map(VALID_LINE.search, f) if m]
-
-
-def train_inner_lines(log_path):
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        return [_fields(m.group(1), ", ", "=") for m in map(TRAIN_INNER.search, f) if m]
 
 
 def pretrain_result(log_path, seconds):
@@ -76,24 +42,30 @@ def pretrain_result(log_path, seconds):
 
 
 def glue_run(log_path, task, seed):
-    """The run's best validation line by the task's metric: {seed, score, metric: value, ...}."""
-    primary, shown = glue_metrics(task)
-    lines = [f for f in valid_lines(log_path) if primary in f]
-    if not lines:
-        raise ValueError(f"{log_path}: no validation line reports {primary}")
-    best = max(lines, key=lambda f: f[primary])  # first of equal bests, as fairseq keeps it
-    return {"seed": seed, "score": best[primary], **{m: best.get(m) for m in shown}}
+    """The run's best validation line by the task's metric: ``{seed, score, metric: value, ...}``.
+
+    A failed run (every evaluation gave nan) has score None and ``failed`` saying so.
+    """
+    found = evaluations(log_path, GLUE_TASKS[task].metric)
+    run = {"seed": seed, "score": found.score, "evaluations": found.count, "nan_evaluations": found.nan_count}
+    if found.failed:
+        return {**run, "failed": found.nan_summary()}
+    return {**run, **{m: found.best.get(m) for m in GLUE_TASKS[task].shown}}
 
 
 def glue_task(runs, task):
-    """Median over seeds (seed 001 reports the median of its fine-tuning runs) and the spread."""
-    primary, shown = glue_metrics(task)
-    scores = [run["score"] for run in runs]
+    """The median over the seeds' runs and their spread (TUPE, Ke et al., reports the median of its
+    fine-tuning runs); failed runs are left out and their seeds listed."""
+    metric, shown = GLUE_TASKS[task].metric, GLUE_TASKS[task].shown
+    scored = [run for run in runs if run["score"] is not None]
+    scores = [run["score"] for run in scored]
     return {
-        "metric": primary, "shown": shown, "median": statistics.median(scores),
-        "min": min(scores), "max": max(scores),
-        "medians": {m: statistics.median(run[m] for run in runs) for m in shown},
+        "metric": metric, "shown": list(shown),
+        "median": statistics.median(scores) if scores else None,
+        "min": min(scores, default=None), "max": max(scores, default=None),
+        "medians": {m: statistics.median(run[m] for run in scored) if scored else None for m in shown},
         "runs": sorted(runs, key=lambda run: run["seed"]),
+        "failed": sorted(run["seed"] for run in runs if run["score"] is None),
     }
 
 
