@@ -4,6 +4,7 @@ skips, resumes or redoes, and how a failure spreads."""
 import copy
 import io
 import os
+import shutil
 import sys
 
 import pytest
@@ -61,6 +62,19 @@ def test_added_seed_adds_jobs_and_changes_none(config, tmp_path):
     bigger["glue"]["seeds"] = [1, 2, 3]
     after = fingerprints(bigger, tmp_path)
     assert changed(before, after) == {f"glue/{a}/{t}/seed3" for a in ARCHS for t in ("RTE", "MRPC")}
+
+
+def test_edited_glue_task_file_invalidates_only_that_tasks_jobs(config, tmp_path):
+    glue_dir = tmp_path / "glue"
+    shutil.copytree(config["glue"]["dir"], glue_dir)
+    config["glue"]["dir"] = str(glue_dir)
+    before = fingerprints(config, tmp_path)
+    dev = glue_dir / "RTE" / "dev.tsv"
+    os.utime(dev, (0, 0))  # a touched file, same content: nothing to redo
+    assert changed(before, fingerprints(config, tmp_path)) == set()
+    dev.write_text(dev.read_text(encoding="utf-8").replace("Dana Reeve", "Dana Reeves"), encoding="utf-8")
+    assert changed(before, fingerprints(config, tmp_path)) == {n for n in before if n.startswith("glue/")
+                                                               and n.split("/")[2] == "RTE"}
 
 
 def test_device_is_not_part_of_the_fingerprint(config, tmp_path):

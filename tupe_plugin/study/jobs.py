@@ -15,7 +15,9 @@ the study's ``--out``::
     analysis/ARCH/          tupe-analyze: analysis/ (PNGs, positions.json)
 
 A job's fingerprint hashes the settings it depends on and its dependencies' fingerprints, so a
-changed setting invalidates that job and the jobs built on it, and nothing else.
+changed setting invalidates that job and the jobs built on it, and nothing else. The input files
+given in the config (corpus, GLUE task files, SQuAD files) enter the settings by the sha256 of their
+content: an edited file invalidates the jobs that read it, a touched one does not.
 """
 
 import hashlib
@@ -24,7 +26,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-
+from ..glue.tasks import GLUE_TASKS
+from ..prepared_folder import file_digest
 
 @dataclass
 class Job:
@@ -79,9 +82,13 @@ def build_jobs(config, out, tools=Tools()):
     jobs += [_pretrain_job(config["pretrain"], arch, out, tools) for arch in archs]
     if config["analysis"]:
         jobs += [_analysis_job(arch, out, tools) for arch in archs]
-    if config["glue"] is not None:
-        jobs += [_glue_job(config["glue"], arch, task, seed, out, tools)
-                 for task in config["glue"]["tasks"] for seed in config["glue"]["seeds"] for arch in archs]
+    glue = config["glue"]
+    if glue is not None:
+        for task in glue["tasks"]:
+            files = GLUE_TASKS[task].files(glue["dir"])
+            digests = {split: file_digest(path) for split, path in files.items()}
+            jobs += [_glue_job(glue, arch, task, digests, seed, out, tools)
+                     for seed in glue["seeds"] for arch in archs]
     if squad is not None:
         jobs += [_squad_job(squad, arch, out, tools) for arch in archs]
     by_name = {}
@@ -99,14 +106,6 @@ def _fingerprint(job, by_name):
 
 def _job(out, name, kind, commands, **kwargs):
     return Job(name=name, kind=kind, folder=os.path.join(out, name), commands=commands, **kwargs)
-
-
-def _file_digest(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _data_job(config, out, tools):
@@ -127,7 +126,7 @@ def _data_job(config, out, tools):
         # the hub loader and the fine-tuning scripts look for the sentencepiece model here
         ["cp", os.path.join(spm, "spm.model"), os.path.join(data, "sentencepiece.bpe.model")],
     ]
-    source = ({"corpus": corpus, "sha256": _file_digest(corpus)} if corpus
+    source = ({"corpus": corpus, "sha256": file_digest(corpus)} if corpus
               else {"corpus": "python standard-library docstrings", "python": sys.version.split()[0]})
     settings = {**source, "vocab_size": config["data"]["vocab_size"], "tokens_per_sample": tokens}
     return _job(out, "data", "data", commands, settings=settings)
@@ -191,7 +190,8 @@ def _script_env(tools, **env):
     return env
 
 
-def _glue_job(glue, arch, task, seed, out, tools):
+def _glue_job(glue, arch, task, digests, seed, out, tools):
+    """Fine-tune ``arch`` on ``task``; ``digests`` are the sha256 of the task's files, by split."""
     name = f"glue/{arch}/{task}/seed{seed}"
     folder = os.path.join(out, name)
     command = ["bash", "examples/finetune_glue.sh", task, pretrain_checkpoint(out, arch), data_bin(out),
@@ -203,7 +203,7 @@ def _glue_job(glue, arch, task, seed, out, tools):
     settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "lr", "batch_size",
                                            "extra_args")}
     return _job(out, name, "glue", [command], deps=[f"pretrain/{arch}"], env=env,
-                settings={"task": task, "seed": seed, **settings}, arch=arch)
+                settings={"task": task, "seed": seed, "sha256": digests, **settings}, arch=arch)
 
 
 def _squad_split_job(squad, out, tools):
@@ -211,7 +211,7 @@ def _squad_split_job(squad, out, tools):
                "--dev-every", str(squad["dev_every"]), "--out", os.path.join(out, "squad-data")]
     if squad["max_articles"]:
         command += ["--max-articles", str(squad["max_articles"])]
-    settings = {"dev": squad["dev"], "sha256": _file_digest(squad["dev"]),
+    settings = {"dev": squad["dev"], "sha256": file_digest(squad["dev"]),
                 "dev_every": squad["dev_every"], "max_articles": squad["max_articles"]}
     return _job(out, "squad-data", "squad-data", [command], settings=settings)
 
@@ -240,7 +240,7 @@ def _squad_job(squad, arch, out, tools):
     deps = [f"pretrain/{arch}"] + ([] if given else ["squad-data"])
     settings = dict(squad)
     if given:
-        settings.update(train_sha256=_file_digest(train), dev_sha256=_file_digest(dev))
+        settings.update(train_sha256=file_digest(train), dev_sha256=file_digest(dev))
     return _job(out, name, "squad", [command], deps=deps, env=env, settings=settings, arch=arch)
 
 
