@@ -216,7 +216,7 @@ class PlainPositionalTerm(WrappedPositionalTerm):
     """The shared term's interface (``build``), straightforwardly: the dense (H, T, T) content-free
     logits plus padding, materialised per batch row, whatever the path."""
 
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32):
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0):
         term = self.content_free(seq_len)
         bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
@@ -227,7 +227,7 @@ class PlainPositionalTerm(WrappedPositionalTerm):
             padding = torch.zeros(key_padding_mask.shape, dtype=dtype, device=key_padding_mask.device)
             padding = padding.masked_fill(key_padding_mask, float("-inf"))[:, None, None, :]
             mask = padding if mask is None else mask + padding
-        return PositionalTerm(scale=term.scale, path=AttentionPath.EXPLICIT, attn_mask=mask)
+        return PositionalTerm(scale=term.scale, path=AttentionPath.EXPLICIT, dropout=dropout, attn_mask=mask)
 
 
 class PlainSelfAttention(nn.Module):
@@ -236,7 +236,6 @@ class PlainSelfAttention(nn.Module):
     def __init__(self, fused):
         super().__init__()
         self.num_heads, self.head_dim = fused.num_heads, fused.head_dim
-        self.attention_dropout = fused.attention_dropout
         self.in_proj, self.out_proj = fused.in_proj, fused.out_proj
 
     def forward(self, x, term, need_weights=False):
@@ -247,7 +246,7 @@ class PlainSelfAttention(nn.Module):
         if term.attn_mask is not None:
             logits = logits + term.attn_mask
         probs = torch.softmax(logits, -1)
-        out = torch.matmul(F.dropout(probs, self.attention_dropout, self.training), v)
+        out = torch.matmul(F.dropout(probs, term.dropout), v)
         out = out.transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
 
@@ -256,8 +255,8 @@ class AlwaysSdpaPositionalTerm(WrappedPositionalTerm):
     """The shared term, built for the SDPA path whatever the device and dropout (its math fallback
     included): the plugin's attention before kernels were chosen per forward."""
 
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32):
-        return self.shared.build(seq_len, AttentionPath.SDPA, key_padding_mask, dtype)
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0):
+        return self.shared.build(seq_len, AttentionPath.SDPA, key_padding_mask, dtype, dropout=dropout)
 
 
 def make_always_sdpa(model):

@@ -15,7 +15,7 @@ from tupe_plugin.analysis import position_matrices as pm
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import AnalysisContext, run_sections
 from tupe_plugin.models.architectures import POSITION_PRESETS
-from tupe_plugin.modules.pretrained_embeddings import embedding_position_diagnosis
+from tupe_plugin.modules.embedding_diagnosis import embedding_position_diagnosis
 from tupe_plugin.vocabulary import word_indices
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -73,7 +73,7 @@ def test_released_semantics_diagnosis_counts_max_positions(preset):
 def test_t5_bias_by_distance_is_the_bias_of_ordinary_pairs(cls_reset):
     model = trained(build_model("tupe_r_tiny", cls_reset=cls_reset, untied_proj_bias=cls_reset == "release"))
     bias = pm.positional_encoder(model).positional_term.relative_bias
-    offsets, per_offset = pm.relative_bias_by_distance(model, 12, "t5")
+    offsets, per_offset = pm.relative_bias_by_distance(model, 12)
     with torch.no_grad():
         dense = bias(12)
     for i in range(1, 12):

@@ -10,12 +10,11 @@ from conftest import build_model, make_dictionary
 from fairseq.data import Dictionary
 
 from tupe_plugin.analysis import export_embeddings
+from tupe_plugin.modules.embedding_diagnosis import embedding_position_diagnosis, position_probe_r2
 from tupe_plugin.modules.pretrained_embeddings import (
     FAIRSEQ_EMBED_INIT_STD,
-    embedding_position_diagnosis,
     initialize_embeddings,
     match_tokens,
-    position_probe_r2,
     read_checkpoint_vectors,
     read_text_vectors,
     read_vectors,

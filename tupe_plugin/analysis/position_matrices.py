@@ -43,11 +43,11 @@ def has_cls_reset(model):
 
 
 @torch.no_grad()
-def relative_bias_by_distance(model, seq_len, kind):
-    """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1 of the relative bias of ``kind``
-    (``t5``: b[h, bucket(j - i)]; ``alibi``: -m_h |j - i|), or None when the model has no such bias."""
+def relative_bias_by_distance(model, seq_len):
+    """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1 of the model's relative bias (T5:
+    b[h, bucket(j - i)], ``config.t5_bias``; ALiBi: -m_h |j - i|, ``config.alibi``), or None without one."""
     bias = positional_encoder(model).positional_term.relative_bias
-    if bias is None or bias.kind != kind:
+    if bias is None:
         return None
     offsets, per_offset = bias.per_offset(seq_len)
     return offsets.cpu(), per_offset.float()
@@ -70,12 +70,12 @@ def rotary_offset_matrix(model, seq_len):
 def absolute_position_vectors(model, seq_len):
     """(kind, (T, d) vectors) of the absolute positions, or None.
 
-    kind: ``learned`` / ``sinusoidal`` / ``learnable-sinusoidal`` for a PE added at the input, or
-    ``untied`` for TUPE's / BERT-A^d's table p = LayerNorm(P) (TUPE Eq. 7).
+    kind: the config's ``absolute`` (``learned`` / ``sinusoidal`` / ``learnable-sinusoidal``) for a PE
+    added at the input, or ``untied`` for TUPE's / BERT-A^d's table p = LayerNorm(P) (TUPE Eq. 7).
     """
     encoder = positional_encoder(model)
     if encoder.embed_positions is not None:
-        return encoder.embed_positions.kind, encoder.embed_positions(seq_len).float()
+        return encoder.config.absolute, encoder.embed_positions(seq_len).float()
     untied = encoder.positional_term.untied_position
     if untied is not None:
         return "untied", untied.positions(seq_len).float()
@@ -103,11 +103,12 @@ def first_layer_position_correlation(model, seq_len):
 
 @torch.no_grad()
 def relative_position_table(model):
-    """(kind, (2K+1, d_h) table) of the Shaw vectors a_{-K}..a_K, or None."""
+    """(kind, (2K+1, d_h) table) of the Shaw vectors a_{-K}..a_K, or None; kind is the config's
+    ``shaw_table`` (``learned`` / ``sinusoidal`` / ``learnable-sinusoidal``)."""
     shaw = positional_encoder(model).positional_term.shaw
     if shaw is None:
         return None
-    return shaw.kind, shaw.table().float()
+    return position_config(model).shaw_table, shaw.table().float()
 
 
 @torch.no_grad()

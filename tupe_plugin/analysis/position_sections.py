@@ -83,18 +83,22 @@ def _exact_distances(model):
 
 def t5_bias(context):
     """TUPE Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
-    return _relative_bias_section(context, "t5", "t5_bias", "T5 relative bias b(j - i) per head")
+    applies = pm.position_config(context.model).t5_bias
+    return _relative_bias_section(context, applies, "t5_bias", "T5 relative bias b(j - i) per head",
+                                  "has no t5 bias")
 
 
 def alibi_bias(context):
     """ALiBi (Press et al. 2022): the fixed bias -m_h |j - i| against the offset, per head."""
-    return _relative_bias_section(context, "alibi", "alibi_bias", "ALiBi bias -m_h |j - i| per head")
+    applies = pm.position_config(context.model).alibi
+    return _relative_bias_section(context, applies, "alibi_bias", "ALiBi bias -m_h |j - i| per head",
+                                  "has no alibi bias")
 
 
-def _relative_bias_section(context, kind, name, title):
-    found = pm.relative_bias_by_distance(context.model, context.seq_len, kind)
+def _relative_bias_section(context, applies, name, title, missing):
+    found = pm.relative_bias_by_distance(context.model, context.seq_len) if applies else None
     if found is None:
-        return _not_applicable(context, name, title, f"has no {kind} bias")
+        return _not_applicable(context, name, title, missing)
     offsets, bias = (_numpy(t) for t in found)
     result = SectionResult(name, title)
     result.figures.append(figures.per_head_profiles(

@@ -1,8 +1,12 @@
-"""Absolute position embeddings added to the word embeddings at the input (TUPE Eq. 3, Wang et al. 2021 Table 1).
+"""Absolute position embeddings added to the word embeddings at the input.
 
-``learned``: a table of ``max_positions`` vectors (Gehring et al.; BERT) — longer inputs are refused.
-``sinusoidal`` / ``learnable-sinusoidal``: P(t) of :mod:`sinusoid`, defined for any t.
-Position t = 0 is the first token.
+TUPE Eq. 3 (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv 2006.15595);
+Table 1 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT", ICLR 2021.
+``learned``: a table of ``max_positions`` vectors (Gehring et al., "Convolutional Sequence to Sequence
+Learning", arXiv 1705.03122; BERT) — longer inputs are refused. ``sinusoidal`` /
+``learnable-sinusoidal``: P(t) of :mod:`sinusoid`, defined for any t. Position t = 0 is the first token.
+They enter the input, not the content-free term of attention: the encoder adds them to the word
+embeddings (:mod:`.positional_encoder`).
 """
 
 import torch
@@ -13,8 +17,6 @@ from .sinusoid import Sinusoid
 
 
 class LearnedAbsolutePosition(nn.Module):
-    kind = "learned"
-
     def __init__(self, max_positions, embed_dim):
         super().__init__()
         self.max_positions = max_positions
@@ -34,10 +36,6 @@ class SinusoidalAbsolutePosition(nn.Module):
     def __init__(self, embed_dim, learnable=False):
         super().__init__()
         self.sinusoid = Sinusoid(embed_dim, learnable)
-
-    @property
-    def kind(self):
-        return self.sinusoid.kind
 
     def forward(self, seq_len):
         positions = torch.arange(seq_len, device=self.sinusoid.frequencies.device)

@@ -1,5 +1,6 @@
-"""ALiBi, attention with linear biases (Press, Smith, Lewis 2022, "Train Short, Test Long", arXiv
-2108.12409), in its bidirectional form for encoders: bias[h, i, j] = -m_h |j - i|, fixed, no parameters.
+"""ALiBi, attention with linear biases (Press, Smith, Lewis, "Train Short, Test Long: Attention with
+Linear Biases Enables Input Length Extrapolation", arXiv 2108.12409), in its bidirectional form for
+encoders: bias[h, i, j] = -m_h |j - i|, fixed, no parameters.
 
 Slopes as the paper's reference code: for H a power of two, m_h = 2^(-8h/H), h = 1..H; otherwise,
 with n the largest power of two below H, the n slopes for n heads followed by every other slope
@@ -9,7 +10,8 @@ with n the largest power of two below H, the n slopes for n heads followed by ev
 import math
 
 import torch
-from torch import nn
+
+from .offset_bias import OffsetBias
 
 
 def alibi_slopes(num_heads):
@@ -25,13 +27,11 @@ def alibi_slopes(num_heads):
     return torch.tensor(slopes, dtype=torch.float64)
 
 
-class AlibiBias(nn.Module):
+class AlibiBias(OffsetBias):
     """The (H, T, T) bias -m_h |j - i|, shared by all layers; a buffer, never trained."""
 
-    kind = "alibi"
-
-    def __init__(self, num_heads):
-        super().__init__()
+    def __init__(self, num_heads, zero_cls=False):
+        super().__init__(zero_cls)
         self.register_buffer("slopes", alibi_slopes(num_heads).float(), persistent=False)
 
     def per_offset(self, seq_len):
@@ -39,7 +39,7 @@ class AlibiBias(nn.Module):
         offsets = torch.arange(1 - seq_len, seq_len, device=self.slopes.device)
         return offsets, -self.slopes[:, None] * offsets.abs().to(self.slopes.dtype)[None]
 
-    def forward(self, seq_len):
-        positions = torch.arange(seq_len, device=self.slopes.device)
-        distance = (positions[None, :] - positions[:, None]).abs().to(self.slopes.dtype)
-        return -self.slopes[:, None, None] * distance
+
+def build_alibi_bias(config):
+    """The ALiBi bias of a :class:`~.position_config.PositionConfig`, or None."""
+    return AlibiBias(config.num_heads, zero_cls=config.zero_cls_bias) if config.alibi else None

@@ -1,11 +1,13 @@
-"""Multi-head self-attention that adds the shared positional term to its logits (TUPE Eq. 7-11;
-Wang et al. 2021, Eq. 4).
+"""Multi-head self-attention that adds the shared positional term to its logits.
 
-Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v`` with q, k shifted by
-``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see :mod:`positional_term`). Shaw relative vectors add
-``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered) to the mask, and
-their value term ``sum_j alpha_ij a_{j-i}`` to the output. Which kernel runs was decided once for the
-whole forward (:func:`~.attention_kernels.choose_path`); this layer only executes it.
+TUPE Eq. 7-11 (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv
+2006.15595); Eq. 4 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT",
+ICLR 2021. Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v`` with q, k shifted by
+``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see :mod:`.positional_term`). Shaw
+relative vectors add ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered)
+to the mask, and their value term ``sum_j alpha_ij a_{j-i}`` to the output. Which kernel runs, and
+with which attention dropout, was decided once for the whole forward and is carried by the term
+(:func:`~.attention_kernels.choose_path`); this layer only executes it.
 """
 
 import torch
@@ -17,7 +19,7 @@ from .rotary_position import rotate
 
 
 class PositionalSelfAttention(nn.Module):
-    def __init__(self, embed_dim, num_heads, attention_dropout=0.0):
+    def __init__(self, embed_dim, num_heads):
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads:
             raise ValueError(
@@ -26,12 +28,11 @@ class PositionalSelfAttention(nn.Module):
             )
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
-        self.attention_dropout = attention_dropout
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
 
     def forward(self, x, term, need_weights=False):
-        """x: (B, T, C); term: the forward's PositionalTerm (with its path and mask).
+        """x: (B, T, C); term: the forward's PositionalTerm (with its path, dropout and mask).
 
         Returns the output (B, T, C) and, with ``need_weights``, the probabilities (B, H, T, T).
         """
@@ -52,9 +53,8 @@ class PositionalSelfAttention(nn.Module):
             q = torch.cat([q, term.q_extra.to(q.dtype).expand(batch, -1, -1, -1)], -1)
             k = torch.cat([k, term.k_extra.to(k.dtype).expand(batch, -1, -1, -1)], -1)
             v = F.pad(v, (0, extra))
-        dropout = self.attention_dropout if self.training else 0.0
         out, probs = attend(
-            term.path, q, k, v, attn_mask, term.scale, dropout,
+            term.path, q, k, v, attn_mask, term.scale, term.dropout,
             term.rel_table if term.rel_values else None, term.rel_index,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)

@@ -1,8 +1,9 @@
 """The attention kernels and the one decision of which runs (x-transformers' ``Attend``, for CPU and GPU).
 
-:func:`choose_path` decides once per forward, from the device, the attention dropout, whether the
-probabilities are wanted, the position config and the sequence length, which of three paths every
-layer takes:
+:func:`choose_path` decides once per forward, from the device, the attention dropout in effect, whether
+the probabilities are wanted, the position config and the sequence length, which of three paths every
+layer takes; the forward's :class:`~.positional_term.PositionalTerm` carries the path and that dropout
+to every layer, and :func:`attend` runs what it is given:
 
 * ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
   always, on CPU when there is no dropout and no mask that needs a gradient;
@@ -13,10 +14,9 @@ layer takes:
 * ``EXPLICIT``: matmul-softmax-matmul — where the probabilities are needed (``need_weights``,
   Shaw value vectors), on CPU with attention dropout, where SDPA has no fused kernel and its
   math fallback is slower than the explicit path, and on CPU for a learned dense bias without
-  dropout when ``T <= 2 d_h``: there it is faster than BIASED_FLASH (measured by
-  ``scripts/benchmark_attention.py``: 0.8 x its time at T = 64 and 128, equal at 256, 1.2 x at
-  512, d_h = 64) and the probabilities it keeps, B H T^2 numbers a layer, are at most twice the
-  layer's hidden states (B T H d_h): the memory bound of the choice.
+  dropout when ``T <= 2 d_h``: there it is faster than BIASED_FLASH (measured in docs/benchmarks.md,
+  ``benchmarks/benchmark_attention.py``) and the probabilities it keeps, B H T^2 numbers a layer, are
+  at most twice the layer's hidden states (B T H d_h): the memory bound of the choice.
 
 :func:`fold_untied_term` is the matching decision for TUPE's untied term (see
 :mod:`positional_term`): multiplied out into the dense bias on the explicit path and where a dense
@@ -125,14 +125,15 @@ def fold_untied_term(path, config):
 def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
-    ``mask`` is None, a boolean keep-mask or an additive float mask; ``value_table`` /
-    ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{j-i}`` (explicit path only).
+    ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
+    learned dense bias on BIASED_FLASH, see :func:`choose_path`); ``value_table`` / ``value_index`` add
+    Shaw value vectors ``sum_j alpha_ij a_{j-i}`` (explicit path only).
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
     if value_table is not None:
         raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
-    if path is AttentionPath.BIASED_FLASH and mask is not None and mask.dtype != torch.bool:
+    if path is AttentionPath.BIASED_FLASH:
         return BiasedFlashAttention.apply(q, k, v, mask, scale), None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
     return out, None

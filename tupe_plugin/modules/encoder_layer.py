@@ -1,4 +1,7 @@
-"""A BERT encoder layer (post-LN, or pre-LN with ``normalize_before``) around PositionalSelfAttention."""
+"""A BERT encoder layer (post-LN, or pre-LN with ``normalize_before``) around PositionalSelfAttention.
+
+The attention dropout is not the layer's: it is carried by the forward's shared positional term.
+"""
 
 from fairseq import utils
 from fairseq.modules import LayerNorm
@@ -14,14 +17,13 @@ class PositionalEncoderLayer(nn.Module):
         ffn_embed_dim,
         num_heads,
         dropout=0.1,
-        attention_dropout=0.1,
         activation_dropout=0.0,
         activation_fn="gelu",
         normalize_before=False,
     ):
         super().__init__()
         self.normalize_before = normalize_before
-        self.self_attn = PositionalSelfAttention(embed_dim, num_heads, attention_dropout)
+        self.self_attn = PositionalSelfAttention(embed_dim, num_heads)
         self.self_attn_layer_norm = LayerNorm(embed_dim)
         self.fc1 = nn.Linear(embed_dim, ffn_embed_dim)
         self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)

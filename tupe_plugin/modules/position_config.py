@@ -1,17 +1,24 @@
-"""Every position-encoding choice of the model, parsed and checked once: :class:`PositionConfig`.
+"""Every position-encoding choice of the model, declared, parsed and checked once: :class:`PositionConfig`.
 
-The flags name one family each (``--abs-pos``, ``--rel-pos``, ``--untied-pos``, ``--cls-reset``
-and their options); this module owns their choices, their defaults, the rules that combine them and
-the facts derived from them (the attention scale, which tables are learned, the released [CLS]
-semantics). Code elsewhere asks the config (``config.t5_bias``, ``config.shaw_table``, ...) and
-never compares flag strings. The RoBERTa flags the encoder does not implement are refused here too,
-by name, instead of being accepted and ignored.
+The flags name one family each (``--abs-pos``, ``--rel-pos``, ``--untied-pos``, ``--cls-reset``,
+``--rotary`` and their options); this module owns their names, choices and help texts
+(:meth:`PositionConfig.add_args`), their defaults, the rules that combine them and the facts derived
+from them (the attention scale, which tables are learned, the released [CLS] semantics). Code elsewhere
+asks the config (``config.t5_bias``, ``config.shaw_table``, ...) and never compares flag strings.
+
+Papers: TUPE is Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv
+2006.15595; the APE/RPE variants are Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position
+Embeddings in BERT", ICLR 2021 (openreview.net/forum?id=onxoVA9FxMw); RoPE is Su, Lu, Pan, Murtadha,
+Wen, Liu, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864; ALiBi is
+Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
+Extrapolation", arXiv 2108.12409.
 """
 
 import math
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+
 from fairseq.utils import safe_getattr
+
 from ..user_errors import UserError
 
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
@@ -37,18 +44,6 @@ DEFAULTS = dict(
     rotary_base=10000.0,
 )
 
-# RoBERTa flags the plugin's encoder does not implement: (flag, value that means "off", why).
-UNSUPPORTED_ROBERTA_FLAGS = (
-    ("quant_noise_pq", 0, "quantization noise (Fan et al. 2020) is not implemented by the plugin's layers"),
-    ("quant_noise_pq_block_size", 8, "it only matters with --quant-noise-pq, which the plugin refuses"),
-    ("quant_noise_scalar", 0, "quantization noise is not implemented by the plugin's layers"),
-    ("mha_heads_to_keep", -1, "adaptive head pruning is not implemented by the plugin's attention"),
-    ("ffn_blocks_to_remove", -1, "adaptive FFN pruning is not implemented by the plugin's layers"),
-    ("mha_reg_scale_factor", 0.0, "adaptive pruning regularisation is not implemented"),
-    ("ffn_reg_scale_factor", 0.0, "adaptive pruning regularisation is not implemented"),
-    ("min_params_to_wrap", int(1e8), "the plugin's layers are not wrapped for --ddp-backend fully_sharded"),
-)
-
 
 class PositionFlagError(UserError, ValueError):
     """A model flag (or combination of flags) that cannot be built."""
@@ -58,14 +53,11 @@ def set_defaults(args):
     """Fill every position flag the command line and the preset left unset."""
     for flag, value in DEFAULTS.items():
         setattr(args, flag, safe_getattr(args, flag, value))
-    explicit_layernorm = safe_getattr(args, "layernorm_embedding", None)
-    no_layernorm = safe_getattr(args, "no_layernorm_embedding", False)
-    if explicit_layernorm and no_layernorm:
-        raise PositionFlagError(
-            "--layernorm-embedding and --no-layernorm-embedding contradict each other; pass one "
-            "(the presets use a LayerNorm on the input embeddings, as BERT does)"
-        )
-    args.layernorm_embedding = not no_layernorm
+
+
+def _flag(default, help, choices=None, metavar=None):
+    """A config field that is also a command-line flag: its metadata declare the flag."""
+    return field(default=default, metadata=dict(help=help, choices=choices, metavar=metavar))
 
 
 @dataclass(frozen=True)
@@ -75,23 +67,60 @@ class PositionConfig:
     embed_dim: int
     num_heads: int
     max_positions: int
-    abs_pos: str = "none"
-    rel_pos: str = "none"
-    untied_pos: str = "none"
-    cls_reset: str = "none"
-    rel_pos_buckets: int = 32
-    rel_pos_max_distance: int = 128
-    shaw_max_distance: int = 64
-    shaw_keys_only: bool = False
-    untied_proj_bias: bool = False
-    rotary: str = "none"
-    rotary_base: float = 10000.0
+    abs_pos: str = _flag("none", choices=ABS_POS_CHOICES,
+                         help="absolute position embedding added to the word embedding at the input")
+    rel_pos: str = _flag(
+        "none", choices=REL_POS_CHOICES,
+        help="relative position term: t5 = one bias per head and distance bucket, shared by all layers "
+        "(TUPE Eq. 5/8); alibi = the fixed bias -m_h|j-i| (Press et al. 2022); shaw-* = Shaw vectors "
+        "a_clip(j-i) added to keys and values, one table shared by heads and layers, learned / fixed "
+        "sinusoidal / learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
+    )
+    rotary: str = _flag(
+        "none", choices=ROTARY_CHOICES,
+        help="rotary position embedding (RoPE, Su et al. 2021): q and k of every layer rotated by "
+        "position; learnable = the d_h/2 frequencies are parameters initialised at the fixed ones",
+    )
+    rotary_base: float = _flag(10000.0, metavar="B", help="RoPE's frequency base (default 10000)")
+    rel_pos_buckets: int = _flag(32, metavar="N", help="T5 buckets (both directions)")
+    rel_pos_max_distance: int = _flag(128, metavar="N",
+                                      help="T5 distance beyond which all offsets share the last bucket")
+    shaw_max_distance: int = _flag(64, metavar="K",
+                                   help="Shaw relative distances are clipped to [-K, K] (default 64)")
+    shaw_keys_only: bool = _flag(False, help="add the Shaw vectors to the keys only, not to the values")
+    untied_pos: str = _flag(
+        "none", choices=UNTIED_CHOICES,
+        help="position-to-position term computed in attention: tupe = untied (pU^Q)(pU^K)^T/sqrt(2d_h) "
+        "(TUPE Eq. 7); four-term = the BERT-A^d ablation",
+    )
+    cls_reset: str = _flag(
+        "none", choices=CLS_RESET_CHOICES,
+        help="paper = reset the content-free correlations from/to [CLS] to learned theta_1/theta_2 "
+        "(TUPE Eq. 9); release = as the authors' released code: theta_1/theta_2 from the untied table's "
+        "rows 0 and 1 (the table gets max_positions + 1 rows), the T5 bias reset on its own to two "
+        "extra buckets",
+    )
+    untied_proj_bias: bool = _flag(
+        False, help="give the untied projections U^Q/U^K a bias, as the authors' released code does"
+    )
+
+    @classmethod
+    def add_args(cls, group):
+        """Declare every position flag on ``group`` (argparse), without defaults: the preset and
+        :func:`set_defaults` fill what the command line leaves unset."""
+        for flag in fields(cls):
+            if "help" not in flag.metadata:
+                continue
+            if flag.type is bool:
+                group.add_argument(option(flag.name), action="store_true", help=flag.metadata["help"])
+            else:
+                declared = {key: value for key, value in flag.metadata.items() if value is not None}
+                group.add_argument(option(flag.name), type=flag.type, **declared)
 
     @classmethod
     def from_args(cls, args):
         """The config of fairseq model ``args`` (argparse or DictConfig); raises
         :class:`PositionFlagError` listing every flag that cannot be built."""
-        check_model_flags(args)
         config = cls(
             embed_dim=args.encoder_embed_dim,
             num_heads=args.encoder_attention_heads,
@@ -103,47 +132,103 @@ class PositionConfig:
 
     # -- derived facts (read these, never the flag strings) -------------------------------------
 
-    def __post_init__(self):
-        shaw = self.rel_pos[len(SHAW_PREFIX):] if self.rel_pos.startswith(SHAW_PREFIX) else None
-        terms = {"none": 1, "tupe": 2, "four-term": 4}.get(self.untied_pos, 1)
-        facts = dict(
-            head_dim=self.embed_dim // max(self.num_heads, 1),
-            # the absolute PE added at the input (learned / sinusoidal / learnable-sinusoidal) or None
-            absolute=None if self.abs_pos == "none" else self.abs_pos,
-            learned_absolute_table=self.abs_pos == "learned",
-            learnable_absolute_frequencies=self.abs_pos == "learnable-sinusoidal",
-            # TUPE's untied (pU^Q)(pU^K)^T term (Eq. 7), factored into widened heads
-            untied=self.untied_pos == "tupe",
-            # the BERT-A^d ablation: positions shift the word query and key (TUPE §4.3)
-            four_term=self.untied_pos == "four-term",
-            # an untied table with U^Q/U^K (TUPE or BERT-A^d)
-            untied_table=self.untied_pos != "none",
-            t5_bias=self.rel_pos == "t5",
-            # ALiBi (Press et al. 2022): the fixed -m_h |j - i| bias, no parameters
-            alibi=self.rel_pos == "alibi",
-            # RoPE (Su et al. 2021): q, k rotated by position; learnable = the frequencies are parameters
-            rotary_applies=self.rotary != "none",
-            learnable_rotary_frequencies=self.rotary == "learnable",
-            # the Shaw table kind, or None; with values the probabilities are needed
-            shaw_table=shaw,
-            shaw_learned=shaw == "learned",
-            shaw_learnable_frequencies=shaw == "learnable-sinusoidal",
-            shaw_values=shaw is not None and not self.shaw_keys_only,
-            cls_reset_applies=self.cls_reset != "none",
-            # the authors' released [CLS] semantics (extra table row, per-term T5 reset)
-            release=self.cls_reset == "release",
-            # Eq. 11: the paper's reset replaces row/column 0 of the whole content-free term
-            zero_cls_bias=self.cls_reset == "paper",
-        )
-        # a learned table fixes the longest input; a learned dense bias needs BiasedFlashAttention
-        facts.update(
-            learned_tables=facts["learned_absolute_table"] or facts["untied_table"],
-            learned_dense_bias=facts["t5_bias"] or shaw is not None,
-            # 1/sqrt(d_h); 1/sqrt(2 d_h) with TUPE's untied term; 1/sqrt(4 d_h) for BERT-A^d
-            scale=1.0 / math.sqrt(terms * max(facts["head_dim"], 1)),
-        )
-        for name, value in facts.items():
-            object.__setattr__(self, name, value)
+    @property
+    def head_dim(self):
+        return self.embed_dim // max(self.num_heads, 1)
+
+    @property
+    def absolute(self):
+        """The absolute PE added at the input (learned / sinusoidal / learnable-sinusoidal), or None."""
+        return None if self.abs_pos == "none" else self.abs_pos
+
+    @property
+    def learned_absolute_table(self):
+        return self.abs_pos == "learned"
+
+    @property
+    def learnable_absolute_frequencies(self):
+        return self.abs_pos == "learnable-sinusoidal"
+
+    @property
+    def untied(self):
+        """TUPE's untied (pU^Q)(pU^K)^T term (Eq. 7), factored into widened heads."""
+        return self.untied_pos == "tupe"
+
+    @property
+    def four_term(self):
+        """The BERT-A^d ablation: positions shift the word query and key (TUPE §4.3)."""
+        return self.untied_pos == "four-term"
+
+    @property
+    def untied_table(self):
+        """An untied table with U^Q/U^K (TUPE or BERT-A^d)."""
+        return self.untied_pos != "none"
+
+    @property
+    def t5_bias(self):
+        return self.rel_pos == "t5"
+
+    @property
+    def alibi(self):
+        """ALiBi: the fixed -m_h |j - i| bias, no parameters."""
+        return self.rel_pos == "alibi"
+
+    @property
+    def rotary_applies(self):
+        """RoPE: q, k rotated by position."""
+        return self.rotary != "none"
+
+    @property
+    def learnable_rotary_frequencies(self):
+        return self.rotary == "learnable"
+
+    @property
+    def shaw_table(self):
+        """The Shaw table kind (learned / sinusoidal / learnable-sinusoidal), or None."""
+        return self.rel_pos[len(SHAW_PREFIX):] if self.rel_pos.startswith(SHAW_PREFIX) else None
+
+    @property
+    def shaw_learned(self):
+        return self.shaw_table == "learned"
+
+    @property
+    def shaw_learnable_frequencies(self):
+        return self.shaw_table == "learnable-sinusoidal"
+
+    @property
+    def shaw_values(self):
+        """Shaw vectors added to the values too: the probabilities are needed."""
+        return self.shaw_table is not None and not self.shaw_keys_only
+
+    @property
+    def cls_reset_applies(self):
+        return self.cls_reset != "none"
+
+    @property
+    def release(self):
+        """The authors' released [CLS] semantics (extra table row, per-term T5 reset)."""
+        return self.cls_reset == "release"
+
+    @property
+    def zero_cls_bias(self):
+        """Eq. 11: the paper's reset replaces row/column 0 of the whole content-free term."""
+        return self.cls_reset == "paper"
+
+    @property
+    def learned_tables(self):
+        """A learned table fixes the longest input."""
+        return self.learned_absolute_table or self.untied_table
+
+    @property
+    def learned_dense_bias(self):
+        """A learned (H, T, T) bias: on CPU it needs BiasedFlashAttention."""
+        return self.t5_bias or self.shaw_table is not None
+
+    @property
+    def scale(self):
+        """1/sqrt(d_h); 1/sqrt(2 d_h) with TUPE's untied term; 1/sqrt(4 d_h) for BERT-A^d."""
+        terms = 2 if self.untied else 4 if self.four_term else 1
+        return 1.0 / math.sqrt(terms * max(self.head_dim, 1))
 
     def describe(self):
         """The position flags as they would be passed on the command line."""
@@ -158,7 +243,7 @@ class PositionConfig:
                               ("untied_pos", UNTIED_CHOICES), ("cls_reset", CLS_RESET_CHOICES),
                               ("rotary", ROTARY_CHOICES)):
             if getattr(self, flag) not in choices:
-                errors.append(f"{_flag(flag)} must be one of {', '.join(choices)}, got {getattr(self, flag)}")
+                errors.append(f"{option(flag)} must be one of {', '.join(choices)}, got {getattr(self, flag)}")
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
         if self.absolute is not None and self.untied_table:
@@ -225,49 +310,6 @@ class PositionConfig:
         return errors
 
 
-def check_model_flags(args):
-    """The sizes, probabilities and RoBERTa flags of ``args`` that no position config could fix."""
-    errors = []
-    embed_dim, heads = args.encoder_embed_dim, args.encoder_attention_heads
-    if heads < 1 or embed_dim < 1 or embed_dim % heads:
-        errors.append(
-            f"--encoder-embed-dim {embed_dim} must be a positive multiple of "
-            f"--encoder-attention-heads {heads}"
-        )
-    for flag in ("max_positions", "encoder_layers", "encoder_ffn_embed_dim"):
-        if getattr(args, flag) < 1:
-            errors.append(f"{_flag(flag)} must be positive, got {getattr(args, flag)}")
-    tokens_per_sample = safe_getattr(args, "tokens_per_sample", None)
-    if tokens_per_sample is not None and 0 < args.max_positions < tokens_per_sample:
-        errors.append(
-            f"--max-positions {args.max_positions} is below --tokens-per-sample {tokens_per_sample}: "
-            "fairseq would silently drop every longer training block; raise --max-positions or lower "
-            "--tokens-per-sample"
-        )
-    for flag in ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop"):
-        if not 0 <= safe_getattr(args, flag, 0.0) < 1:
-            errors.append(f"{_flag(flag)} is a probability in [0, 1), got {getattr(args, flag)}")
-    for flag, off, why in UNSUPPORTED_ROBERTA_FLAGS:
-        value = safe_getattr(args, flag, off)
-        if value is not None and value != off:
-            errors.append(f"{_flag(flag)} {value} is not supported: {why}; drop the flag")
-    errors += _position_table_memory(args)
-    if errors:
-        raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
-
-
-def _position_table_memory(args):
-    """A --max-positions whose position table alone exceeds the machine's memory (a typo) is refused."""
-    table = args.max_positions * max(args.encoder_embed_dim, 1) * 4
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return []
-    if table <= memory:
-        return []
-    return [f"--max-positions {args.max_positions} would need a {table / 2**30:,.1f} GiB position table, more "
-            f"than the {memory / 2**30:,.1f} GiB of memory of this machine: a typo? (512 is BERT's)"]
-
-
-def _flag(name):
+def option(name):
+    """The command-line option of the setting ``name``: ``--`` and dashes."""
     return "--" + name.replace("_", "-")

@@ -15,8 +15,9 @@ class PositionalTransformerEncoder(nn.Module):
 
     Hidden states are kept batch-first; ``inner_states`` are returned (T, B, C) as fairseq's
     RoBERTa does. ``--encoder-layerdrop p`` skips each layer with probability p in training
-    (LayerDrop, Fan et al. 2019, arXiv 1909.11556); evaluation runs every layer, and the shared term
-    is built once per forward either way.
+    (LayerDrop: Fan, Grave, Joulin, "Reducing Transformer Depth on Demand with Structured Dropout",
+    arXiv 1909.11556); evaluation runs every layer, and the shared term is built once per forward
+    either way. The attention dropout in effect is decided here, once, with the attention path.
     """
 
     def __init__(self, args, embed_tokens):
@@ -37,7 +38,6 @@ class PositionalTransformerEncoder(nn.Module):
                 args.encoder_ffn_embed_dim,
                 args.encoder_attention_heads,
                 dropout=args.dropout,
-                attention_dropout=args.attention_dropout,
                 activation_dropout=args.activation_dropout,
                 activation_fn=args.activation_fn,
                 normalize_before=args.encoder_normalize_before,
@@ -93,9 +93,9 @@ class PositionalTransformerEncoder(nn.Module):
         x = self.embed(src_tokens, token_embeddings)
         if padding_mask is not None:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
-        dropout = self.attention_dropout if self.training else 0.0
+        dropout = self.attention_dropout if self.training else 0.0  # in effect, for every layer
         path = choose_path(x.device, dropout, need_attn, self.config, src_tokens.size(1))
-        term = self.positional_term.build(src_tokens.size(1), path, padding_mask, x.dtype)
+        term = self.positional_term.build(src_tokens.size(1), path, padding_mask, x.dtype, dropout=dropout)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
         for layer in self.layers:

@@ -1,15 +1,26 @@
-"""T5 relative position bias (TUPE Eq. 5 and 8): one scalar b[h, bucket(j - i)] per head and bucket."""
+"""T5 relative position bias (TUPE Eq. 5 and 8): one scalar b[h, bucket(j - i)] per head and bucket.
+
+TUPE is Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv 2006.15595; the
+buckets are T5's (Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+Transformer", arXiv 1910.10683). :class:`ReleaseT5RelativeBias` is the bias with the [CLS] reset of the
+authors' released code (``--cls-reset release``, see docs/official_tupe.md): the table has
+``num_buckets + 1`` rows and is reset on its own, the bucket of every pair (i, 0) becoming the extra
+bucket ``num_buckets``, then the bucket of every pair (0, j) ``num_buckets // 2`` (a bucket no ordinary
+pair uses); the reset thus applies to each term separately, not to their sum as in Eq. 11.
+"""
 
 import math
 
 import torch
 from torch import nn
 
+from .offset_bias import OffsetBias
+
 
 def relative_position_bucket(
     relative_position, num_buckets=32, max_distance=128, bidirectional=True
 ):
-    """Map ``relative_position = key - query`` to T5's buckets (Raffel et al., 2020).
+    """Map ``relative_position = key - query`` to T5's buckets.
 
     Bidirectional: half of the buckets for keys before the query (and the query itself), half
     (offset ``num_buckets // 2``) for keys after it. Within a half, the first half of its buckets
@@ -43,19 +54,11 @@ def relative_position_bucket(
     return (bucket + torch.where(n < max_exact, n, large)).to(device)
 
 
-class T5RelativeBias(nn.Module):
-    """The (H, T, T) bias b[h, bucket(j - i)], shared by all layers (TUPE Eq. 5 / 8).
+class T5RelativeBias(OffsetBias):
+    """The (H, T, T) bias b[h, bucket(j - i)], shared by all layers (TUPE Eq. 5 / 8)."""
 
-    The bias depends on j - i only: it is looked up for the 2T - 1 offsets and spread into the
-    Toeplitz (T, T) matrix through a strided window view, so its backward sums along diagonals and
-    scatters 2T - 1 rows into the table, not T^2 (on CPU at T = 512 that scatter cost more than
-    the rest of the shared term's forward and backward together).
-    """
-
-    kind = "t5"
-
-    def __init__(self, num_heads, num_buckets=32, max_distance=128):
-        super().__init__()
+    def __init__(self, num_heads, num_buckets=32, max_distance=128, zero_cls=False):
+        super().__init__(zero_cls)
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)
@@ -77,7 +80,35 @@ class T5RelativeBias(nn.Module):
         offsets = torch.arange(1 - seq_len, seq_len, device=self._offset_buckets.device)
         return offsets, self.relative_attention_bias(self.offset_buckets(seq_len)).t()
 
+
+class ReleaseT5RelativeBias(T5RelativeBias):
+    """T5 bias with one extra bucket: pairs (i, 0) use it, pairs (0, j) bucket ``num_buckets // 2``."""
+
+    def __init__(self, num_heads, num_buckets=32, max_distance=128):
+        super().__init__(num_heads, num_buckets, max_distance)
+        self.relative_attention_bias = nn.Embedding(num_buckets + 1, num_heads)
+        self.register_buffer("_buckets", torch.zeros(0, 0, dtype=torch.long), persistent=False)
+
+    def buckets(self, seq_len):
+        """Bucket index of every (query i, key j) pair, cached for the longest length seen."""
+        if self._buckets.size(0) < seq_len:
+            positions = torch.arange(seq_len, device=self._buckets.device)
+            relative = positions[None, :] - positions[:, None]
+            buckets = relative_position_bucket(relative, self.num_buckets, self.max_distance)
+            buckets[:, 0] = self.num_buckets
+            buckets[0, :] = self.num_buckets // 2
+            self._buckets = buckets
+        return self._buckets[:seq_len, :seq_len]
+
     def forward(self, seq_len):
-        per_offset = self.per_offset(seq_len)[1]
-        # window r holds the offsets r - (T - 1) .. r, which are the j - i of row i = T - 1 - r
-        return per_offset.unfold(1, seq_len, 1).flip(1)
+        return self.relative_attention_bias(self.buckets(seq_len)).permute(2, 0, 1)
+
+
+def build_t5_bias(config):
+    """The T5 bias of a :class:`~.position_config.PositionConfig`, or None."""
+    if not config.t5_bias:
+        return None
+    if config.release:
+        return ReleaseT5RelativeBias(config.num_heads, config.rel_pos_buckets, config.rel_pos_max_distance)
+    return T5RelativeBias(config.num_heads, config.rel_pos_buckets, config.rel_pos_max_distance,
+                          zero_cls=config.zero_cls_bias)

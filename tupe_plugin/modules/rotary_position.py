@@ -1,10 +1,11 @@
-"""Rotary position embedding, RoPE (Su et al. 2021, "RoFormer", arXiv 2104.09864).
+"""Rotary position embedding, RoPE (Su, Lu, Pan, Murtadha, Wen, Liu, "RoFormer: Enhanced Transformer with
+Rotary Position Embedding", arXiv 2104.09864).
 
 Every layer rotates each pair (2k, 2k+1) of the query at position i by the angle theta_k i, and of the
 key at j by theta_k j, so that q_i . k_j depends on j - i only; theta_k = base^(-2k/d_h), base 10000.
 The cos/sin tables are computed once per forward and shared by all layers. ``learnable=True`` makes
-the d_h/2 frequencies parameters initialised at theta_k (the learnable sinusoids of Wang et al.,
-"On Position Embeddings in BERT", ICLR 2021, applied to rotation).
+the d_h/2 frequencies parameters initialised at theta_k (the learnable sinusoids of Wang, Shang, Lioma,
+Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT", ICLR 2021, applied to rotation).
 """
 
 import torch
@@ -18,15 +19,15 @@ class RotaryPosition(nn.Module):
         super().__init__()
         self.sinusoid = Sinusoid(head_dim, learnable, base)
 
-    @property
-    def kind(self):
-        return "learnable-rotary" if self.sinusoid.learnable else "rotary"
-
     def forward(self, seq_len):
         """(cos, sin) of the angles theta_k t for t = 0..T-1, each (T, d_h / 2)."""
         frequencies = self.sinusoid.frequencies
         angles = self.sinusoid.angles(torch.arange(seq_len, device=frequencies.device).to(frequencies.dtype))
         return angles.cos(), angles.sin()
+
+    def contribute(self, term, seq_len):
+        """Add the cos/sin tables every layer rotates q and k by to ``term``."""
+        term.rotary_cos, term.rotary_sin = self(seq_len)
 
 
 def rotate(x, cos, sin):
@@ -34,3 +35,10 @@ def rotate(x, cos, sin):
     even, odd = x[..., 0::2], x[..., 1::2]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
+
+
+def build_rotary(config):
+    """The RoPE tables of a :class:`~.position_config.PositionConfig`, or None."""
+    if not config.rotary_applies:
+        return None
+    return RotaryPosition(config.head_dim, config.rotary_base, config.learnable_rotary_frequencies)

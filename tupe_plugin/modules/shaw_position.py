@@ -1,9 +1,14 @@
-"""Shaw-style relative position vectors (Wang et al. 2021 Eq. 4; Shaw et al., 2018).
+"""Shaw-style relative position vectors (Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position
+Embeddings in BERT", ICLR 2021, Eq. 4; Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
+Representations", arXiv 1803.02155).
 
 a_r in R^{d_h} for r = clip(j - i, -K, K), one table shared by all heads and layers, added to the
 keys (score q_i . (k_j + a_{j-i})) and, unless keys-only, to the values
 (out_i = sum_j alpha_ij (v_j + a_{j-i})). Tables: ``learned`` ((2K+1) x d_h), ``sinusoidal`` (fixed
-sin/cos of the signed clipped distance, NEZHA-style) or ``learnable-sinusoidal``.
+sin/cos of the signed clipped distance, as NEZHA: Wei et al., "NEZHA: Neural Contextualized
+Representation for Chinese Language Understanding", arXiv 1909.00204) or ``learnable-sinusoidal``.
+The vectors depend on the query, so they are not content-free: the shared table and the (T, T) index
+are handed over and each layer adds q . a_{j-i} (and the value term) itself.
 """
 
 import torch
@@ -12,27 +17,22 @@ from torch import nn
 from .sinusoid import Sinusoid
 
 
-
 class ShawRelativePosition(nn.Module):
     """The table a_{-K}..a_K: learned (``learned=True``) or sinusoidal (fixed or ``learnable``
-    frequencies)."""
+    frequencies); ``values``: added to the values too, not to the keys only."""
 
-    def __init__(self, head_dim, max_distance=64, learned=True, learnable=False):
+    def __init__(self, head_dim, max_distance=64, learned=True, learnable=False, values=True):
         super().__init__()
         if max_distance < 1:
             raise ValueError(f"--shaw-max-distance must be >= 1, got {max_distance}")
         self.max_distance = max_distance
         self.learned = learned
+        self.values = values
         if learned:
             self.weight = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))
             nn.init.normal_(self.weight, mean=0.0, std=0.02)
         else:
             self.sinusoid = Sinusoid(head_dim, learnable=learnable)
-
-    @property
-    def kind(self):
-        """``learned``, ``sinusoidal`` or ``learnable-sinusoidal``."""
-        return "learned" if self.learned else self.sinusoid.kind
 
     def table(self):
         """(2K+1, d_h): row r holds a_{r - K}."""
@@ -47,3 +47,17 @@ class ShawRelativePosition(nn.Module):
         positions = torch.arange(seq_len, device=device)
         relative = positions[None, :] - positions[:, None]
         return relative.clamp(-self.max_distance, self.max_distance) + self.max_distance
+
+    def contribute(self, term, seq_len):
+        """Add the table, the (T, T) index into it and whether values take the vectors to ``term``."""
+        term.rel_table = self.table()
+        term.rel_index = self.index(seq_len, term.rel_table.device)
+        term.rel_values = self.values
+
+
+def build_shaw(config):
+    """The Shaw table of a :class:`~.position_config.PositionConfig`, or None."""
+    if config.shaw_table is None:
+        return None
+    return ShawRelativePosition(config.head_dim, config.shaw_max_distance, config.shaw_learned,
+                                config.shaw_learnable_frequencies, config.shaw_values)

@@ -1,5 +1,7 @@
-"""Sinusoids of positions with fixed or learnable frequencies (Vaswani et al.; Wang et al. 2021 §3.2, Table 1).
+"""Sinusoids of positions with fixed or learnable frequencies.
 
+Vaswani et al., "Attention Is All You Need", arXiv 1706.03762; Wang, Shang, Lioma, Jiang, Yang, Liu,
+Simonsen, "On Position Embeddings in BERT", ICLR 2021, §3.2 and Table 1.
 P(x) = [.., sin(w_i x), cos(w_i x), ..] (pairs interleaved), w_i = (1/10000)^(2i/D) at initialisation;
 with ``learnable=True`` the D/2 frequencies are parameters (Wang et al.'s learnable sinusoidal PEs).
 """
@@ -25,10 +27,6 @@ class Sinusoid(nn.Module):
             self.frequencies = nn.Parameter(frequencies)
         else:
             self.register_buffer("frequencies", frequencies)
-
-    @property
-    def kind(self):
-        return "learnable-sinusoidal" if self.learnable else "sinusoidal"
 
     def angles(self, positions):
         """positions: integer or float tensor (...,) -> (..., dim / 2) angles w_i x, in float32.

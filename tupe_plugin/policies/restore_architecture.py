@@ -22,6 +22,7 @@ import torch
 
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
+from ..models.model_flags import SETTING_OF_FLAG, carry_setting, show_setting
 from ..user_errors import UserError
 from .missing_restore_file import checkpoint_to_restore
 from .scope import is_plugin_arch
@@ -43,9 +44,6 @@ NOT_CARRIED = (
     "embed_init_path", "embed_init_dict", "embed_init_standardize", "embed_init_project",
     "load_checkpoint_heads", "allow_skipped_data",
 )
-
-# A flag and the setting it decides (--no-layernorm-embedding sets layernorm_embedding).
-SETTING_OF_FLAG = {"no_layernorm_embedding": "layernorm_embedding"}
 
 # Recorded by the plugin in its checkpoints, not flags: carried, never given on the command line.
 RECORDED = ("dictionary_fingerprint", "dictionary_size")
@@ -115,8 +113,9 @@ def _same(a, b):
 
 def _show(setting, value):
     flag = "--" + setting.replace("_", "-")
-    if setting == "layernorm_embedding":
-        return "--layernorm-embedding" if value else "--no-layernorm-embedding"
+    shown = show_setting(setting, value)
+    if shown is not None:
+        return shown
     if value is True:
         return flag
     if value is False or value is None:
@@ -161,9 +160,7 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
             "differ)"
         )
     for setting, value in carried.items():
-        setattr(model_cfg, setting, value)
-        if setting == "layernorm_embedding":
-            model_cfg.no_layernorm_embedding = not value
+        carry_setting(model_cfg, setting, value)
     shown = [_show(s, v) for s, v in carried.items() if s not in RECORDED]
     if shown:
         logger.info(f"model settings carried from {path} (not given on the command line): {', '.join(shown)}")

@@ -1,0 +1,129 @@
+"""The model flags that are not position encodings, checked once before a model is built.
+
+RoBERTa's flags the plugin's encoder does not implement are refused by name instead of being accepted
+and ignored; sizes and probabilities are checked for range, and a ``--max-positions`` whose position
+table alone would not fit in memory (a typo) is refused before anything is allocated.
+
+The plugin's own ``--no-layernorm-embedding`` is owned here: declared (:func:`add_args`), reconciled with
+RoBERTa's ``--layernorm-embedding`` (:func:`set_defaults`), and mapped to the setting it decides for
+fine-tuning's restore of the pre-training architecture (:data:`SETTING_OF_FLAG`, :func:`show_setting`,
+:func:`carry_setting`).
+"""
+
+import os
+
+from fairseq.utils import safe_getattr, safe_hasattr
+
+from ..modules.position_config import PositionFlagError, option
+
+LAYERNORM_EMBEDDING = "layernorm_embedding"
+
+# A flag and the setting it decides (--no-layernorm-embedding sets layernorm_embedding).
+SETTING_OF_FLAG = {"no_layernorm_embedding": LAYERNORM_EMBEDDING}
+
+# RoBERTa flags the plugin's encoder does not implement: (flag, value that means "off", why).
+UNSUPPORTED_ROBERTA_FLAGS = (
+    ("quant_noise_pq", 0, "quantization noise (Fan et al. 2020) is not implemented by the plugin's layers"),
+    ("quant_noise_pq_block_size", 8, "it only matters with --quant-noise-pq, which the plugin refuses"),
+    ("quant_noise_scalar", 0, "quantization noise is not implemented by the plugin's layers"),
+    ("mha_heads_to_keep", -1, "adaptive head pruning is not implemented by the plugin's attention"),
+    ("ffn_blocks_to_remove", -1, "adaptive FFN pruning is not implemented by the plugin's layers"),
+    ("mha_reg_scale_factor", 0.0, "adaptive pruning regularisation is not implemented"),
+    ("ffn_reg_scale_factor", 0.0, "adaptive pruning regularisation is not implemented"),
+    ("min_params_to_wrap", int(1e8), "the plugin's layers are not wrapped for --ddp-backend fully_sharded"),
+)
+
+
+def add_args(parser):
+    parser.add_argument(
+        "--no-layernorm-embedding",
+        action="store_true",
+        help="no LayerNorm on the input embeddings (the presets use one, as BERT does)",
+    )
+    parser.add_argument(
+        "--allow-skipped-data",
+        action="store_true",
+        help="train although more than 1%% of the training tokens are in samples longer than "
+        "--max-positions, which fairseq skips (the plugin stops such a run by default)",
+    )
+
+
+def set_defaults(args):
+    """Reconcile the two LayerNorm-embedding flags and fill --allow-skipped-data."""
+    explicit_layernorm = safe_getattr(args, LAYERNORM_EMBEDDING, None)
+    no_layernorm = safe_getattr(args, "no_layernorm_embedding", False)
+    if explicit_layernorm and no_layernorm:
+        raise PositionFlagError(
+            "--layernorm-embedding and --no-layernorm-embedding contradict each other; pass one "
+            "(the presets use a LayerNorm on the input embeddings, as BERT does)"
+        )
+    args.layernorm_embedding = not no_layernorm
+    args.allow_skipped_data = safe_getattr(args, "allow_skipped_data", False)
+
+
+def set_max_positions(args, task):
+    """RoBERTa's rule: --max-positions defaults to --tokens-per-sample, itself to the task's."""
+    if not safe_hasattr(args, "max_positions"):
+        if not safe_hasattr(args, "tokens_per_sample"):
+            args.tokens_per_sample = task.max_positions()
+        args.max_positions = args.tokens_per_sample
+
+
+def check_model_flags(args):
+    """Raise :class:`~tupe_plugin.modules.position_config.PositionFlagError` listing the sizes,
+    probabilities and RoBERTa flags of ``args`` that no position config could fix."""
+    errors = []
+    embed_dim, heads = args.encoder_embed_dim, args.encoder_attention_heads
+    if heads < 1 or embed_dim < 1 or embed_dim % heads:
+        errors.append(
+            f"--encoder-embed-dim {embed_dim} must be a positive multiple of "
+            f"--encoder-attention-heads {heads}"
+        )
+    for flag in ("max_positions", "encoder_layers", "encoder_ffn_embed_dim"):
+        if getattr(args, flag) < 1:
+            errors.append(f"{option(flag)} must be positive, got {getattr(args, flag)}")
+    tokens_per_sample = safe_getattr(args, "tokens_per_sample", None)
+    if tokens_per_sample is not None and 0 < args.max_positions < tokens_per_sample:
+        errors.append(
+            f"--max-positions {args.max_positions} is below --tokens-per-sample {tokens_per_sample}: "
+            "fairseq would silently drop every longer training block; raise --max-positions or lower "
+            "--tokens-per-sample"
+        )
+    for flag in ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop"):
+        if not 0 <= safe_getattr(args, flag, 0.0) < 1:
+            errors.append(f"{option(flag)} is a probability in [0, 1), got {getattr(args, flag)}")
+    for flag, off, why in UNSUPPORTED_ROBERTA_FLAGS:
+        value = safe_getattr(args, flag, off)
+        if value is not None and value != off:
+            errors.append(f"{option(flag)} {value} is not supported: {why}; drop the flag")
+    errors += _position_table_memory(args)
+    if errors:
+        raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
+
+
+def _position_table_memory(args):
+    """A --max-positions whose position table alone exceeds the machine's memory (a typo) is refused."""
+    table = args.max_positions * max(args.encoder_embed_dim, 1) * 4
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return []
+    if table <= memory:
+        return []
+    return [f"--max-positions {args.max_positions} would need a {table / 2**30:,.1f} GiB position table, more "
+            f"than the {memory / 2**30:,.1f} GiB of memory of this machine: a typo? (512 is BERT's)"]
+
+
+def show_setting(setting, value):
+    """How the command line gives ``setting`` = ``value`` when a flag of this module decides it
+    (``--layernorm-embedding`` / ``--no-layernorm-embedding``), else None."""
+    if setting == LAYERNORM_EMBEDDING:
+        return "--layernorm-embedding" if value else "--no-layernorm-embedding"
+    return None
+
+
+def carry_setting(args, setting, value):
+    """Set ``setting`` of ``args`` to ``value``, and the flag of this module that decides it."""
+    setattr(args, setting, value)
+    if setting == LAYERNORM_EMBEDDING:
+        args.no_layernorm_embedding = not value
