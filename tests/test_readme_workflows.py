@@ -1,7 +1,9 @@
-"""The README's workflows, run as a user runs them (slow): the GLUE seeds loop after prepare_glue.py, with
-neither PYTHON set nor .venv activated, and `make demo` for two architectures in the same WORKDIR."""
+"""The documented workflows, run as a user runs them (slow): the GLUE seeds loop of docs/finetuning.md after
+tupe-prepare-glue, with neither PYTHON set nor .venv activated, and the README's `make demo` for two
+architectures in the same WORKDIR. Each test first checks that the page still documents what it runs."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +15,12 @@ from tupe_plugin.corpus import build as build_corpus
 pytestmark = pytest.mark.slow
 
 
+def bash_blocks(page):
+    """The text of the bash blocks of a page of the repository (README.md, docs/NAME.md)."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        return "\n".join(re.findall(r"^```bash\n(.*?)^```", f.read(), flags=re.S | re.M))
+
+
 def user_environment(**extra):
     """A shell where .venv is not activated and PYTHON is not set."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
@@ -22,9 +30,13 @@ def user_environment(**extra):
 
 
 def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pretrained_dir, tmp_path):
+    documented = bash_blocks(os.path.join("docs", "finetuning.md"))
+    assert "tupe-prepare-glue --task RTE --glue-dir glue_data" in documented
+    assert "--out glue-bin/RTE-bin" in documented
+    assert "SEED=$seed GLUE_DIR=glue_data examples/finetune_glue.sh RTE" in documented
     data = pretrained_dir / "data-bin"
     glue = test_data("glue")
-    prepare = [sys.executable, os.path.join(REPO, "scripts", "prepare_glue.py"), "--task", "RTE",
+    prepare = [os.path.join(VENV_BIN, "tupe-prepare-glue"), "--task", "RTE",
                "--glue-dir", glue, "--sentencepiece-model", data / "sentencepiece.bpe.model",
                "--dict", data / "dict.txt", "--out", "glue-bin/RTE-bin", "--max-examples", "48"]
     subprocess.run([str(a) for a in prepare], cwd=tmp_path, check=True, stdout=subprocess.PIPE)
@@ -46,6 +58,10 @@ def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pre
 
 
 def test_demo_of_a_second_architecture_keeps_the_first_ones_run(tmp_path):
+    assert "make demo" in bash_blocks("README.md")
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert "`CORPUS=path/to/text.txt make demo`" in readme and "`ARCH=bert_a_tiny make demo`" in readme
     # a user's CORPUS file: the text of the demo's embedded corpus (standard-library docstrings)
     build_corpus.main(["--output-dir", str(tmp_path / "docstrings")])
     corpus = tmp_path / "corpus.txt"
