@@ -1,8 +1,11 @@
-"""The position matrices of a plugin model, as plain tensors (TUPE Fig. 5; Wang et al. 2021 Fig. 2, 3, 6, 7).
+"""The position matrices of a plugin model, as plain tensors.
 
-Each function takes a :class:`~tupe_plugin.models.TupeRobertaModel` and returns its matrix, or
-None when the model has no such part (e.g. ``bert_nope`` has no position table); nothing here
-trains, draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds <s> = [CLS]).
+TUPE Fig. 5 (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv 2006.15595);
+Fig. 2, 3, 6, 7 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT",
+ICLR 2021. Each function takes a :class:`~tupe_plugin.models.TupeRobertaModel` and returns its matrix,
+or None when the model has no such part (e.g. ``bert_nope`` has no position table); which parts a model
+has is asked of its :class:`~tupe_plugin.modules.position_config.PositionConfig`. Nothing here trains,
+draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds <s> = [CLS]).
 """
 
 import torch

@@ -1,7 +1,8 @@
 """Attention dropout whose mask is cheap on CPU and keeps dropout's distribution.
 
 ``torch.nn.functional.dropout`` on CPU draws one Bernoulli variable per element (``bernoulli_``); for
-the (B, H, T, T) attention probabilities that draw costs several times their softmax. Here every
+the (B, H, T, T) attention probabilities that draw costs several times their softmax (measured in
+docs/benchmarks.md). Here every
 element gets 16 uniform random bits instead, three elements from each 48-bit draw of the generator
 (``torch.randint(0, 2**48)``, exact and uniform because the range is a power of two), and is kept when
 its 16 bits are at least ``round(p * 2**16)``: the keep probability is exactly

@@ -1,4 +1,4 @@
-"""The attention kernels and the one decision of which runs (x-transformers' ``Attend``, for CPU and GPU).
+"""The attention kernels and the one decision of which runs (as x-transformers' ``Attend``, for CPU and GPU).
 
 :func:`choose_path` decides once per forward, from the device, the attention dropout in effect, whether
 the probabilities are wanted, the position config and the sequence length, which of three paths every
@@ -8,15 +8,17 @@ to every layer, and :func:`attend` runs what it is given:
 * ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
   always, on CPU when there is no dropout and no mask that needs a gradient;
 * ``BIASED_FLASH``: :class:`BiasedFlashAttention` — on CPU, no dropout, a learned dense bias (the
-  T5 bias of TUPE Eq. 5 / 8, Shaw key terms) and sequences longer than ``2 d_h``: SDPA would drop
+  T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
+  Pre-training", arXiv 2006.15595; Shaw key terms) and sequences longer than ``2 d_h``: SDPA would drop
   to its slow math path for a grad-requiring mask, so the flash kernel runs the forward with the
   mask as a constant and an exact backward follows, keeping no (B, H, T, T) tensor;
 * ``EXPLICIT``: matmul-softmax-matmul — where the probabilities are needed (``need_weights``,
   Shaw value vectors), on CPU with attention dropout, where SDPA has no fused kernel and its
   math fallback is slower than the explicit path, and on CPU for a learned dense bias without
-  dropout when ``T <= 2 d_h``: there it is faster than BIASED_FLASH (measured in docs/benchmarks.md,
-  ``benchmarks/benchmark_attention.py``) and the probabilities it keeps, B H T^2 numbers a layer, are
-  at most twice the layer's hidden states (B T H d_h): the memory bound of the choice.
+  dropout when ``T <= 2 d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
+  B H T^2 numbers a layer, are at most twice the layer's hidden states (B T H d_h): the memory bound
+  of the choice. Both comparisons are measured in docs/benchmarks.md
+  (``benchmarks/benchmark_attention.py``).
 
 :func:`fold_untied_term` is the matching decision for TUPE's untied term (see
 :mod:`positional_term`): multiplied out into the dense bias on the explicit path and where a dense
