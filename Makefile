@@ -20,7 +20,7 @@ WORKDIR ?= demo
 DEMO_DATA := corpus corpus.tmp spm spm.tmp data-bin data-bin.tmp
 DEMO_RUN_OUTPUTS := checkpoints tensorboard train.log valid.log analysis
 
-# Study settings, passed to scripts/study.py (see the README, "Comparing position encodings").
+# Study settings, passed to tupe-study (the config is described in docs/study.md).
 STUDY_CONFIG ?= examples/study-tiny.yaml
 STUDY_DIR ?= study-tiny
 

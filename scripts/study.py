@@ -5,7 +5,7 @@
 
 Writes DIR/report.md, DIR/report.json and DIR/figures/; every job runs in its own folder under DIR
 and records its completion, so rerunning the same command redoes nothing finished and resumes an
-interrupted pre-training. See the README section "Comparing position encodings" for the config.
+interrupted pre-training. docs/study.md describes the config.
 """
 
 import sys
