@@ -72,10 +72,13 @@ def test_fairseq_train_main_stays_fairseqs_picklable_function():
     assert pickle.loads(pickle.dumps(main)) is main
 
 
-@pytest.mark.parametrize("model", ["roberta", "translation transformer"])
-def test_another_model_with_the_plugin_logs_the_same_run_and_writes_the_same_files(
-        model, wikitext_bin, parallel_bin, tmp_path):
-    data, flags = (wikitext_bin, TINY_ROBERTA) if model == "roberta" else (parallel_bin, TINY_TRANSFORMER)
+TRANSLATION = pytest.param("translation transformer", marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("model", ["roberta", TRANSLATION])
+def test_another_model_with_the_plugin_logs_the_same_run_and_writes_the_same_files(model, request, tmp_path):
+    data, flags = ((request.getfixturevalue("wikitext_bin"), TINY_ROBERTA) if model == "roberta"
+                   else (request.getfixturevalue("parallel_bin"), TINY_TRANSFORMER))
     plain = train(data, tmp_path / "plain", flags)
     guest = train(data, tmp_path / "guest", flags, "--user-dir", PLUGIN)
     assert normalised_log(guest, tmp_path / "guest") == normalised_log(plain, tmp_path / "plain")
@@ -150,7 +153,7 @@ checkpoint: {{save_dir: {save_dir}, no_epoch_checkpoints: true}}
 """
 
 
-@pytest.mark.parametrize("mask_prob", [0.0, 0.15])
+@pytest.mark.parametrize("mask_prob", [0.0, pytest.param(0.15, marks=pytest.mark.slow)])
 def test_fairseq_hydra_train_runs_the_plugins_checks(mask_prob, wikitext_bin, tmp_path):
     (tmp_path / "tiny.yaml").write_text(HYDRA_CONFIG.format(
         plugin=PLUGIN, data=wikitext_bin, mask_prob=mask_prob, save_dir=tmp_path / "save"))
