@@ -112,6 +112,7 @@ def test_unknown_contender_names_the_flag():
         benchmark.main(["--contenders", "bert_a", "tupe_x", "--json", os.devnull])
 
 
+@pytest.mark.slow
 def test_fairseq_train_mode_reports_words_per_second_of_every_run(wikitext_bin, tmp_path, capsys):
     path = tmp_path / "train.json"
     result = benchmark_train.main([

@@ -10,10 +10,9 @@ from cli import logged_losses, run_fairseq_steps, train_args
 TRAIN_LENGTH, VALID_LENGTH = 32, 128
 
 
-def train_short_validate_long(data, save_dir, arch, check=True, train_length=TRAIN_LENGTH,
-                              valid_length=VALID_LENGTH):
-    """fairseq-train at ``train_length``, then fairseq-validate its checkpoint at ``valid_length``."""
-    return run_fairseq_steps(
+def short_then_long(data, save_dir, arch, train_length=TRAIN_LENGTH, valid_length=VALID_LENGTH):
+    """fairseq-train at ``train_length``, then fairseq-validate of its checkpoint at ``valid_length``."""
+    return [
         ("train", train_args(data, save_dir, arch, 2, "--tokens-per-sample", train_length)),
         ("validate", [
             data, "--user-dir", "tupe_plugin", "--path", save_dir / "checkpoint_last.pt",
@@ -21,30 +20,40 @@ def train_short_validate_long(data, save_dir, arch, check=True, train_length=TRA
             "--model-overrides", f"{{'max_positions': {valid_length}}}",
             "--batch-size", 4, "--cpu",
         ]),
-        check=check,
-    )
+    ]
 
 
-@pytest.mark.parametrize("arch", ["bert_sin_ape_tiny", "bert_lsin_rpe_tiny", "bert_nope_tiny"])
-def test_models_without_position_tables_validate_at_4x_the_training_length(
-    arch, wikitext_bin, tmp_path
-):
-    _, validated = train_short_validate_long(wikitext_bin, tmp_path, arch)
-    (loss,) = logged_losses(validated, "valid")
+WITHOUT_TABLES = ["bert_sin_ape_tiny", "bert_lsin_rpe_tiny", "bert_nope_tiny"]
+ALIBI_AND_ROPE = ["bert_alibi_tiny", "bert_rope_tiny"]
+
+
+@pytest.fixture(scope="module")
+def validated_long(wikitext_bin, tmp_path_factory):
+    """The validation output of every arch trained short and validated long, chained in one process."""
+    root = tmp_path_factory.mktemp("length")
+    lengths = {arch: (TRAIN_LENGTH, VALID_LENGTH) for arch in WITHOUT_TABLES}
+    lengths.update({arch: (64, 256) for arch in ALIBI_AND_ROPE})
+    steps = [step for arch, (short, long) in lengths.items()
+             for step in short_then_long(wikitext_bin, root / arch, arch, short, long)]
+    outputs = run_fairseq_steps(*steps)
+    return {arch: outputs[2 * i + 1] for i, arch in enumerate(lengths)}
+
+
+@pytest.mark.parametrize("arch", WITHOUT_TABLES)
+def test_models_without_position_tables_validate_at_4x_the_training_length(arch, validated_long):
+    (loss,) = logged_losses(validated_long[arch], "valid")
     assert math.isfinite(loss)
 
 
-@pytest.mark.parametrize("arch", ["bert_alibi_tiny", "bert_rope_tiny"])
-def test_alibi_and_rope_trained_at_64_tokens_validate_at_256(arch, wikitext_bin, tmp_path):
-    _, validated = train_short_validate_long(wikitext_bin, tmp_path, arch, train_length=64,
-                                             valid_length=256)
-    (loss,) = logged_losses(validated, "valid")
+@pytest.mark.parametrize("arch", ALIBI_AND_ROPE)
+def test_alibi_and_rope_trained_at_64_tokens_validate_at_256(arch, validated_long):
+    (loss,) = logged_losses(validated_long[arch], "valid")
     assert math.isfinite(loss)
 
 
 def test_learned_position_table_refuses_a_longer_max_positions(wikitext_bin, tmp_path):
-    outputs, returncode = train_short_validate_long(wikitext_bin, tmp_path, "bert_a_tiny",
-                                                    check=False)
+    outputs, returncode = run_fairseq_steps(*short_then_long(wikitext_bin, tmp_path, "bert_a_tiny"),
+                                            check=False)
     assert len(outputs) == 2, f"training failed:\n{outputs[-1][-3000:]}"
     assert returncode != 0
     assert "cannot change length: use --model-overrides \"{'max_positions': 32}\"" in outputs[1]
