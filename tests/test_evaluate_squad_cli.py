@@ -101,3 +101,10 @@ def test_bad_predictions_file_is_one_error_line_naming_it(tmp_path, content, fla
         evaluate_squad.main(["--gold-file", DEV, "--predictions", str(path)])
     assert str(error.value).startswith(f"evaluate_squad.py: error: {flag} {path}")
     assert message in str(error.value)
+
+
+def test_a_v2_file_scored_without_the_v2_flag_names_the_flag(tmp_path):
+    predictions = write_predictions(tmp_path, gold_file=DEV_V2)
+    with pytest.raises(SystemExit, match=r"questions without an answer \(SQuAD v2\.0, e\.g\. \w+\): score it "
+                                         "with --version-2-with-negative"):
+        evaluate_squad.main(["--gold-file", DEV_V2, "--predictions", predictions])

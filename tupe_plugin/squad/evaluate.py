@@ -35,7 +35,7 @@ import sys
 import torch
 
 from tupe_plugin.squad.features import features_path, load_features
-from tupe_plugin.squad.metric import evaluate, official_output
+from tupe_plugin.squad.metric import evaluate, official_output, questions
 from tupe_plugin.squad.spans import best_answer
 
 logger = logging.getLogger("evaluate_squad")
@@ -125,7 +125,13 @@ def score_predictions(args):
               f"{dataset.get('version')}, scored with the v{version} rules"
               + ("" if args.version_2_with_negative else " (--version-2-with-negative for v2.0)"),
               file=sys.stderr)
-    scores = evaluate(dataset["data"][:args.max_articles], predictions, version)
+    articles = dataset["data"][:args.max_articles]
+    unanswerable = [q["id"] for q in questions(articles) if not q.get("answers")]
+    if unanswerable and version == "1.1":
+        sys.exit(f"evaluate_squad.py: error: --gold-file {args.gold_file} has {len(unanswerable)} questions "
+                 f"without an answer (SQuAD v2.0, e.g. {unanswerable[0]}): score it with "
+                 "--version-2-with-negative")
+    scores = evaluate(articles, predictions, version)
     warn_missing(scores, args.gold_file, len(predictions), args.max_articles)
     print(json.dumps(official_output(scores), indent=2 if version == "2.0" else None))
     return scores
