@@ -114,14 +114,20 @@ def test_dense_term_does_not_overflow_fp16_where_the_scaled_logits_fit(dictionar
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("preset", ["bert_sin_ape", "bert_lsin_ape", "bert_sin_rpe", "bert_lsin_rpe"])
+@pytest.mark.parametrize("preset", ["bert_sin_ape", "bert_lsin_ape", "bert_sin_rpe", "bert_lsin_rpe",
+                                    "bert_rope", "bert_lrope"])
 def test_sinusoids_of_a_cast_model_are_the_float32_ones_rounded(preset, dtype, dictionary):
     """fairseq's --bf16 / --fp16 cast the model: positions up to 511 and their angles (hundreds of
-    radians) must not be rounded to that dtype before the sine, only the result. Fixed frequencies
-    stay exact; learnable ones are the model's parameters, rounded by the cast."""
+    radians) must not be rounded to that dtype before the sine (the cosine and sine of RoPE's
+    rotation), only the result. Fixed frequencies stay exact; learnable ones are the model's
+    parameters, rounded by the cast."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=512)
     encoder = model.encoder.sentence_encoder
-    if encoder.embed_positions is not None:
+    rotary = encoder.positional_term.rotary
+    if rotary is not None:
+        sinusoid, positions = rotary.sinusoid, torch.arange(512)
+        compute = lambda: torch.stack(rotary(512)[::-1], -1).flatten(-2)  # noqa: E731  (sin, cos) pairs
+    elif encoder.embed_positions is not None:
         sinusoid, positions = encoder.embed_positions.sinusoid, torch.arange(512)
         compute = lambda: encoder.embed_positions(512)  # noqa: E731
     else:
@@ -138,6 +144,7 @@ def test_sinusoids_of_a_cast_model_are_the_float32_ones_rounded(preset, dtype, d
         waves = compute()
     assert waves.dtype == dtype
     # float32 angles and sines against float64, both rounded to dtype: at most one rounding step
-    # apart (before the fix: 1.6 in bf16, 0.12 in fp16 for the absolute sinusoids at T = 512)
+    # apart (before the fix: 1.6 in bf16, 0.12 in fp16 for the absolute sinusoids at T = 512; for
+    # RoPE, 1.68 in bf16, where positions 256 and 257 shared one rotation)
     torch.testing.assert_close(waves.double(), reference.to(dtype).double(),
                                atol=torch.finfo(dtype).eps, rtol=0)

@@ -20,10 +20,15 @@ class RotaryPosition(nn.Module):
         self.sinusoid = Sinusoid(head_dim, learnable, base)
 
     def forward(self, seq_len):
-        """(cos, sin) of the angles theta_k t for t = 0..T-1, each (T, d_h / 2)."""
+        """(cos, sin) of the angles theta_k t for t = 0..T-1, each (T, d_h / 2), in the frequencies' dtype.
+
+        Positions, angles, cos and sin are float32 whatever dtype the model was cast to (fairseq's
+        --bf16/--fp16): bf16 cannot tell position 257 from 256, which gave neighbouring positions one
+        rotation. Only the finished tables are cast, as :meth:`.Sinusoid.forward` does.
+        """
         frequencies = self.sinusoid.frequencies
-        angles = self.sinusoid.angles(torch.arange(seq_len, device=frequencies.device).to(frequencies.dtype))
-        return angles.cos(), angles.sin()
+        angles = self.sinusoid.angles(torch.arange(seq_len, device=frequencies.device))
+        return angles.cos().to(frequencies.dtype), angles.sin().to(frequencies.dtype)
 
     def contribute(self, term, seq_len):
         """Add the cos/sin tables every layer rotates q and k by to ``term``."""
