@@ -4,7 +4,9 @@ A mistake the plugin recognises (a flag that cannot be built, a damaged checkpoi
 does not fit, ...) raises an exception whose class derives from :class:`UserError`, with a message that
 names the flag or file and the fix. Left uncaught in a command (fairseq-train, fairseq-validate, the
 scripts), it is printed as one ``error:`` line instead of a traceback through fairseq, and the command
-exits with status 1; ``TUPE_PLUGIN_TRACEBACK=1`` keeps the full traceback. fairseq sometimes wraps the
+exits with status 1; ``TUPE_PLUGIN_TRACEBACK=1`` keeps the full traceback (documented in
+docs/troubleshooting.md, not repeated under every error: the line is the message and nothing else, so a
+log's last line is the fix, and scripts that read the error get it whole). fairseq sometimes wraps the
 error (e.g. "Cannot load model parameters from checkpoint"): the plugin's error in the chain is the one
 printed. In a fairseq run of another model (``--arch roberta_base --user-dir tupe_plugin``) every error
 keeps its traceback, as without the plugin.
@@ -44,7 +46,7 @@ def install():
         if found is None or os.environ.get(TRACEBACK_VARIABLE) or in_other_models_run():
             previous(kind, error, traceback)
             return
-        print(f"error: {found}\n(the full traceback: rerun with {TRACEBACK_VARIABLE}=1)", file=sys.stderr)
+        print(f"error: {found}", file=sys.stderr)
 
     excepthook.prints_user_errors = True
     sys.excepthook = excepthook
