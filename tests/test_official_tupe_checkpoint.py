@@ -4,6 +4,7 @@ docs/official_tupe.md (not from the plugin's modules)."""
 
 import argparse
 import math
+import re
 import sys
 import types
 
@@ -150,11 +151,11 @@ def release_state_dict(vocab, seed=0, embedding_ln=True, post_ln=True, fused_pro
     return sd
 
 
-def release_args(post_ln=True):
+def release_args(post_ln=True, embedding_ln=True, relative=True):
     """fairseq 0.8's saved argparse Namespace, with the authors' data path."""
     return argparse.Namespace(
-        arch="bert_base", task="masked_lm", criterion="masked_lm", data=BOGUS_DATA, rel_pos=True,
-        embedding_normalize=True, encoder_normalize_before=not post_ln, encoder_layers=LAYERS,
+        arch="bert_base", task="masked_lm", criterion="masked_lm", data=BOGUS_DATA, rel_pos=relative,
+        embedding_normalize=embedding_ln, encoder_normalize_before=not post_ln, encoder_layers=LAYERS,
         encoder_embed_dim=DIM, encoder_ffn_embed_dim=FFN, encoder_attention_heads=HEADS,
         max_positions=MAX_POSITIONS, tokens_per_sample=MAX_POSITIONS, activation_fn="gelu",
         dropout=0.1, attention_dropout=0.1, activation_dropout=0.0, pooler_dropout=0.1,
@@ -195,7 +196,8 @@ def convert_release(release, tmp_path, fp16=False, **variant):
     sd = release_state_dict(vocab, **variant)
     if fp16:
         sd = {k: v.half() if v.is_floating_point() else v for k, v in sd.items()}
-    save_release(root / "model.pt", sd, release_args(variant.get("post_ln", True)))
+    in_args = {name: variant[name] for name in ("post_ln", "embedding_ln", "relative") if name in variant}
+    save_release(root / "model.pt", sd, release_args(**in_args))
     out = tmp_path / "converted"
     convert(str(root / "model.pt"), str(root / "dict.txt"), str(out))
     return {k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, out
@@ -398,6 +400,18 @@ def test_untied_output_embedding_is_refused(release_dir, tmp_path):
     _expect_error(release_dir, tmp_path, sd, "decoder.lm_head.weight differs")
 
 
+@pytest.mark.parametrize("remove, saved, held", [
+    ("emb_layer_norm", "args.embedding_normalize = True", "lacks emb_layer_norm.weight"),
+    ("layers.1", f"args.encoder_layers = {LAYERS}", "holds 1 encoder layers"),
+    ("relative_attention_bias", "args.rel_pos = True", "lacks relative_attention_bias.weight"),
+])
+def test_tensors_that_contradict_the_saved_args_are_refused_naming_both(release_dir, tmp_path, remove, saved,
+                                                                        held):
+    sd = release_state_dict(release_dir[1])
+    sd = {key: value for key, value in sd.items() if not key.startswith(S + remove)}
+    _expect_error(release_dir, tmp_path, sd, rf"{re.escape(saved)} but the checkpoint {held}")
+
+
 def test_pickled_objects_need_allow_pickle(release_dir, tmp_path):
     root, vocab = release_dir
     save_release(root / "model.pt", release_state_dict(vocab), args=types.SimpleNamespace(arch="bert"))
@@ -405,14 +419,26 @@ def test_pickled_objects_need_allow_pickle(release_dir, tmp_path):
         convert(str(root / "model.pt"), str(root / "dict.txt"), str(tmp_path / "converted"))
 
 
-def test_existing_output_is_never_overwritten(release_dir, tmp_path):
-    root, _ = release_dir
-    save_release(root / "model.pt", release_state_dict(release_dir[1]))
-    before = (root / "model.pt").read_bytes(), (root / "dict.txt").read_bytes()
-    with pytest.raises(ReleaseCheckpointError, match="already holds model.pt and dict.txt; nothing is "
-                                                     "overwritten: choose another --out, or add --force"):
-        convert(str(root / "model.pt"), str(root / "dict.txt"), str(root))
-    assert ((root / "model.pt").read_bytes(), (root / "dict.txt").read_bytes()) == before
+def _truncated(path, legacy):
+    state = torch.load(path, weights_only=False)
+    torch.save(state, path, _use_new_zipfile_serialization=not legacy)
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "truncated legacy format", "text file", "empty file"])
+def test_a_file_that_is_not_a_complete_pytorch_checkpoint_is_named(release_checkpoint, tmp_path, damage):
+    path = release_checkpoint / "model.pt"
+    if damage.startswith("truncated"):
+        _truncated(path, legacy=damage.endswith("legacy format"))
+    else:
+        path.write_text("" if damage == "empty file" else "w0 100\nw1 99\n")
+    with pytest.raises(SystemExit) as error:
+        convert_official_tupe.main(["--checkpoint", str(path), "--dict", str(release_checkpoint / "dict.txt"),
+                                    "--out", str(tmp_path / "converted")])
+    assert str(error.value) == (
+        f"convert_official_tupe.py: error: --checkpoint {path} ({path.stat().st_size} bytes) is not a "
+        "complete PyTorch checkpoint: it is truncated or not a file written by torch.save; pass the "
+        "release's model.pt (extract tupe_ckp.tar.gz again)")
 
 
 def test_command_line_reports_errors_without_a_traceback(release_dir, tmp_path):
@@ -643,10 +669,31 @@ def test_force_replaces_model_and_dict_after_success_and_keeps_other_files(relea
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "release"]
 
 
-def test_dict_inside_out_can_be_converted_in_place_with_force(release_checkpoint, tmp_path):
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("inputs", [["model.pt", "dict.txt"], ["dict.txt"], ["model.pt"]])
+def test_out_holding_the_input_files_is_refused_even_with_force(release_checkpoint, tmp_path, inputs, force):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "dict.txt").write_bytes((release_checkpoint / "dict.txt").read_bytes())
-    convert(str(release_checkpoint / "model.pt"), str(out / "dict.txt"), str(out), force=True)
-    assert (out / "dict.txt").read_bytes() == b"<file> 0\n<email> 0\n<url> 0\n" + \
-        (release_checkpoint / "dict.txt").read_bytes()
+    for name in inputs:
+        (out / name).write_bytes((release_checkpoint / name).read_bytes())
+    paths = {name: (out if name in inputs else release_checkpoint) / name
+             for name in ("model.pt", "dict.txt")}
+    before = converted_files(out)
+    with pytest.raises(SystemExit) as error:
+        convert_official_tupe.main(["--checkpoint", str(paths["model.pt"]), "--dict", str(paths["dict.txt"]),
+                                    "--out", str(out)] + (["--force"] if force else []))
+    flags = {"model.pt": "--checkpoint", "dict.txt": "--dict"}
+    named = " and ".join(f"{flags[name]} {out / name}" for name in inputs)
+    assert str(error.value) == (
+        f"convert_official_tupe.py: error: --out {out} holds the input {named}, which the converted files "
+        "would replace (--force or not): give another --out")
+    assert converted_files(out) == before
+
+
+def test_out_that_links_to_the_release_folder_is_refused(release_checkpoint, tmp_path):
+    out = tmp_path / "link"
+    out.symlink_to(release_checkpoint, target_is_directory=True)
+    with pytest.raises(ReleaseCheckpointError, match=rf"--out {out} holds the input --checkpoint "
+                                                     rf"{release_checkpoint / 'model.pt'} and --dict"):
+        convert(str(release_checkpoint / "model.pt"), str(release_checkpoint / "dict.txt"), str(out),
+                force=True)

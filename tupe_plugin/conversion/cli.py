@@ -11,7 +11,8 @@ fine-tuning (``--restore-file``) load it like any plugin checkpoint. The convers
 :mod:`tupe_plugin.conversion.official_tupe`; the release's format is described in docs/official_tupe.md.
 
 Nothing is overwritten: the files are written beside OUT and moved into place when the conversion
-succeeded; a ``model.pt`` or ``dict.txt`` already in OUT stops the conversion unless ``--force`` is given.
+succeeded; a ``model.pt`` or ``dict.txt`` already in OUT stops the conversion unless ``--force`` is given,
+and always when it is the ``--checkpoint`` or ``--dict`` being converted.
 """
 
 import argparse

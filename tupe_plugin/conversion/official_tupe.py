@@ -7,7 +7,9 @@ described in docs/official_tupe.md; ``tupe-convert-official`` (:mod:`.cli`) is t
 * The release's ``args.data`` (the authors' machine) is never read: the configuration is built anew
   from the tensors' shapes (layers, sizes, heads, positions, buckets) and the release's non-shape
   settings (activation, dropouts). The size name of ``--arch`` comes from
-  :data:`tupe_plugin.models.architectures.SIZES`.
+  :data:`tupe_plugin.models.architectures.SIZES`. What ``args`` says of the architecture (layers,
+  positions, heads, relative term, embedding LayerNorm, pre-LN) must match the tensors: a file that lost
+  some of them is refused, not converted as a smaller model.
 * The file is read with ``torch.load(weights_only=True)``: only tensors, plain containers, the argparse
   ``Namespace`` fairseq stores and the fork's training meters (``extra_state['train_meters']``,
   unpickled as inert placeholders and dropped) are accepted, so a tampered file cannot run code.
@@ -23,7 +25,8 @@ described in docs/official_tupe.md; ``tupe-convert-official`` (:mod:`.cli`) is t
   inference (dense, tanh, out_proj on ``<s>``); in training RoBERTa's head also applies dropout to the
   features before its dense layer, which the release's head does not.
 * The output folder is written aside and renamed into place only when the conversion succeeded; an
-  existing ``model.pt`` or ``dict.txt`` there is replaced only with ``force=True``, other files are kept.
+  existing ``model.pt`` or ``dict.txt`` there is replaced only with ``force=True``, and never when it is
+  the checkpoint or dictionary being converted; other files are kept.
 """
 
 import logging
@@ -31,6 +34,7 @@ import os
 import pickle
 import re
 import shutil
+import zipfile
 
 import torch
 
@@ -72,6 +76,7 @@ RELEASE_MAX_DISTANCE = 128
 RELEASE_DEFAULTS = dict(activation_fn="gelu", dropout=0.1, attention_dropout=0.1,
                         activation_dropout=0.0, pooler_dropout=0.1, pooler_activation_fn="tanh")
 CHECKPOINT_NAME = "model.pt"
+PICKLE_PROTOCOL_OPCODE = b"\x80"  # the first byte of torch.save's files before torch 1.6
 NO_RELATIVE = "none"
 
 
@@ -108,7 +113,13 @@ def load_release(path, allow_pickle=False):
     """(state dict with float32 tensors, args Namespace or None) of a fairseq 0.8 checkpoint.
 
     The fork's training meters (``extra_state['train_meters']``) load as inert placeholders and are dropped.
+    A file in neither of torch.save's formats (a zip archive, formerly a pickle), or one that ends early, is
+    refused as not a complete PyTorch checkpoint.
     """
+    with open(path, "rb") as f:
+        pickled = f.read(1) == PICKLE_PROTOCOL_OPCODE
+    if not (pickled or zipfile.is_zipfile(path)):
+        raise _incomplete_checkpoint(path)
     try:
         if allow_pickle:
             state = torch.load(path, map_location="cpu", weights_only=False)
@@ -121,6 +132,8 @@ def load_release(path, allow_pickle=False):
             f"torch.load(weights_only=True) refuses ({str(error).splitlines()[0]}); if you trust "
             "the file, rerun with --allow-pickle"
         ) from error
+    except (EOFError, RuntimeError) as error:  # torch's "unexpected EOF", "failed finding central directory"
+        raise _incomplete_checkpoint(path) from error
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise ReleaseCheckpointError(
             f"{path} is not a fairseq checkpoint: expected a dict with a 'model' state dict"
@@ -135,6 +148,14 @@ def load_release(path, allow_pickle=False):
             key = key[len("decoder."):]
         model[key] = value.float() if value.is_floating_point() else value
     return _split_fused_position_proj(model), state.get("args")
+
+
+def _incomplete_checkpoint(path):
+    return ReleaseCheckpointError(
+        f"--checkpoint {path} ({os.path.getsize(path)} bytes) is not a complete PyTorch checkpoint: it is "
+        "truncated or not a file written by torch.save; pass the release's model.pt (extract tupe_ckp.tar.gz "
+        "again)"
+    )
 
 
 def _split_fused_position_proj(model):
@@ -164,6 +185,17 @@ def release_options(model, args):
     table_rows = _require(model, RELEASE + "pos.weight", "the untied position table").size(0)
     saved = {k: getattr(args, k) for k in vars(args)} if args is not None else {}
     relative = model.get(RELEASE + "relative_attention_bias.weight")
+    layernorm_embedding = RELEASE + "emb_layer_norm.weight" in model
+    _check_saved_args(saved, {
+        "encoder_layers": (max(layers) + 1, f"holds {max(layers) + 1} encoder layers ({RELEASE}layers.N.*)"),
+        "max_positions": (table_rows - 1, f"has {table_rows} rows in pos.weight (max_positions + 1)"),
+        "rel_pos": (relative is not None,
+                    f"{'has' if relative is not None else 'lacks'} relative_attention_bias.weight (TUPE-R's "
+                    "relative term)"),
+        "embedding_normalize": (layernorm_embedding,
+                                f"{'has' if layernorm_embedding else 'lacks'} emb_layer_norm.weight (the "
+                                "LayerNorm on the word embeddings)"),
+    })
     heads = relative.size(1) if relative is not None else saved.get("encoder_attention_heads")
     if heads is None:
         raise ReleaseCheckpointError(
@@ -191,10 +223,23 @@ def release_options(model, args):
         max_positions=table_rows - 1,
         rel_pos="t5" if relative is not None else NO_RELATIVE,
         rel_pos_buckets=relative.size(0) - 1 if relative is not None else 32,
-        layernorm_embedding=RELEASE + "emb_layer_norm.weight" in model,
+        layernorm_embedding=layernorm_embedding,
         encoder_normalize_before=prenorm,
     )
     return opts
+
+
+def _check_saved_args(saved, held):
+    """Stop when a setting of the release's ``args`` differs from what the tensors hold.
+
+    ``held`` maps an ``args`` name to (the tensors' value, what the checkpoint holds, in words).
+    """
+    for name, (value, in_words) in held.items():
+        if name in saved and saved[name] != value:
+            raise ReleaseCheckpointError(
+                f"args.{name} = {saved[name]} but the checkpoint {in_words}: its tensors are not those of "
+                "the model its args describe (a damaged or edited file); convert the release's own model.pt"
+            )
 
 
 def plugin_command_line(opts, data_dir):
@@ -318,6 +363,19 @@ def release_dictionary(dict_path, rows):
     )
 
 
+def check_inputs_outside(out_dir, checkpoint, dict_path):
+    """Refuse an ``out_dir`` whose model.pt or dict.txt is the file converted: it would be replaced."""
+    real_out = os.path.realpath(out_dir)
+    replaced = [f"{flag} {path}" for flag, path, name in (("--checkpoint", checkpoint, CHECKPOINT_NAME),
+                                                          ("--dict", dict_path, "dict.txt"))
+                if os.path.realpath(path) == os.path.join(real_out, name)]
+    if replaced:
+        raise ReleaseCheckpointError(
+            f"--out {out_dir} holds the input {' and '.join(replaced)}, which the converted files would "
+            "replace (--force or not): give another --out"
+        )
+
+
 def check_output_folder(out_dir, force=False):
     """Refuse ``out_dir`` when it is a file, or holds model.pt / dict.txt and ``force`` is off."""
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
@@ -336,13 +394,14 @@ def convert(checkpoint, dict_path, out_dir, allow_pickle=False, force=False):
 
     Both are written into a folder beside ``out_dir`` first and moved into place only when the
     conversion succeeded. Existing ``model.pt`` / ``dict.txt`` in ``out_dir`` are replaced only with
-    ``force``; other files there are never touched.
+    ``force``, and never when they are ``checkpoint`` or ``dict_path``; other files there are never touched.
     """
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
 
     out_dir = os.path.abspath(out_dir)
+    check_inputs_outside(out_dir, checkpoint, dict_path)
     check_output_folder(out_dir, force)
     release, args = load_release(checkpoint, allow_pickle)
     opts = release_options(release, args)
