@@ -108,3 +108,44 @@ def test_a_v2_file_scored_without_the_v2_flag_names_the_flag(tmp_path):
     with pytest.raises(SystemExit, match=r"questions without an answer \(SQuAD v2\.0, e\.g\. \w+\): score it "
                                          "with --version-2-with-negative"):
         evaluate_squad.main(["--gold-file", DEV_V2, "--predictions", predictions])
+
+
+def test_predicted_ids_not_in_the_gold_file_are_counted_apart(tmp_path, capsys):
+    path = write_predictions(tmp_path, slice(2, 3))  # the last article: 112 questions
+    predictions = json.loads(open(path).read())
+    predictions.update({"not-a-dev-id-1": "x", "not-a-dev-id-2": "y"})
+    open(path, "w").write(json.dumps(predictions))
+    evaluate_squad.main(["--gold-file", DEV, "--predictions", path])
+    err = capsys.readouterr().err
+    assert f"warning: 2 of the 114 predicted question ids are not in {DEV} (e.g. not-a-dev-id-1)" in err
+    assert f"WARNING: {QUESTIONS - 112} of the {QUESTIONS} questions of {DEV} have no prediction (112 " \
+           "predicted)" in err
+
+
+def test_predictions_of_which_no_id_is_in_the_gold_file_stop_in_one_line(tmp_path):
+    path = tmp_path / "predictions.json"
+    path.write_text(json.dumps({"q1": "Paris", "q2": "1999"}))
+    with pytest.raises(SystemExit) as error:
+        evaluate_squad.main(["--gold-file", DEV, "--predictions", str(path)])
+    assert str(error.value) == (
+        f"evaluate_squad.py: error: none of the 2 question ids of --predictions {path} (e.g. q1) is in "
+        f"--gold-file {DEV}: score the predictions against the SQuAD JSON they were made from (and its "
+        "--max-articles)")
+
+
+@pytest.mark.parametrize("text", [5, ["Paris"], None])
+@pytest.mark.parametrize("mode", [["--predictions", "predictions.json"], ["--path", "x.pt", "--data", "bin"]])
+def test_a_gold_answer_that_is_not_a_string_is_named_with_its_question(tmp_path, monkeypatch, text, mode):
+    monkeypatch.chdir(tmp_path)
+    gold = tmp_path / "gold.json"
+    qas = [{"id": "q1", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 0}]},
+           {"id": "q2", "question": "When?", "answers": [{"text": text, "answer_start": 6}]}]
+    gold.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": "Paris 1999", "qas": qas}]}]}))
+    (tmp_path / "predictions.json").write_text(json.dumps({"q1": "Paris", "q2": "1999"}))
+    with pytest.raises(SystemExit) as error:
+        evaluate_squad.main(["--gold-file", str(gold), *mode])
+    assert str(error.value) == (
+        f"evaluate_squad.py: error: --gold-file {gold}: data[0].paragraphs[0].qas[1] (id q2): "
+        f"answers[0].text is {json.dumps(text)}: gold answers are "
+        '[{"text": "a string", "answer_start": N}, ...]; correct the file')

@@ -18,7 +18,8 @@ writes ``{question id: answer text}`` to ``--output`` and prints EM and F1 compu
 evaluation scripts do against the gold answers of ``--gold-file``, the SQuAD JSON the features were
 prepared from (same ``--max-articles``). Questions without a prediction (skipped by prepare_squad.py)
 score 0 in v1.1, as in the official script; when most questions have none (features prepared from part
-of the file), a warning says so.
+of the file), a warning says so. Predicted ids that are no question of ``--gold-file`` are named in a
+warning, and stop the scoring when none is; a gold answer that is not a string stops it, naming the question.
 
 Example::
 
@@ -92,12 +93,58 @@ def read_json(path, flag, what):
         sys.exit(f"evaluate_squad.py: error: {flag} {path} is not a {what} JSON file ({e})")
 
 
-def warn_missing(scores, gold_file, predicted, max_articles=None):
-    """A warning line on stderr for questions without a prediction; loud when they are the majority."""
+def check_gold_answers(articles, gold_file):
+    """Stop on a gold answer that is not ``{"text": string, ...}`` (a number, a list, null), naming it."""
+    for where, question in _located_questions(articles):
+        malformed = _malformed_answer(question.get("answers", []))
+        if malformed is not None:
+            part, value = malformed
+            sys.exit(f"evaluate_squad.py: error: --gold-file {gold_file}: {where} (id {question.get('id')}): "
+                     f"{part} is {json.dumps(value)}: gold answers are "
+                     '[{"text": "a string", "answer_start": N}, ...]; correct the file')
+
+
+def _located_questions(articles):
+    """(its place in the file, e.g. ``data[0].paragraphs[1].qas[2]``, question) of every question."""
+    for i, article in enumerate(articles):
+        for j, paragraph in enumerate(article["paragraphs"]):
+            for k, question in enumerate(paragraph["qas"]):
+                yield f"data[{i}].paragraphs[{j}].qas[{k}]", question
+
+
+def _malformed_answer(answers):
+    """(where, value) of the first part of ``answers`` that is not a list of ``{"text": string}``, or None."""
+    if not isinstance(answers, list):
+        return "answers", answers
+    for n, answer in enumerate(answers):
+        if not isinstance(answer, dict):
+            return f"answers[{n}]", answer
+        if not isinstance(answer.get("text"), str):
+            return f"answers[{n}].text", answer.get("text")
+    return None
+
+
+def check_predicted_ids(predictions, articles, args):
+    """Stop when no predicted id is a question of --gold-file; warn about the ids that are not."""
+    gold_ids = {question["id"] for question in questions(articles)}
+    unknown = [qid for qid in predictions if qid not in gold_ids]
+    example = f" (e.g. {unknown[0]})" if unknown else ""
+    if len(unknown) == len(predictions):
+        sys.exit(f"evaluate_squad.py: error: none of the {len(predictions)} question ids of --predictions "
+                 f"{args.predictions}{example} is in --gold-file {args.gold_file}: score the predictions "
+                 "against the SQuAD JSON they were made from (and its --max-articles)")
+    if unknown:
+        print(f"evaluate_squad.py: warning: {len(unknown)} of the {len(predictions)} predicted question ids "
+              f"are not in {args.gold_file}{example}; they are not scored", file=sys.stderr)
+
+
+def warn_missing(scores, gold_file, total, max_articles=None):
+    """A warning line on stderr for the questions of ``gold_file`` (``total``) without a prediction; loud
+    when they are the majority."""
     missing = scores["missing"]
     if not missing:
         return
-    total = predicted + len(missing)
+    predicted = total - len(missing)
     if len(missing) * 2 > total:
         hint = ("the predictions cover only part of --gold-file: evaluate against the part they were made "
                 "from" + (" (--max-articles N, as given to prepare_squad.py)"
@@ -126,13 +173,15 @@ def score_predictions(args):
               + ("" if args.version_2_with_negative else " (--version-2-with-negative for v2.0)"),
               file=sys.stderr)
     articles = dataset["data"][:args.max_articles]
+    check_gold_answers(articles, args.gold_file)
+    check_predicted_ids(predictions, articles, args)
     unanswerable = [q["id"] for q in questions(articles) if not q.get("answers")]
     if unanswerable and version == "1.1":
         sys.exit(f"evaluate_squad.py: error: --gold-file {args.gold_file} has {len(unanswerable)} questions "
                  f"without an answer (SQuAD v2.0, e.g. {unanswerable[0]}): score it with "
                  "--version-2-with-negative")
     scores = evaluate(articles, predictions, version)
-    warn_missing(scores, args.gold_file, len(predictions), args.max_articles)
+    warn_missing(scores, args.gold_file, len(list(questions(articles))), args.max_articles)
     print(json.dumps(official_output(scores), indent=2 if version == "2.0" else None))
     return scores
 
@@ -206,6 +255,7 @@ def main(argv=None):
     check_decoding_flags(parser, args)
     logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
     articles = read_json(args.gold_file, "--gold-file", "SQuAD")["data"][:args.max_articles]
+    check_gold_answers(articles, args.gold_file)
     features = load_features(args.data, args.split)
     logits = span_logits(args.path, args.data, args.split, args.batch_size, args.cpu)
     check_features(features, logits, features_path(args.data, args.split))
@@ -219,9 +269,10 @@ def main(argv=None):
     version = "2.0" if args.version_2_with_negative else "1.1"
     scores = evaluate(articles, predictions, version)
     no_answer = sum(not text for text in predictions.values())
-    print(f"{args.gold_file}: {len(predictions) + len(scores['missing'])} questions, {len(predictions)} "
-          f"predicted ({no_answer} no answer) -> {args.output}")
-    warn_missing(scores, args.gold_file, len(predictions), args.max_articles)
+    total = len(list(questions(articles)))
+    print(f"{args.gold_file}: {total} questions, {len(predictions)} predicted ({no_answer} no answer) -> "
+          f"{args.output}")
+    warn_missing(scores, args.gold_file, total, args.max_articles)
     print(json.dumps({key: round(value, 2) if isinstance(value, float) else value
                       for key, value in official_output(scores).items()}))
     return 0
