@@ -1,14 +1,14 @@
-"""GLUE fine-tuning: scripts/prepare_glue.py, examples/finetune_glue.sh, fairseq-validate and
-scripts/collect_glue_scores.py, on the excerpts of the real GLUE files in tests/data/glue."""
+"""GLUE fine-tuning: tupe-prepare-glue, tupe-finetune-glue, fairseq-validate and tupe-collect-glue, on the
+excerpts of the real GLUE files in tests/data/glue."""
 
+import hashlib
 import math
 import os
 import subprocess
-import sys
 
 import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
-from conftest import REPO, VENV_BIN, test_data
+from conftest import VENV_BIN, test_data
 
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue.tasks import GLUE_TASKS
@@ -86,26 +86,27 @@ def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
         prepare_glue.regression_targets(path, [(2, ["a", "b"], "high")])
 
 
+def finetune_glue(task, pretrained_dir, root):
+    """tupe-finetune-glue on the first 48 examples of ``task``, 3 updates; its output."""
+    proc = subprocess.run(
+        [os.path.join(VENV_BIN, "tupe-finetune-glue"), task,
+         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin",
+         "--glue-dir", test_data("glue"), "--max-examples", "48", "--max-epoch", "1", "--batch-size", "16",
+         "--cpu", "--bin-dir", root / f"{task}-bin", "--save-dir", root / "runs" / task,
+         "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
+        cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return proc.stdout
+
+
 @pytest.fixture(scope="module")
 def finetuned(pretrained_dir, tmp_path_factory):
-    """examples/finetune_glue.sh for SST-2 and STS-B on their first 48 examples, 3 updates each."""
+    """tupe-finetune-glue for SST-2 and STS-B on their first 48 examples, 3 updates each."""
     root = tmp_path_factory.mktemp("glue")
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable,
-               PYTHONWARNINGS="ignore", CPU="1", GLUE_DIR=test_data("glue"), MAX_EXAMPLES="48",
-               MAX_EPOCH="1", BATCH_SIZE="16")
-    runs = {}
-    for task in FINETUNED:
-        bin_dir, save_dir = root / f"{task}-bin", root / "runs" / task
-        proc = subprocess.run(
-            [os.path.join(REPO, "examples", "finetune_glue.sh"), task,
-             pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin",
-             "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
-            cwd=root, env=dict(env, BIN_DIR=str(bin_dir), SAVE_DIR=str(save_dir)),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        runs[task] = bin_dir, save_dir, proc.stdout
-    return runs
+    return {task: (root / f"{task}-bin", root / "runs" / task, finetune_glue(task, pretrained_dir, root))
+            for task in FINETUNED}
 
 
 @pytest.mark.parametrize("task", FINETUNED)
@@ -133,3 +134,15 @@ def test_collected_scores_table(finetuned, capsys):
     table = capsys.readouterr().out.splitlines()
     assert table[0] == "| arch | SST-2 (accuracy) | STS-B (pearson_and_spearman) |"
     assert table[2].startswith("| tupe_r_tiny | ") and table[2].endswith(" (1) |")
+
+
+def test_rerunning_a_finished_finetuning_keeps_its_best_checkpoint_and_log(finetuned, pretrained_dir):
+    _, save_dir, _ = finetuned["SST-2"]
+    best = hashlib.sha256((save_dir / "checkpoint_best.pt").read_bytes()).hexdigest()
+    log_before = (save_dir / "train.log").read_text(encoding="utf-8")
+    output = finetune_glue("SST-2", pretrained_dir, save_dir.parent.parent)
+    assert f"Loaded checkpoint {save_dir / 'checkpoint_last.pt'}" in output
+    assert train_inner_losses(output) == []
+    assert hashlib.sha256((save_dir / "checkpoint_best.pt").read_bytes()).hexdigest() == best
+    log_after = (save_dir / "train.log").read_text(encoding="utf-8")
+    assert log_after.startswith(log_before) and len(log_after) > len(log_before)

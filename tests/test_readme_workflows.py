@@ -1,5 +1,5 @@
 """The documented workflows, run as a user runs them (slow): the GLUE seeds loop of docs/finetuning.md after
-tupe-prepare-glue, with neither PYTHON set nor .venv activated, and the README's `make demo` for two
+tupe-prepare-glue, with the tools of .venv called by path, and the README's `make demo` for two
 architectures in the same WORKDIR. Each test first checks that the page still documents what it runs."""
 
 import os
@@ -29,11 +29,11 @@ def user_environment(**extra):
     return dict(env, PATH=path, PYTHONWARNINGS="ignore", **extra)
 
 
-def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pretrained_dir, tmp_path):
+def test_glue_seeds_loop_runs_after_prepare_glue(pretrained_dir, tmp_path):
     documented = bash_blocks(os.path.join("docs", "finetuning.md"))
     assert "tupe-prepare-glue --task RTE --glue-dir glue_data" in documented
     assert "--out glue-bin/RTE-bin" in documented
-    assert "SEED=$seed GLUE_DIR=glue_data examples/finetune_glue.sh RTE" in documented
+    assert "tupe-finetune-glue RTE checkpoints/tupe_r_base/checkpoint_best.pt data-bin --seed $seed" in documented
     data = pretrained_dir / "data-bin"
     glue = test_data("glue")
     prepare = [os.path.join(VENV_BIN, "tupe-prepare-glue"), "--task", "RTE",
@@ -43,11 +43,11 @@ def test_glue_seeds_loop_runs_after_prepare_glue_without_activating_the_venv(pre
     outputs = []
     for seed in (1, 2):
         proc = subprocess.run(
-            [os.path.join(REPO, "examples", "finetune_glue.sh"), "RTE",
-             str(pretrained_dir / "checkpoints" / "checkpoint_last.pt"), str(data),
+            [os.path.join(VENV_BIN, "tupe-finetune-glue"), "RTE",
+             str(pretrained_dir / "checkpoints" / "checkpoint_last.pt"), str(data), "--seed", str(seed),
+             "--glue-dir", glue, "--cpu", "--max-examples", "48", "--max-epoch", "1", "--batch-size", "16",
              "--max-update", "2", "--num-workers", "0"],
-            cwd=tmp_path, env=user_environment(SEED=str(seed), GLUE_DIR=glue, CPU="1", MAX_EXAMPLES="48",
-                                               MAX_EPOCH="1", BATCH_SIZE="16"),
+            cwd=tmp_path, env=user_environment(),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.returncode == 0, proc.stdout[-3000:]
         outputs.append(proc.stdout)

@@ -1,4 +1,4 @@
-"""SQuAD v1.1 end to end on slices of the real dev-v1.1.json: examples/finetune_squad.sh (prepare ->
+"""SQuAD v1.1 end to end on slices of the real dev-v1.1.json: tupe-finetune-squad (prepare ->
 fairseq-train from a tiny masked-LM checkpoint -> evaluation printing EM/F1), then fairseq-validate."""
 
 import json
@@ -6,11 +6,10 @@ import math
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
-from conftest import REPO, VENV_BIN, test_data
+from conftest import VENV_BIN, test_data
 
 from tupe_plugin.squad.metric import evaluate
 
@@ -27,19 +26,19 @@ def squad_slice(path, article, paragraphs):
 
 @pytest.fixture(scope="module")
 def finetuned(pretrained_dir, tmp_path_factory):
-    """finetune_squad.sh on 3 paragraphs (train) and 2 paragraphs of another article (valid), 3 updates."""
+    """tupe-finetune-squad on 3 paragraphs (train) and 2 paragraphs of another article (valid), 3 updates."""
     root = tmp_path_factory.mktemp("squad")
     squad_slice(root / "train.json", 0, 3)
     valid = squad_slice(root / "dev.json", 1, 2)
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable,
-               PYTHONWARNINGS="ignore", CPU="1", BATCH_SIZE="16", MAX_SEQ_LENGTH="64", DOC_STRIDE="16",
-               MAX_QUERY_LENGTH="40", TRAIN_FILE=str(root / "train.json"), VALID_FILE=str(root / "dev.json"),
-               BIN_DIR=str(root / "squad-bin"), SAVE_DIR=str(root / "run"))
     proc = subprocess.run(
-        [os.path.join(REPO, "examples", "finetune_squad.sh"), "1.1",
-         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin",
+        [os.path.join(VENV_BIN, "tupe-finetune-squad"), "1.1",
+         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin", "--cpu",
+         "--batch-size", "16", "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "40",
+         "--train-file", root / "train.json", "--valid-file", root / "dev.json",
+         "--bin-dir", root / "squad-bin", "--save-dir", root / "run",
          "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
-        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.returncode == 0, proc.stdout[-4000:]
     return root, valid, proc.stdout

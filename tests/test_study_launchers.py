@@ -52,7 +52,7 @@ def submitted_env(launcher, monkeypatch):
     """The environment ``launcher`` hands a job's commands."""
     calls = []
     monkeypatch.setattr(launcher.executors["default"], "submit", lambda *args: calls.append(args))
-    job = Job(name="glue/x", kind="glue", folder="unused", commands=[["true"]], env={"SEED": "1"})
+    job = Job(name="glue/x", kind="glue", folder="unused", commands=[["true"]])
     launcher.submit(job)
     return calls[0][2]
 
@@ -61,19 +61,19 @@ def test_local_cluster_runs_a_job_per_core_with_a_thread_each(tmp_path, monkeypa
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     launcher = SubmititLauncher({"name": "submitit", "cluster": "local", "pretrain": {}}, str(tmp_path))
     assert launcher.capacity == available_cores()
-    assert submitted_env(launcher, monkeypatch) == {"SEED": "1", "OMP_NUM_THREADS": "1"}
+    assert submitted_env(launcher, monkeypatch) == {"OMP_NUM_THREADS": "1"}
 
 
 def test_local_cluster_keeps_the_users_omp_num_threads(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     launcher = SubmititLauncher({"name": "submitit", "cluster": "local", "pretrain": {}}, str(tmp_path))
-    assert submitted_env(launcher, monkeypatch) == {"SEED": "1"}
+    assert submitted_env(launcher, monkeypatch) == {}
 
 
 def test_other_clusters_leave_the_threads_alone(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     launcher = SubmititLauncher({"name": "submitit", "cluster": "debug", "pretrain": {}}, str(tmp_path))
-    assert launcher.capacity is None and submitted_env(launcher, monkeypatch) == {"SEED": "1"}
+    assert launcher.capacity is None and submitted_env(launcher, monkeypatch) == {}
 
 
 def test_interrupted_command_is_stopped_with_what_it_started(tmp_path):

@@ -205,7 +205,7 @@ def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):
 
 def test_commands_behind_every_number_are_in_the_report(written):
     text = written[1]
-    assert "examples/finetune_glue.sh RTE" in text and "SEED=2" in text
+    assert "-m tupe_plugin.glue.finetune RTE" in text and "--seed 2" in text
     assert "fairseq-train" in text and "--arch tupe_r_tiny" in text
 
 

@@ -210,30 +210,17 @@ def write_split(path, documents):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--output-dir", type=Path, required=True, help="folder for train.txt, valid.txt, test.txt"
-    )
-    parser.add_argument(
-        "--corpus",
-        type=Path,
-        help="UTF-8 text file to use instead of the standard-library docstrings "
-        "(documents separated by blank lines, or one document per line)",
-    )
-    parser.add_argument(
-        "--valid-fraction", type=float, default=0.02, help="share of documents for valid (default 0.02)"
-    )
-    parser.add_argument(
-        "--test-fraction", type=float, default=0.02, help="share of documents for test (default 0.02)"
-    )
-    parser.add_argument(
-        "--max-words",
-        type=int,
-        default=48,
-        help="longest line in words; longer paragraphs are cut at sentence ends (default 48)",
-    )
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output-dir", type=Path, required=True,
+                        help="folder for train.txt, valid.txt, test.txt")
+    parser.add_argument("--corpus", type=Path, help="UTF-8 text file to use instead of the standard-library "
+                        "docstrings (documents separated by blank lines, or one document per line)")
+    for split in ("valid", "test"):
+        parser.add_argument(f"--{split}-fraction", type=float, default=0.02,
+                            help=f"share of documents for {split} (default 0.02)")
+    parser.add_argument("--max-words", type=int, default=48,
+                        help="longest line in words; longer paragraphs are cut at sentence ends (default 48)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the split hash (default 1)")
     args = parser.parse_args(argv)
     fractions = {"--valid-fraction": args.valid_fraction, "--test-fraction": args.test_fraction}

@@ -76,32 +76,19 @@ def encode_file(processor, source, target, max_pieces):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--corpus-dir", type=Path, required=True, help="folder with train.txt (valid.txt, test.txt)"
-    )
-    parser.add_argument(
-        "--output-dir", type=Path, required=True, help="folder for spm.model and the .bpe files"
-    )
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus-dir", type=Path, required=True,
+                        help="folder with train.txt (valid.txt, test.txt)")
+    parser.add_argument("--output-dir", type=Path, required=True,
+                        help="folder for spm.model and the .bpe files")
     parser.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size (default 8000)")
-    parser.add_argument(
-        "--model-type", choices=("unigram", "bpe"), default="unigram", help="default unigram"
-    )
-    parser.add_argument(
-        "--input-sentence-size",
-        type=int,
-        default=100000,
-        help="train on at most this many lines of train.txt, sampled with --seed (default 100000)",
-    )
-    parser.add_argument(
-        "--max-pieces",
-        type=int,
-        default=126,
-        help="longest encoded line; longer lines are cut (default 126: --tokens-per-sample 128 "
-        "minus <s> and </s>)",
-    )
+    parser.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram", help="default unigram")
+    parser.add_argument("--input-sentence-size", type=int, default=100000,
+                        help="train on at most this many lines of train.txt, sampled with --seed "
+                        "(default 100000)")
+    parser.add_argument("--max-pieces", type=int, default=126, help="longest encoded line; longer lines are "
+                        "cut (default 126: --tokens-per-sample 128 minus <s> and </s>)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the line sampling (default 1)")
     parser.add_argument("--threads", type=int, default=2, help="training threads (default 2)")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Collect the best dev scores of GLUE fine-tuning runs into a markdown table (mean ± std over seeds).
 
-Each RUN_DIR is a ``SAVE_DIR`` of ``examples/finetune_glue.sh``: ``run.json`` names the task, arch, seed
+Each RUN_DIR is a ``--save-dir`` of ``tupe-finetune-glue``: ``run.json`` names the task, arch, seed
 and metric, and ``train.log`` is fairseq-train's log (``--log-format simple``). A run's score is the best
 value of its metric over the ``valid on 'valid' subset`` lines of the log (every GLUE metric is maximised),
 read by :mod:`tupe_plugin.fairseq_logs`: a ``nan`` value is a failed evaluation (e.g. STS-B's correlations
@@ -47,7 +47,7 @@ def read_run(run_dir):
     for path in (info_path, log_path):
         if not os.path.isfile(path):
             raise FileNotFoundError(
-                f"{path}: missing (RUN_DIR must be a SAVE_DIR of examples/finetune_glue.sh)"
+                f"{path}: missing (RUN_DIR must be a --save-dir of tupe-finetune-glue)"
             )
     with open(info_path, encoding="utf-8") as f:
         info = json.load(f)
@@ -91,7 +91,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="SAVE_DIR of a finetune_glue.sh run")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="--save-dir of a tupe-finetune-glue run")
     args = parser.parse_args(argv)
     try:
         runs = [read_run(d) for d in args.run_dirs]

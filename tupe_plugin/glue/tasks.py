@@ -1,14 +1,12 @@
 """The GLUE tasks: each one's files and columns, its classes, its metric and its fine-tuning epochs.
 
-The one table of them. tupe-prepare-glue reads the files and columns, examples/finetune_glue.sh the
-classes, metric and epochs (through ``python -m tupe_plugin.glue.tasks TASK``), the study the files and
-the metrics. Metrics are named as fairseq's ``sentence_prediction`` task logs them; each is maximised.
+The one table of them. tupe-prepare-glue reads the files and columns, tupe-finetune-glue the classes,
+metric and epochs, the study the files and the metrics. Metrics are named as fairseq's ``sentence_prediction`` task logs them; each is maximised.
 The metrics and epochs are those of TUPE (Ke et al., arXiv 2006.15595) Table 1 and 2: Matthews
 correlation for CoLA, F1 for MRPC, Pearson and Spearman correlations for STS-B, accuracy elsewhere;
 10 epochs, 5 for the large MNLI, QNLI and QQP.
 
-``python -m tupe_plugin.glue.tasks`` lists the tasks; with a TASK it prints, for the shell, the task's
-folder, epochs and metric on one line and its fairseq-train flags on the next.
+``python -m tupe_plugin.glue.tasks`` lists the tasks; with TASKs, those tasks.
 """
 
 import os
@@ -78,16 +76,12 @@ def describe(task):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print("\n".join(describe(task) for task in GLUE_TASKS.values()))
-        return 0
-    if len(argv) != 1 or argv[0] not in GLUE_TASKS:
-        print(f"unknown GLUE task {' '.join(argv)!r} (known: {', '.join(GLUE_TASKS)})", file=sys.stderr)
+    names = (sys.argv[1:] if argv is None else argv) or list(GLUE_TASKS)
+    unknown = [name for name in names if name not in GLUE_TASKS]
+    if unknown:
+        print(f"unknown GLUE task {' '.join(unknown)!r} (known: {', '.join(GLUE_TASKS)})", file=sys.stderr)
         return 2
-    task = GLUE_TASKS[argv[0]]
-    print(task.folder, task.epochs, task.metric)
-    print(" ".join(task.fairseq_train_args()))
+    print("\n".join(describe(GLUE_TASKS[name]) for name in names))
     return 0
 
 

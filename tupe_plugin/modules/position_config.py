@@ -60,6 +60,12 @@ def _flag(default, help, choices=None, metavar=None):
     return field(default=default, metadata=dict(help=help, choices=choices, metavar=metavar))
 
 
+def _flag_is(flag, value, doc=None, negate=False):
+    """A derived fact declared as a property: whether ``flag`` is ``value`` (is not, with ``negate``)."""
+    return property(lambda self: (getattr(self, flag) == value) != negate,
+                    doc=doc or f"--{flag.replace('_', '-')} {'is not' if negate else 'is'} {value}")
+
+
 @dataclass(frozen=True)
 class PositionConfig:
     """The checked position-encoding choices of one model and the facts derived from them."""
@@ -141,78 +147,38 @@ class PositionConfig:
         """The absolute PE added at the input (learned / sinusoidal / learnable-sinusoidal), or None."""
         return None if self.abs_pos == "none" else self.abs_pos
 
-    @property
-    def learned_absolute_table(self):
-        return self.abs_pos == "learned"
-
-    @property
-    def learnable_absolute_frequencies(self):
-        return self.abs_pos == "learnable-sinusoidal"
-
-    @property
-    def untied(self):
-        """TUPE's untied (pU^Q)(pU^K)^T term (Eq. 7), factored into widened heads."""
-        return self.untied_pos == "tupe"
-
-    @property
-    def four_term(self):
-        """The BERT-A^d ablation: positions shift the word query and key (TUPE §4.3)."""
-        return self.untied_pos == "four-term"
-
-    @property
-    def untied_table(self):
-        """An untied table with U^Q/U^K (TUPE or BERT-A^d)."""
-        return self.untied_pos != "none"
-
-    @property
-    def t5_bias(self):
-        return self.rel_pos == "t5"
-
-    @property
-    def alibi(self):
-        """ALiBi: the fixed -m_h |j - i| bias, no parameters."""
-        return self.rel_pos == "alibi"
-
-    @property
-    def rotary_applies(self):
-        """RoPE: q, k rotated by position."""
-        return self.rotary != "none"
-
-    @property
-    def learnable_rotary_frequencies(self):
-        return self.rotary == "learnable"
+    learned_absolute_table = _flag_is("abs_pos", "learned")
+    learnable_absolute_frequencies = _flag_is("abs_pos", "learnable-sinusoidal")
+    untied = _flag_is("untied_pos", "tupe", "TUPE's untied (pU^Q)(pU^K)^T term (Eq. 7), factored into "
+                      "widened heads.")
+    four_term = _flag_is("untied_pos", "four-term", "The BERT-A^d ablation: positions shift the word query "
+                         "and key (TUPE §4.3).")
+    untied_table = _flag_is("untied_pos", "none", "An untied table with U^Q/U^K (TUPE or BERT-A^d).",
+                            negate=True)
+    t5_bias = _flag_is("rel_pos", "t5")
+    alibi = _flag_is("rel_pos", "alibi", "ALiBi: the fixed -m_h |j - i| bias, no parameters.")
+    rotary_applies = _flag_is("rotary", "none", "RoPE: q, k rotated by position.", negate=True)
+    learnable_rotary_frequencies = _flag_is("rotary", "learnable")
 
     @property
     def shaw_table(self):
         """The Shaw table kind (learned / sinusoidal / learnable-sinusoidal), or None."""
         return self.rel_pos[len(SHAW_PREFIX):] if self.rel_pos.startswith(SHAW_PREFIX) else None
 
-    @property
-    def shaw_learned(self):
-        return self.shaw_table == "learned"
-
-    @property
-    def shaw_learnable_frequencies(self):
-        return self.shaw_table == "learnable-sinusoidal"
+    shaw_learned = _flag_is("shaw_table", "learned", "Shaw vectors from a learned table.")
+    shaw_learnable_frequencies = _flag_is("shaw_table", "learnable-sinusoidal",
+                                          "Shaw vectors from sinusoids of learnable frequencies.")
 
     @property
     def shaw_values(self):
         """Shaw vectors added to the values too: the probabilities are needed."""
         return self.shaw_table is not None and not self.shaw_keys_only
 
-    @property
-    def cls_reset_applies(self):
-        return self.cls_reset != "none"
-
-    @property
-    def release(self):
-        """The authors' released [CLS] semantics (extra table row, per-term T5 reset)."""
-        return self.cls_reset == "release"
-
-    @property
-    def zero_cls_bias(self):
-        """Eq. 11: the paper's reset replaces row/column 0 of the whole content-free term."""
-        return self.cls_reset == "paper"
+    cls_reset_applies = _flag_is("cls_reset", "none", negate=True)
+    release = _flag_is("cls_reset", "release", "The authors' released [CLS] semantics (extra table row, "
+                       "per-term T5 reset).")
+    zero_cls_bias = _flag_is("cls_reset", "paper", "Eq. 11: the paper's reset replaces row/column 0 of the "
+                             "whole content-free term.")
 
     @property
     def learned_tables(self):

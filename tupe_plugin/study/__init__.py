@@ -7,8 +7,7 @@ corpus, fine-tunes it on GLUE tasks and SQuAD, analyses its positions, and write
 (Wang et al. 2021, Tables 2-3).
 
 Every step is a job that runs command-line tools (fairseq-train, the package's commands such as
-``python -m tupe_plugin.analysis.cli``, the repository's examples/finetune_glue.sh, ...) in its own
-folder:
+``python -m tupe_plugin.analysis.cli``, ``python -m tupe_plugin.glue.finetune``, ...) in its own folder:
 
 - :mod:`.config`    the YAML config and its checks;
 - :mod:`.jobs`      the jobs of a config, their commands and fingerprints;

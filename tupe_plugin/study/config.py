@@ -16,8 +16,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..glue.tasks import GLUE_TASKS
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 GET_GLUE = ("get the GLUE data with the GLUE benchmark's download script (download_glue_data.py, linked "
             "from gluebenchmark.com)")
 GET_SQUAD = "get the official files from rajpurkar.github.io/SQuAD-explorer"

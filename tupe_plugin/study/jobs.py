@@ -1,17 +1,16 @@
 """The jobs of a study: what each runs, in which folder, after which others, and its fingerprint.
 
-Every job runs command-line tools (no import of the plugin's internals): fairseq's, the package's
-(``python -m tupe_plugin...``, the modules behind the ``tupe-*`` commands) and the fine-tuning
-scripts in the repository's examples/, which run from the repository root. So a job runs the same
-by hand: its commands are recorded in its folder and in the report. Folders, under
-the study's ``--out``::
+Every job runs command-line tools (no import of the plugin's internals): fairseq's and the package's
+(``python -m tupe_plugin...``, the modules behind the ``tupe-*`` commands), in the job's folder with
+absolute paths. So a job runs the same by hand: its commands are recorded in its folder and in the
+report. Folders, under the study's ``--out``::
 
     data/                   corpus split, sentencepiece model, data-bin (shared by every arch)
     unigram/                the context-free baseline (unigram.json)
     pretrain/ARCH/          fairseq-train masked LM: checkpoints/, tensorboard/, train.log
-    glue/ARCH/TASK/seedS/   examples/finetune_glue.sh: bin/ (the task encoded), run/ (train.log)
+    glue/ARCH/TASK/seedS/   tupe-finetune-glue: bin/ (the task encoded), run/ (train.log)
     squad-data/             train/dev split of the SQuAD dev articles (when no train file is given)
-    squad/ARCH/             examples/finetune_squad.sh: bin/, run/ (predictions, eval.log)
+    squad/ARCH/             tupe-finetune-squad: bin/, run/ (predictions, eval.log)
     analysis/ARCH/          tupe-analyze: analysis/ (PNGs, positions.json)
 
 A job's fingerprint hashes the settings it depends on and its dependencies' fingerprints, so a
@@ -26,6 +25,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
 from ..glue.tasks import GLUE_TASKS
 from ..prepared_folder import file_digest
 
@@ -34,18 +34,15 @@ class Job:
     name: str                      # also its folder under --out, e.g. "glue/tupe_r_tiny/RTE/seed1"
     kind: str                      # data, unigram, pretrain, glue, squad-data, squad, analysis
     folder: str
-    commands: list                 # argv lists, run in order from the repository root
+    commands: list                 # argv lists, run in order in its folder
     deps: list = field(default_factory=list)     # names of the jobs it needs
     settings: dict = field(default_factory=dict)  # what its outputs depend on
-    env: dict = field(default_factory=dict)       # extra environment variables
     resumable: bool = False        # a rerun continues in the same folder instead of starting afresh
     log: str = "log.txt"           # the output of its commands, in its folder
     arch: str = None
     fingerprint: str = ""
 
 
-# fairseq's --user-dir: the folder of the tupe_plugin package, in a checkout or installed.
-PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,7 @@ class Tools:
     distributed_world_size: int = 1  # processes of one pre-training job (SLURM tasks)
 
     def fairseq(self, tool):
-        return os.path.join(self.bin_dir, f"fairseq-{tool}")
+        return fairseq_tool(tool, self.bin_dir)
 
 
 def pretrain_checkpoint(out, arch):
@@ -180,29 +177,26 @@ def _pretrain_job(pretrain, arch, out, tools):
                 resumable=True, log="train.log", arch=arch)
 
 
-def _script_env(tools, **env):
-    """Environment of examples/*.sh: this Python, this fairseq on PATH, --cpu when on CPU."""
-    env = {key: str(value) for key, value in env.items() if value is not None}
-    env["PYTHON"] = tools.python
-    env["PATH"] = tools.bin_dir + os.pathsep + os.environ.get("PATH", "")
-    if tools.cpu:
-        env["CPU"] = "1"
-    return env
+def _finetuning_flags(tools, settings, **flags):
+    """The fine-tuning tool's flags: those given a value, --cpu on CPU, the study's extra_args last."""
+    argv = [item for flag, value in flags.items() if value is not None
+            for item in (f"--{flag.replace('_', '-')}", str(value))]
+    return argv + (["--cpu"] if tools.cpu else []) + settings["extra_args"]
 
 
 def _glue_job(glue, arch, task, digests, seed, out, tools):
     """Fine-tune ``arch`` on ``task``; ``digests`` are the sha256 of the task's files, by split."""
     name = f"glue/{arch}/{task}/seed{seed}"
     folder = os.path.join(out, name)
-    command = ["bash", "examples/finetune_glue.sh", task, pretrain_checkpoint(out, arch), data_bin(out),
-               *glue["extra_args"]]
-    env = _script_env(tools, GLUE_DIR=glue["dir"], BIN_DIR=os.path.join(folder, "bin"),
-                      SAVE_DIR=os.path.join(folder, "run"), SEED=seed, LR=glue["lr"],
-                      MAX_EPOCH=glue["max_epoch"], BATCH_SIZE=glue["batch_size"],
-                      MAX_EXAMPLES=glue["max_examples"])
+    command = [tools.python, "-m", "tupe_plugin.glue.finetune", task, pretrain_checkpoint(out, arch),
+               data_bin(out), *_finetuning_flags(
+                   tools, glue, glue_dir=glue["dir"], bin_dir=os.path.join(folder, "bin"),
+                   save_dir=os.path.join(folder, "run"), seed=seed, lr=glue["lr"],
+                   max_epoch=glue["max_epoch"], batch_size=glue["batch_size"],
+                   max_examples=glue["max_examples"])]
     settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "lr", "batch_size",
                                            "extra_args")}
-    return _job(out, name, "glue", [command], deps=[f"pretrain/{arch}"], env=env,
+    return _job(out, name, "glue", [command], deps=[f"pretrain/{arch}"],
                 settings={"task": task, "seed": seed, "sha256": digests, **settings}, arch=arch)
 
 
@@ -228,20 +222,20 @@ def _squad_job(squad, arch, out, tools):
     name = f"squad/{arch}"
     folder = os.path.join(out, name)
     train, dev = squad_files(squad, out)
-    command = ["bash", "examples/finetune_squad.sh", squad["version"], pretrain_checkpoint(out, arch),
-               data_bin(out), *squad["extra_args"]]
     given = squad["train"] is not None
-    # the script fits the stride and the question length to the window (prepare_squad.py's defaults)
-    env = _script_env(tools, TRAIN_FILE=train, VALID_FILE=dev, BIN_DIR=os.path.join(folder, "bin"),
-                      SAVE_DIR=os.path.join(folder, "run"), SEED=squad["seed"], LR=squad["lr"],
-                      MAX_EPOCH=squad["max_epoch"], BATCH_SIZE=squad["batch_size"],
-                      MAX_SEQ_LENGTH=squad["max_seq_length"],
-                      MAX_ARTICLES=squad["max_articles"] if given else None)
+    # the tool fits the stride and the question length to the window (tupe-prepare-squad's defaults)
+    command = [tools.python, "-m", "tupe_plugin.squad.finetune", squad["version"],
+               pretrain_checkpoint(out, arch), data_bin(out), *_finetuning_flags(
+                   tools, squad, train_file=train, valid_file=dev, bin_dir=os.path.join(folder, "bin"),
+                   save_dir=os.path.join(folder, "run"), seed=squad["seed"], lr=squad["lr"],
+                   max_epoch=squad["max_epoch"], batch_size=squad["batch_size"],
+                   max_seq_length=squad["max_seq_length"],
+                   max_articles=squad["max_articles"] if given else None)]
     deps = [f"pretrain/{arch}"] + ([] if given else ["squad-data"])
     settings = dict(squad)
     if given:
         settings.update(train_sha256=file_digest(train), dev_sha256=file_digest(dev))
-    return _job(out, name, "squad", [command], deps=deps, env=env, settings=settings, arch=arch)
+    return _job(out, name, "squad", [command], deps=deps, settings=settings, arch=arch)
 
 
 def _analysis_job(arch, out, tools):

@@ -1,7 +1,7 @@
 """Where jobs run: here, one after the other (``local``), or as SLURM jobs through submitit.
 
-Both run a job the same way, :func:`run_commands`: its commands one after the other from the
-repository root, their output appended to the job's log. A launcher offers ``submit(job)`` and
+Both run a job the same way, :func:`run_commands`: its commands one after the other in the job's
+folder, their output appended to the job's log. A launcher offers ``submit(job)`` and
 ``poll(handle)`` (None while running, else ``(exit status, error)``) and says how many jobs may
 run at once (``capacity``; None: no limit, the scheduler decides).
 
@@ -16,11 +16,12 @@ import signal
 import subprocess
 
 from ..extras import require
-from .config import REPO, StudyConfigError
+from .config import StudyConfigError
 
 
-def run_commands(commands, env, log_path, cwd=REPO):
-    """Run ``commands`` (argv lists) in order, output appended to ``log_path``; the exit status.
+def run_commands(commands, env, log_path):
+    """Run ``commands`` (argv lists) in order in the folder of ``log_path``, output appended to it; the
+    exit status.
 
     Interrupting it (Ctrl-C, SIGTERM turned into SystemExit) sends SIGTERM to the running command's
     process group.
@@ -28,6 +29,7 @@ def run_commands(commands, env, log_path, cwd=REPO):
     Under SLURM every task of a multi-task job runs this; tasks other than the first log to
     ``LOG.rankN`` so that they do not interleave with it.
     """
+    cwd = os.path.dirname(os.path.abspath(log_path))
     rank = os.environ.get("SLURM_PROCID", "0")
     if rank != "0":
         log_path = f"{log_path}.rank{rank}"
@@ -36,7 +38,7 @@ def run_commands(commands, env, log_path, cwd=REPO):
             log.write(f"$ {shlex.join(argv)}\n")
             log.flush()
             # Its own process group: an interrupted study stops the command and what it started
-            # (the scripts' fairseq-train), not only the command.
+            # (the fine-tuning tools' fairseq-train), not only the command.
             proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=log,
                                     stderr=subprocess.STDOUT, process_group=0)
             try:
@@ -70,7 +72,7 @@ class LocalLauncher:
     capacity = 1
 
     def submit(self, job):
-        return run_commands(job.commands, job.env, os.path.join(job.folder, job.log)), ""
+        return run_commands(job.commands, {}, os.path.join(job.folder, job.log)), ""
 
     def poll(self, handle):
         return handle
@@ -111,7 +113,7 @@ class SubmititLauncher:
     def submit(self, job):
         executor = self.executors["pretrain" if job.kind == "pretrain" else "default"]
         executor.update_parameters(name=job.name.replace("/", "-"))
-        env = job.env if self.threads is None else {**job.env, "OMP_NUM_THREADS": self.threads}
+        env = {} if self.threads is None else {"OMP_NUM_THREADS": self.threads}
         return executor.submit(run_commands, job.commands, env, os.path.join(job.folder, job.log))
 
     def poll(self, handle):

@@ -84,9 +84,8 @@ def _record(job):
 
 
 def _commands(job):
-    """The job's commands as shell lines, with the environment the scripts read (not PATH)."""
-    env = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(job.env.items()) if key != "PATH")
-    return [(env + " " if env else "") + shlex.join(argv) for argv in job.commands]
+    """The job's commands as shell lines."""
+    return [shlex.join(argv) for argv in job.commands]
 
 
 def _baseline(report, min_margin):

@@ -54,7 +54,7 @@ def start(job, how):
     os.makedirs(job.folder, exist_ok=True)
     record = {
         "name": job.name, "kind": job.kind, "arch": job.arch, "fingerprint": job.fingerprint,
-        "commands": job.commands, "env": job.env, "log": job.log, "status": "running",
+        "commands": job.commands, "log": job.log, "status": "running",
         "attempts": (record or {}).get("attempts", 0) + 1, "seconds": (record or {}).get("seconds", 0.0),
         "started": time.time(),
     }

@@ -1,0 +1,96 @@
+"""Fine-tune a plugin checkpoint on SQuAD span prediction (v1.1 or v2.0) and print the official EM and F1.
+
+    tupe-finetune-squad VERSION CKPT DATA_BIN [--squad-dir squad] [--seed S] [fairseq-train flags...]
+
+1. tupe-prepare-squad: the train and dev files into BIN_DIR (windows of --max-seq-length tokens,
+   --doc-stride apart; questions over --max-query-length pieces are skipped and counted).
+2. fairseq-train --task squad_span --criterion squad_span with Wang et al.'s SQuAD setting ("On Position
+   Embeddings in BERT", ICLR 2021, App. A.3, Table 4: length 384, 3 epochs, lr 3e-5, batch 32, weight
+   decay 0.01; best checkpoint every 1000 updates) and the huggingface recipe it follows for the rest
+   (linear decay to 0 without warm-up, Adam eps 1e-6 betas (0.9, 0.999), dropout 0.1, doc stride 128,
+   questions up to 64 pieces; at most a third and a half of a shorter --max-seq-length).
+3. tupe-evaluate-squad on SAVE_DIR/checkpoint_best.pt: SAVE_DIR/predictions.json, EM and F1 in
+   SAVE_DIR/eval.log.
+Flags this tool does not know go last to fairseq-train and override its settings. The run starts from
+CKPT once: a rerun with the same SAVE_DIR resumes from its checkpoint_last.pt (a finished run stays as it
+is). Validate the result with
+
+    fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \\
+        --task squad_span --criterion squad_span --batch-size 32
+"""
+
+import os
+import sys
+
+from ..finetuning import (add_run_args, count_lines, description, fairseq_train_command, linear_schedule,
+                          parse_run_args, pretrained_architecture, run_logged)
+from . import prepare
+
+SQUAD_WEBSITE = "rajpurkar.github.io/SQuAD-explorer"
+
+
+def main(argv=None):
+    parser = description(__doc__)
+    parser.add_argument("version", metavar="VERSION", choices=("1.1", "2.0"),
+                        help="1.1, or 2.0 (with unanswerable questions)")
+    add_run_args(parser, lr="3e-5", epochs=3, epochs_help="3")
+    parser.add_argument("--squad-dir", default="squad",
+                        help=f"the official SQuAD files ({SQUAD_WEBSITE}), train-vVERSION.json and "
+                        "dev-vVERSION.json (default squad)")
+    parser.add_argument("--train-file", help="default SQUAD_DIR/train-vVERSION.json")
+    parser.add_argument("--valid-file", help="default SQUAD_DIR/dev-vVERSION.json")
+    parser.add_argument("--warmup-percent", type=int, default=0, help="warm-up, in percent of all updates "
+                        "(default 0)")
+    parser.add_argument("--max-seq-length", type=int,
+                        help="tokens per window (default 384, at most the checkpoint's max_positions)")
+    parser.add_argument("--doc-stride", type=int, help="default 128, at most --max-seq-length / 3")
+    parser.add_argument("--max-query-length", type=int, help="default 64, at most --max-seq-length / 2")
+    parser.add_argument("--max-answer-length", type=int, default=30, help="default 30")
+    parser.add_argument("--null-threshold", type=float, default=0.0, help="v2.0 only (default 0.0)")
+    parser.add_argument("--max-articles", type=int, help="keep only the first N articles of each file")
+    args, extra = parse_run_args(parser, argv)
+    files = {"train": args.train_file or os.path.join(args.squad_dir, f"train-v{args.version}.json"),
+             "valid": args.valid_file or os.path.join(args.squad_dir, f"dev-v{args.version}.json")}
+    for split, path in files.items():
+        if not os.path.isfile(path):
+            parser.error(f"{path}: no such file: give --squad-dir, the folder of the official SQuAD files "
+                         f"(train-v{args.version}.json, dev-v{args.version}.json; {SQUAD_WEBSITE}), or "
+                         f"--{split}-file")
+    arch, max_positions = pretrained_architecture(args.checkpoint)
+    args.max_seq_length = args.max_seq_length or min(max_positions, 384)
+    args.bin_dir = args.bin_dir or os.path.join("squad-bin", f"v{args.version}")
+    args.save_dir = args.save_dir or os.path.join("checkpoints", "squad", f"v{args.version}", arch,
+                                                  f"seed{args.seed}")
+    articles = ["--max-articles", str(args.max_articles)] if args.max_articles else []
+
+    prepared = prepare.main([
+        "--train-file", files["train"], "--valid-file", files["valid"], "--out", args.bin_dir,
+        "--sentencepiece-model", os.path.join(args.data_bin, "sentencepiece.bpe.model"),
+        "--dict", os.path.join(args.data_bin, "dict.txt"), "--max-seq-length", str(args.max_seq_length),
+        *(["--doc-stride", str(args.doc_stride)] if args.doc_stride else []),
+        *(["--max-query-length", str(args.max_query_length)] if args.max_query_length else []), *articles,
+    ])
+    if prepared:
+        return prepared
+    features = count_lines(os.path.join(args.bin_dir, "train.features.jsonl"))
+    total, warmup = linear_schedule(features, args.batch_size, args.max_epoch, args.warmup_percent)
+    os.makedirs(args.save_dir, exist_ok=True)
+    command = fairseq_train_command(args, args.bin_dir, arch, max_positions, total, warmup) + [
+        "--task", "squad_span", "--criterion", "squad_span", "--validate-interval-updates", "1000",
+        "--save-interval-updates", "1000", "--keep-interval-updates", "1", *extra,
+    ]
+    trained = run_logged(command, os.path.join(args.save_dir, "train.log"))
+    if trained:
+        return trained
+    negative = (["--version-2-with-negative", "--null-threshold", str(args.null_threshold)]
+                if args.version == "2.0" else [])
+    evaluate = [sys.executable, "-m", "tupe_plugin.squad.evaluate",
+                "--path", os.path.join(args.save_dir, "checkpoint_best.pt"), "--data", args.bin_dir,
+                "--gold-file", files["valid"], "--output", os.path.join(args.save_dir, "predictions.json"),
+                "--max-answer-length", str(args.max_answer_length), *negative, *articles,
+                *(["--cpu"] if args.cpu else [])]
+    return run_logged(evaluate, os.path.join(args.save_dir, "eval.log"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
