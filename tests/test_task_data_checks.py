@@ -48,6 +48,24 @@ def test_a_file_without_its_header_line_is_refused(task, tmp_path):
         prepare_glue.read_tsv(path, GLUE_TASKS[task])
 
 
+@pytest.mark.parametrize("task, column, columns", [("SST-2", 2, 2), ("RTE", 4, 4), ("MRPC", 1, 5),
+                                                    ("STS-B", 10, 10)])
+def test_a_file_without_the_label_column_is_refused_naming_the_column(task, column, columns, tmp_path):
+    path = glue_file(tmp_path, task, 5)
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    for fields in rows:
+        del fields[column - 1]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines("\t".join(fields) + "\n" for fields in rows)
+    with pytest.raises(prepare_glue.GlueFormatError) as error:
+        prepare_glue.read_tsv(path, GLUE_TASKS[task])
+    assert str(error.value) == (
+        f"{path}:1: the header names {columns - 1} columns ({', '.join(rows[0])}) where {task} needs "
+        f"{columns}, its label in column {column}: the file has no label column (GLUE's test.tsv files have "
+        f"none); give {task}'s train or dev file, with its labels")
+
+
 @pytest.mark.parametrize("task, stray", [("SST-2", "2"), ("RTE", "neutral"), ("SST-2", "1 ")])
 def test_more_labels_than_the_task_has_classes_is_refused(task, stray, tmp_path):
     path = glue_file(tmp_path, task, 20)

@@ -12,7 +12,8 @@ dictionary, the layout fairseq's RoBERTa GLUE example produces::
 
 STS-B scores are divided by 5 as in fairseq's example (targets in [0, 1]); Pearson and Spearman
 correlations do not change. A line with the wrong number of columns stops with ``file:line``, or is
-logged and counted with ``--skip-malformed``. A dev label that train does not contain stops with its name.
+logged and counted with ``--skip-malformed``. A dev label that train does not contain stops with its name,
+a header without a column for the label (GLUE's test files) with the column expected.
 
 Example::
 
@@ -55,6 +56,7 @@ def read_tsv(path, layout, skip_malformed=False, max_examples=None):
             fields = line.rstrip("\r\n").split("\t")
             if layout.header and number == 1:
                 columns, header = len(fields), fields
+                check_label_column(path, header, layout)
                 continue
             if len(fields) != columns:
                 message = (f"{path}:{number}: expected {columns} tab-separated columns for {task_dir}, "
@@ -75,6 +77,21 @@ def read_tsv(path, layout, skip_malformed=False, max_examples=None):
     if layout.header:
         check_header(path, header, layout, rows)
     return rows, skipped
+
+
+def check_label_column(path, header, layout):
+    """Stop when the header leaves no column for the label (as in GLUE's test files): rows would have none."""
+    counted_from_start = [index for index in (layout.input0, layout.input1, layout.label)
+                          if index is not None and index >= 0]
+    columns = max(counted_from_start) + 1 + (layout.label < 0)  # a label counted from the end follows them
+    if len(header) < columns:
+        task_dir = os.path.basename(os.path.dirname(path))
+        label_column = layout.label + 1 if layout.label >= 0 else columns + layout.label + 1
+        raise GlueFormatError(
+            f"{path}:1: the header names {len(header)} columns ({', '.join(header)}) where {task_dir} needs "
+            f"{columns}, its label in column {label_column}: the file has no label column (GLUE's test.tsv "
+            f"files have none); give {task_dir}'s train or dev file, with its labels"
+        )
 
 
 def check_header(path, header, layout, rows):
