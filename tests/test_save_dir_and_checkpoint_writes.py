@@ -15,13 +15,14 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from tupe_plugin.fairseq_fixes import atomic_checkpoints
 from tupe_plugin.policies import save_dir_lock
 from tupe_plugin.fairseq_fixes.partial_checkpoint_cleanup import CheckpointSaveError
-from tupe_plugin.policies.save_dir_lock import LOCK_NAME, SaveDirLockedError, acquire, release
+from tupe_plugin.policies.save_dir_lock import (FORCE_UNLOCK_VARIABLE, LOCK_NAME, SaveDirLockedError,
+                                                acquire, release)
 
 
-def held_by(save_dir, pid, host=None, command="fairseq-train DATA --save-dir X"):
+def held_by(save_dir, pid, host=None, command="fairseq-train DATA --save-dir X", **slurm):
     save_dir.mkdir(exist_ok=True)
     holder = {"pid": pid, "host": host or socket.gethostname(), "started": "2026-01-01 10:00:00",
-              "command": command}
+              "command": command, **slurm}
     (save_dir / LOCK_NAME).write_text(json.dumps(holder))
 
 
@@ -32,7 +33,8 @@ def dead_pid():
 
 
 @pytest.mark.parametrize("holder", ["a live process on this host", "a process on another host"])
-def test_a_second_run_in_the_same_save_dir_is_refused_naming_the_first(holder, tmp_path):
+def test_a_second_run_in_the_same_save_dir_is_refused_naming_the_first(holder, tmp_path, monkeypatch):
+    monkeypatch.delenv(FORCE_UNLOCK_VARIABLE, raising=False)
     if holder == "a live process on this host":
         held_by(tmp_path / "save", os.getppid())
     else:
@@ -47,6 +49,52 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
     held_by(tmp_path / "save", dead_pid())
     path = acquire(str(tmp_path / "save"))
     assert json.loads(open(path).read())["pid"] == os.getpid()
+
+
+def test_a_lock_held_on_another_host_names_the_takeover(tmp_path, monkeypatch):
+    """A SLURM requeue onto another node finds the lock of its own dead run: this node cannot check it."""
+    monkeypatch.delenv(FORCE_UNLOCK_VARIABLE, raising=False)
+    held_by(tmp_path / "save", 4242, host="gpu-node-7")
+    with pytest.raises(SaveDirLockedError, match=r"\(pid 4242 on gpu-node-7, .*\); .*cannot check .*"
+                                                 f"{FORCE_UNLOCK_VARIABLE}=1 fairseq-train"):
+        acquire(str(tmp_path / "save"))
+
+
+def test_the_takeover_variable_takes_over_a_lock_held_on_another_host(tmp_path, monkeypatch):
+    monkeypatch.setenv(FORCE_UNLOCK_VARIABLE, "1")
+    held_by(tmp_path / "save", 4242, host="gpu-node-7")
+    path = acquire(str(tmp_path / "save"))
+    holder = json.loads(open(path).read())
+    assert (holder["pid"], holder["host"]) == (os.getpid(), socket.gethostname())
+
+
+def test_the_takeover_variable_leaves_a_live_run_on_this_host_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv(FORCE_UNLOCK_VARIABLE, "1")
+    held_by(tmp_path / "save", os.getppid())
+    with pytest.raises(SaveDirLockedError, match="is in use by another run"):
+        acquire(str(tmp_path / "save"))
+
+
+def test_the_takeover_variable_takes_over_a_lock_that_names_no_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(FORCE_UNLOCK_VARIABLE, "1")
+    (tmp_path / "save").mkdir()
+    (tmp_path / "save" / LOCK_NAME).write_text("")   # a write cut short
+    path = acquire(str(tmp_path / "save"))
+    assert json.loads(open(path).read())["pid"] == os.getpid()
+
+
+def test_a_lock_of_an_earlier_start_of_the_same_slurm_job_is_taken_over(tmp_path, monkeypatch):
+    """SLURM keeps the job id across a requeue and counts the restarts: the lock of restart 0, on the
+    node the job left, belongs to a run SLURM ended."""
+    monkeypatch.delenv(FORCE_UNLOCK_VARIABLE, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "81234")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    held_by(tmp_path / "save", 4242, host="gpu-node-7", slurm_job="81234", slurm_restart=0)
+    path = acquire(str(tmp_path / "save"))
+    assert json.loads(open(path).read())["slurm_restart"] == 1
+    held_by(tmp_path / "save", 4242, host="gpu-node-7", slurm_job="81234", slurm_restart=1)  # same start
+    with pytest.raises(SaveDirLockedError, match="gpu-node-7"):
+        acquire(str(tmp_path / "save"))
 
 
 def test_the_lock_is_released_when_the_run_ends(tmp_path):
@@ -69,8 +117,9 @@ def test_fairseq_train_refuses_a_locked_save_dir_before_training(tmp_path):
     assert save_dir_lock._holder(str(tmp_path / "save" / LOCK_NAME))["pid"] == os.getppid()
 
 
-@pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"),
-                                     RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos")])
+@pytest.mark.parametrize("failure", [
+    OSError(errno.ENOSPC, "No space left on device"),
+    RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos")])
 def test_a_failed_save_removes_the_partial_tmp_and_keeps_the_old_checkpoint(failure, tmp_path, monkeypatch):
     path = tmp_path / "checkpoint_last.pt"
     torch.save({"model": {"w": torch.ones(3)}}, path)
