@@ -108,6 +108,17 @@ def test_interrupted_resumable_job_resumes_in_its_folder(tmp_path):
     assert state.read_record(job.folder)["attempts"] == 2
 
 
+def test_done_job_whose_output_is_gone_runs_again_and_says_why(tmp_path):
+    job = toy_job(tmp_path, "pretrain", "pass", resumable=True)
+    job.outputs = [str(tmp_path / "pretrain" / "checkpoint_last.pt")]
+    assert run_jobs([job], LocalLauncher(), stream=io.StringIO())["pretrain"][0] == DONE
+    assert state.action(job) == state.RESUME
+    rerun = io.StringIO()
+    run_jobs([job], LocalLauncher(), stream=rerun)
+    assert f"pretrain: resuming again: done before, but {job.outputs[0]} is gone" in rerun.getvalue()
+    assert state.read_record(job.folder)["attempts"] == 2
+
+
 def test_interrupted_job_that_cannot_resume_starts_afresh_in_an_empty_folder(tmp_path):
     job = toy_job(tmp_path, "glue", "pass")
     state.start(job, state.FRESH)

@@ -2,10 +2,13 @@
 interrupted job is stopped."""
 
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
+from tupe_plugin.study import state
 from tupe_plugin.study.config import StudyConfigError
 from tupe_plugin.study.jobs import Job
 from tupe_plugin.study.launchers import (SubmititLauncher, available_cores, job_threads, pretrain_processes,
@@ -105,3 +108,54 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_killed_study_takes_its_running_command_with_it(tmp_path):
+    pid_file = tmp_path / "command.pid"
+    study = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from tupe_plugin.study.launchers import run_commands; "
+        f"run_commands([['bash', '-c', 'echo $$ > {pid_file}; exec sleep 60']], {{}}, sys.argv[1])"),
+        str(tmp_path / "log.txt")])
+    deadline = time.monotonic() + 30
+    while not (pid_file.is_file() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.1)
+    study.kill()  # SIGKILL: no handler of the study runs
+    study.wait()
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while alive(pid):
+        assert time.monotonic() < deadline, f"the command {pid} outlived its killed study"
+        time.sleep(0.1)
+
+
+def test_a_rerun_stops_what_a_killed_study_left_in_the_jobs_folder(tmp_path):
+    job = Job(name="glue/x", kind="glue", folder=str(tmp_path / "glue" / "x"), commands=[["true"]])
+    state.start(job, state.FRESH)
+    left = subprocess.Popen(["sleep", "60"], cwd=job.folder, process_group=0)
+    unrelated = subprocess.Popen(["sleep", "60"], cwd=job.folder)  # not of the job's process group
+    try:
+        state.record_process(job.folder, left.pid)
+        assert state.stop_left_running(job) == (f"stopped pid {left.pid}, left running in {job.folder} "
+                                                "by a killed study")
+        assert left.wait(timeout=10) == -signal.SIGTERM
+        assert unrelated.poll() is None and state.stop_left_running(job) is None
+    finally:
+        unrelated.kill()
+        left.kill()
+
+
+def test_a_second_study_on_the_same_out_folder_is_refused(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from tupe_plugin.study import state; state.lock_study(sys.argv[1]); "
+        "print('locked', flush=True); time.sleep(60)"), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        in_use = (rf"--out {tmp_path} is in use by another tupe-study \(pid {holder.pid} on .*\): wait "
+                  "for it to end, or give this study another --out")
+        with pytest.raises(state.StudyInUseError, match=in_use):
+            state.lock_study(str(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
+    state.lock_study(str(tmp_path))  # the kernel released the killed holder's lock

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+from .child_processes import ended_with_parent
 from .fairseq_tools import PLUGIN_DIR, fairseq_tool
 
 
@@ -87,10 +88,11 @@ def fairseq_train_command(args, data, arch, max_positions, total_updates, warmup
 
 
 def run_logged(command, log_path):
-    """Run ``command``, its output shown and appended to ``log_path``; its exit status."""
+    """Run ``command``, its output shown and appended to ``log_path``; its exit status. It ends when this
+    process is killed."""
     with open(log_path, "a", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace")
+                                errors="replace", preexec_fn=ended_with_parent())
         for line in proc.stdout:
             sys.stdout.write(line)
             log.write(line)

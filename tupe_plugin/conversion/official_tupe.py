@@ -38,11 +38,10 @@ import zipfile
 
 import torch
 
+from tupe_plugin.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.models.architectures import SIZES
 from tupe_plugin.prepared_folder import make_sibling_folder
 from tupe_plugin.user_errors import UserError
-
-PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 logger = logging.getLogger("convert_official_tupe")
 

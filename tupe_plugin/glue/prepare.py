@@ -137,7 +137,7 @@ def regression_targets(path, rows):
 
 
 def check_label_count(task, path, labels):
-    """Stop on more distinct train labels than the task has classes (finetune_glue.sh's --num-classes)."""
+    """Stop on more distinct train labels than the task has classes (tupe-finetune-glue's --num-classes)."""
     found = sorted(set(labels))
     num_classes = GLUE_TASKS[task].num_classes
     if len(found) > num_classes:

@@ -51,8 +51,9 @@ def main(argv=None):
         config = load_config(args.config, known_archs())
         jobs = build_jobs(config, args.out, resolve_tools(config))
         os.makedirs(args.out, exist_ok=True)
+        state.lock_study(args.out)
         launcher = make_launcher(config["launcher"], os.path.abspath(args.out))
-    except (StudyConfigError, MissingExtraError) as error:
+    except (StudyConfigError, MissingExtraError, state.StudyInUseError) as error:
         parser.error(str(error))
     with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)

@@ -38,6 +38,7 @@ class Job:
     deps: list = field(default_factory=list)     # names of the jobs it needs
     settings: dict = field(default_factory=dict)  # what its outputs depend on
     resumable: bool = False        # a rerun continues in the same folder instead of starting afresh
+    outputs: list = field(default_factory=list)  # files later jobs read: a done job without one reruns
     log: str = "log.txt"           # the output of its commands, in its folder
     arch: str = None
     fingerprint: str = ""
@@ -126,7 +127,8 @@ def _data_job(config, out, tools):
     source = ({"corpus": corpus, "sha256": file_digest(corpus)} if corpus
               else {"corpus": "python standard-library docstrings", "python": sys.version.split()[0]})
     settings = {**source, "vocab_size": config["data"]["vocab_size"], "tokens_per_sample": tokens}
-    return _job(out, "data", "data", commands, settings=settings)
+    return _job(out, "data", "data", commands, settings=settings,
+                outputs=[os.path.join(data, "dict.txt")])
 
 
 def _unigram_job(out, tools):
@@ -174,7 +176,7 @@ def _pretrain_job(pretrain, arch, out, tools):
                     "--distributed-port", "29671"]
     command += pretrain["extra_args"]
     return _job(out, name, "pretrain", [command], deps=["data"], settings={"arch": arch, **pretrain},
-                resumable=True, log="train.log", arch=arch)
+                resumable=True, log="train.log", arch=arch, outputs=[pretrain_checkpoint(out, arch)])
 
 
 def _finetuning_flags(tools, settings, **flags):

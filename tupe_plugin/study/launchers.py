@@ -15,7 +15,9 @@ import shlex
 import signal
 import subprocess
 
+from ..child_processes import ended_with_parent
 from ..extras import require
+from . import state
 from .config import StudyConfigError
 
 
@@ -24,7 +26,8 @@ def run_commands(commands, env, log_path):
     exit status.
 
     Interrupting it (Ctrl-C, SIGTERM turned into SystemExit) sends SIGTERM to the running command's
-    process group.
+    process group; killing it (SIGKILL) ends the running command, and the job's record names the
+    process group so that a rerun stops what may be left of it.
 
     Under SLURM every task of a multi-task job runs this; tasks other than the first log to
     ``LOG.rankN`` so that they do not interleave with it.
@@ -40,7 +43,10 @@ def run_commands(commands, env, log_path):
             # Its own process group: an interrupted study stops the command and what it started
             # (the fine-tuning tools' fairseq-train), not only the command.
             proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=log,
-                                    stderr=subprocess.STDOUT, process_group=0)
+                                    stderr=subprocess.STDOUT, process_group=0,
+                                    preexec_fn=ended_with_parent())
+            if rank == "0":
+                state.record_process(cwd, proc.pid)
             try:
                 returncode = proc.wait()
             except BaseException:

@@ -74,9 +74,14 @@ def run_jobs(jobs, launcher, stream=sys.stderr):
                 continue
             if not all(status == DONE for status in needs):
                 continue
+            stopped = state.stop_left_running(job)
+            if stopped:
+                progress.line(f"{job.name}: {stopped}", waiting)
             how = state.action(job)
+            gone = state.missing_outputs(job) if state.finished_before(job) else []
             state.start(job, how)
-            progress.line(f"{job.name}: {'resuming' if how == state.RESUME else 'running'}"
+            again = f" again: done before, but {', '.join(gone)} is gone" if gone else ""
+            progress.line(f"{job.name}: {'resuming' if how == state.RESUME else 'running'}{again}"
                           f" (log: {os.path.join(job.folder, job.log)})", waiting)
             waiting.remove(job)
             began = time.monotonic()  # before submit: the local launcher runs the job inside it
