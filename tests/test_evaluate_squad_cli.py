@@ -99,7 +99,7 @@ def test_bad_predictions_file_is_one_error_line_naming_it(tmp_path, content, fla
         path.write_text(content)
     with pytest.raises(SystemExit) as error:
         evaluate_squad.main(["--gold-file", DEV, "--predictions", str(path)])
-    assert str(error.value).startswith(f"evaluate_squad.py: error: {flag} {path}")
+    assert str(error.value).startswith(f"tupe-evaluate-squad: error: {flag} {path}")
     assert message in str(error.value)
 
 
@@ -128,7 +128,7 @@ def test_predictions_of_which_no_id_is_in_the_gold_file_stop_in_one_line(tmp_pat
     with pytest.raises(SystemExit) as error:
         evaluate_squad.main(["--gold-file", DEV, "--predictions", str(path)])
     assert str(error.value) == (
-        f"evaluate_squad.py: error: none of the 2 question ids of --predictions {path} (e.g. q1) is in "
+        f"tupe-evaluate-squad: error: none of the 2 question ids of --predictions {path} (e.g. q1) is in "
         f"--gold-file {DEV}: score the predictions against the SQuAD JSON they were made from (and its "
         "--max-articles)")
 
@@ -146,6 +146,6 @@ def test_a_gold_answer_that_is_not_a_string_is_named_with_its_question(tmp_path,
     with pytest.raises(SystemExit) as error:
         evaluate_squad.main(["--gold-file", str(gold), *mode])
     assert str(error.value) == (
-        f"evaluate_squad.py: error: --gold-file {gold}: data[0].paragraphs[0].qas[1] (id q2): "
+        f"tupe-evaluate-squad: error: --gold-file {gold}: data[0].paragraphs[0].qas[1] (id q2): "
         f"answers[0].text is {json.dumps(text)}: gold answers are "
         '[{"text": "a string", "answer_start": N}, ...]; correct the file')

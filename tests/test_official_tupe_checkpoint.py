@@ -436,7 +436,7 @@ def test_a_file_that_is_not_a_complete_pytorch_checkpoint_is_named(release_check
         convert_official_tupe.main(["--checkpoint", str(path), "--dict", str(release_checkpoint / "dict.txt"),
                                     "--out", str(tmp_path / "converted")])
     assert str(error.value) == (
-        f"convert_official_tupe.py: error: --checkpoint {path} ({path.stat().st_size} bytes) is not a "
+        f"tupe-convert-official: error: --checkpoint {path} ({path.stat().st_size} bytes) is not a "
         "complete PyTorch checkpoint: it is truncated or not a file written by torch.save; pass the "
         "release's model.pt (extract tupe_ckp.tar.gz again)")
 
@@ -619,7 +619,7 @@ def test_existing_outputs_stop_the_conversion_untouched(release_checkpoint, tmp_
     with pytest.raises(SystemExit) as error:
         convert_official_tupe.main(["--checkpoint", str(release_checkpoint / "model.pt"),
                                     "--dict", str(release_checkpoint / "dict.txt"), "--out", str(out)])
-    assert str(error.value).startswith(f"convert_official_tupe.py: error: --out {out} already holds "
+    assert str(error.value).startswith(f"tupe-convert-official: error: --out {out} already holds "
                                        f"{' and '.join(existing)}; nothing is overwritten")
     assert "--force" in str(error.value)
     assert converted_files(out) == {name: f"the user's {name}".encode() for name in existing}
@@ -685,7 +685,7 @@ def test_out_holding_the_input_files_is_refused_even_with_force(release_checkpoi
     flags = {"model.pt": "--checkpoint", "dict.txt": "--dict"}
     named = " and ".join(f"{flags[name]} {out / name}" for name in inputs)
     assert str(error.value) == (
-        f"convert_official_tupe.py: error: --out {out} holds the input {named}, which the converted files "
+        f"tupe-convert-official: error: --out {out} holds the input {named}, which the converted files "
         "would replace (--force or not): give another --out")
     assert converted_files(out) == before
 

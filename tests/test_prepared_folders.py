@@ -142,8 +142,8 @@ def test_glue_preparation_never_writes_into_a_folder_it_did_not_write(tmp_path, 
         kept = out / ("notes.txt" if existing == "user file" else "label/dict.txt")
         kept.write_text("mine")
     glue_dir(tmp_path)
-    with pytest.raises(SystemExit, match=r"^prepare_glue.py: error: --out .*SST-2-bin exists and was not "
-                                         r"written by prepare_glue.py .*choose another --out"):
+    with pytest.raises(SystemExit, match=r"^tupe-prepare-glue: error: --out .*SST-2-bin exists and was not "
+                                         r"written by tupe-prepare-glue .*choose another --out"):
         prepare_glue.main(["--task", "SST-2", "--glue-dir", str(tmp_path / "glue"), "--sentencepiece-model",
                            spm_files[0], "--dict", spm_files[1], "--out", str(out)])
     assert kept.read_text() == "mine" and fast_binarize == []
@@ -215,7 +215,7 @@ def test_squad_preparation_never_writes_into_a_folder_it_did_not_write(tmp_path,
     out = tmp_path / "squad-bin"
     out.mkdir()
     (out / "dict.txt").write_text("mine")
-    with pytest.raises(SystemExit, match="--out .*squad-bin exists and was not written by prepare_squad.py"):
+    with pytest.raises(SystemExit, match="--out .*squad-bin exists and was not written by tupe-prepare-squad"):
         prepare_squad.main(["--valid-file", squad_file(tmp_path), "--sentencepiece-model",
                             squad_vocabulary[0], "--dict", squad_vocabulary[1], "--out", str(out)])
     assert (out / "dict.txt").read_text() == "mine"

@@ -155,7 +155,7 @@ def test_entry_without_a_field_names_the_entry(vocabulary, tmp_path):
 def test_command_line_stops_with_the_error(vocabulary, tmp_path):
     path = write_squad(tmp_path / "squad.json", [{"title": "no paragraphs"}])
     with pytest.raises(SystemExit,
-                       match=r"prepare_squad.py: error: .*squad.json: data\[0\]: missing 'paragraphs'"):
+                       match=r"tupe-prepare-squad: error: .*squad.json: data\[0\]: missing 'paragraphs'"):
         prepare_squad.main(["--valid-file", path, "--sentencepiece-model", vocabulary[0],
                             "--dict", vocabulary[1], "--out", str(tmp_path / "out")])
 

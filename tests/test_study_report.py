@@ -214,6 +214,9 @@ def test_interrupted_study_writes_the_report_of_the_finished_jobs(tmp_path, monk
 
     def run_data_then_interrupt(jobs, launcher):
         finish(jobs[0], 2.0, {})  # the data job finishes, then Ctrl-C
+        for output in jobs[0].outputs:
+            os.makedirs(os.path.dirname(output), exist_ok=True)
+            open(output, "w").close()
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "run_jobs", run_data_then_interrupt)

@@ -36,7 +36,7 @@ def main(argv=None):
     try:
         vectors = read_checkpoint_vectors(args.checkpoint, args.dict)
     except (ValueError, RuntimeError, FileNotFoundError) as error:
-        sys.exit(f"export_embeddings.py: error: {own_flags(str(error), args.checkpoint)}")
+        sys.exit(f"tupe-export-embeddings: error: {own_flags(str(error), args.checkpoint)}")
     partial = args.out + ".tmp"
     with open(partial, "w", encoding="utf-8") as f:
         if not args.no_header:

@@ -41,7 +41,7 @@ def main(argv=None):
     try:
         convert(args.checkpoint, args.dict, args.out, args.allow_pickle, args.force)
     except ReleaseCheckpointError as error:
-        sys.exit(f"convert_official_tupe.py: error: {error}")
+        sys.exit(f"tupe-convert-official: error: {error}")
     return 0
 
 

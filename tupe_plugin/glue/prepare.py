@@ -224,7 +224,7 @@ def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=N
     counts, reused = write_prepared_folder(
         out, expected, lambda folder: _prepare_into(task, glue_dir, sentencepiece_model, dictionary,
                                                     folder, max_examples, skip_malformed, workers),
-        "prepare_glue.py")
+        "tupe-prepare-glue")
     return {**counts, "reused": reused}
 
 
@@ -295,7 +295,7 @@ def main(argv=None):
         counts = prepare(args.task, args.glue_dir, args.sentencepiece_model, args.dict, args.out,
                          args.max_examples, args.skip_malformed, args.workers)
     except (GlueFormatError, FileNotFoundError, RuntimeError, ValueError) as e:  # PreparedFolderError included
-        sys.exit(f"prepare_glue.py: error: {e}")
+        sys.exit(f"tupe-prepare-glue: error: {e}")
     labels = counts.get("labels")
     if counts["reused"]:
         print(f"{args.task}: {args.out} already holds this preparation (same files and settings): reused")

@@ -96,12 +96,12 @@ def main(argv=None):
     try:
         runs = [read_run(d) for d in args.run_dirs]
     except (FileNotFoundError, ValueError) as e:
-        sys.exit(f"collect_glue_scores.py: error: {e}")
+        sys.exit(f"tupe-collect-glue: error: {e}")
     for run in runs:
         if run.evaluations.nan_count:
             what = ("every evaluation gave nan: failed run, left out of the mean" if run.evaluations.failed
                     else "left out of the best value")
-            print(f"collect_glue_scores.py: {run.run_dir}: {run.evaluations.nan_summary()} ({what})",
+            print(f"tupe-collect-glue: {run.run_dir}: {run.evaluations.nan_summary()} ({what})",
                   file=sys.stderr)
     print(markdown_table(runs))
     return 0

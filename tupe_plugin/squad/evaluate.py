@@ -16,7 +16,7 @@ start <= end, at most ``--max-answer-length`` tokens, ``--n-best`` starts and en
 ``--version-2-with-negative`` no answer when null score - best span score > ``--null-threshold``),
 writes ``{question id: answer text}`` to ``--output`` and prints EM and F1 computed as the official
 evaluation scripts do against the gold answers of ``--gold-file``, the SQuAD JSON the features were
-prepared from (same ``--max-articles``). Questions without a prediction (skipped by prepare_squad.py)
+prepared from (same ``--max-articles``). Questions without a prediction (skipped by tupe-prepare-squad)
 score 0 in v1.1, as in the official script; when most questions have none (features prepared from part
 of the file), a warning says so. Predicted ids that are no question of ``--gold-file`` are named in a
 warning, and stop the scoring when none is; a gold answer that is not a string stops it, naming the question.
@@ -88,9 +88,9 @@ def read_json(path, flag, what):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except FileNotFoundError:
-        sys.exit(f"evaluate_squad.py: error: {flag} {path}: no such file")
+        sys.exit(f"tupe-evaluate-squad: error: {flag} {path}: no such file")
     except (ValueError, UnicodeDecodeError) as e:
-        sys.exit(f"evaluate_squad.py: error: {flag} {path} is not a {what} JSON file ({e})")
+        sys.exit(f"tupe-evaluate-squad: error: {flag} {path} is not a {what} JSON file ({e})")
 
 
 def check_gold_answers(articles, gold_file):
@@ -99,7 +99,7 @@ def check_gold_answers(articles, gold_file):
         malformed = _malformed_answer(question.get("answers", []))
         if malformed is not None:
             part, value = malformed
-            sys.exit(f"evaluate_squad.py: error: --gold-file {gold_file}: {where} (id {question.get('id')}): "
+            sys.exit(f"tupe-evaluate-squad: error: --gold-file {gold_file}: {where} (id {question.get('id')}): "
                      f"{part} is {json.dumps(value)}: gold answers are "
                      '[{"text": "a string", "answer_start": N}, ...]; correct the file')
 
@@ -130,11 +130,11 @@ def check_predicted_ids(predictions, articles, args):
     unknown = [qid for qid in predictions if qid not in gold_ids]
     example = f" (e.g. {unknown[0]})" if unknown else ""
     if len(unknown) == len(predictions):
-        sys.exit(f"evaluate_squad.py: error: none of the {len(predictions)} question ids of --predictions "
+        sys.exit(f"tupe-evaluate-squad: error: none of the {len(predictions)} question ids of --predictions "
                  f"{args.predictions}{example} is in --gold-file {args.gold_file}: score the predictions "
                  "against the SQuAD JSON they were made from (and its --max-articles)")
     if unknown:
-        print(f"evaluate_squad.py: warning: {len(unknown)} of the {len(predictions)} predicted question ids "
+        print(f"tupe-evaluate-squad: warning: {len(unknown)} of the {len(predictions)} predicted question ids "
               f"are not in {args.gold_file}{example}; they are not scored", file=sys.stderr)
 
 
@@ -147,12 +147,12 @@ def warn_missing(scores, gold_file, total, max_articles=None):
     predicted = total - len(missing)
     if len(missing) * 2 > total:
         hint = ("the predictions cover only part of --gold-file: evaluate against the part they were made "
-                "from" + (" (--max-articles N, as given to prepare_squad.py)"
+                "from" + (" (--max-articles N, as given to tupe-prepare-squad)"
                           if max_articles is None else ""))
-        print(f"evaluate_squad.py: WARNING: {len(missing)} of the {total} questions of {gold_file} have no "
+        print(f"tupe-evaluate-squad: WARNING: {len(missing)} of the {total} questions of {gold_file} have no "
               f"prediction ({predicted} predicted); {hint}", file=sys.stderr)
     else:
-        print(f"evaluate_squad.py: warning: {len(missing)} of the {total} questions of {gold_file} have no "
+        print(f"tupe-evaluate-squad: warning: {len(missing)} of the {total} questions of {gold_file} have no "
               f"prediction (e.g. {missing[0]})", file=sys.stderr)
 
 
@@ -161,14 +161,14 @@ def score_predictions(args):
     dataset = read_json(args.gold_file, "--gold-file", "SQuAD")
     predictions = read_json(args.predictions, "--predictions", "predictions")
     if not isinstance(dataset, dict) or "data" not in dataset:
-        sys.exit(f"evaluate_squad.py: error: --gold-file {args.gold_file} has no \"data\" list: "
+        sys.exit(f"tupe-evaluate-squad: error: --gold-file {args.gold_file} has no \"data\" list: "
                  "give the official SQuAD JSON")
     if not isinstance(predictions, dict):
-        sys.exit(f"evaluate_squad.py: error: --predictions {args.predictions} must map question ids "
+        sys.exit(f"tupe-evaluate-squad: error: --predictions {args.predictions} must map question ids "
                  "to answer texts ({\"id\": \"text\", ...})")
     version = "2.0" if args.version_2_with_negative else "1.1"
     if str(dataset.get("version")).lstrip("v") != version:  # the official files say "1.1" and "v2.0"
-        print(f"evaluate_squad.py: warning: --gold-file {args.gold_file} is version "
+        print(f"tupe-evaluate-squad: warning: --gold-file {args.gold_file} is version "
               f"{dataset.get('version')}, scored with the v{version} rules"
               + ("" if args.version_2_with_negative else " (--version-2-with-negative for v2.0)"),
               file=sys.stderr)
@@ -177,7 +177,7 @@ def score_predictions(args):
     check_predicted_ids(predictions, articles, args)
     unanswerable = [q["id"] for q in questions(articles) if not q.get("answers")]
     if unanswerable and version == "1.1":
-        sys.exit(f"evaluate_squad.py: error: --gold-file {args.gold_file} has {len(unanswerable)} questions "
+        sys.exit(f"tupe-evaluate-squad: error: --gold-file {args.gold_file} has {len(unanswerable)} questions "
                  f"without an answer (SQuAD v2.0, e.g. {unanswerable[0]}): score it with "
                  "--version-2-with-negative")
     scores = evaluate(articles, predictions, version)
@@ -196,7 +196,7 @@ def check_features(features, logits, features_file):
     if len(features) != len(logits):
         raise FeatureMismatchError(
             f"{features_file} lists {len(features)} features but the prepared tokens hold {len(logits)}: "
-            "the file is truncated or from another run of prepare_squad.py; prepare the data again")
+            "the file is truncated or from another run of tupe-prepare-squad; prepare the data again")
     first_at = {}
     for number, (feature, (start_logits, _)) in enumerate(zip(features, logits), 1):
         length = feature["context_start"] + len(feature["offsets"]) + 1
@@ -212,7 +212,7 @@ def check_features(features, logits, features_file):
         if feature["id"] in first_at and not next_window:
             raise FeatureMismatchError(
                 f"{features_file}:{number}: question id {feature['id']} also names the question at line "
-                f"{first_at[feature['id']]}; ids must be unique (prepare_squad.py now refuses duplicates)")
+                f"{first_at[feature['id']]}; ids must be unique (tupe-prepare-squad now refuses duplicates)")
         first_at.setdefault(feature["id"], number)
 
 
@@ -232,7 +232,7 @@ def main(argv=None):
                         "instead of running a model, as the official evaluation script does")
     parser.add_argument("--gold-file", required=True, help="the SQuAD JSON the features were prepared from")
     parser.add_argument("--split", default="valid", help="prepared split to evaluate (default valid)")
-    parser.add_argument("--max-articles", type=int, help="as given to prepare_squad.py")
+    parser.add_argument("--max-articles", type=int, help="as given to tupe-prepare-squad")
     parser.add_argument("--output", default="predictions.json",
                         help="predictions JSON (default predictions.json)")
     parser.add_argument("--n-best", type=int, default=20,

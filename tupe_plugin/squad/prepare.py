@@ -251,7 +251,7 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
         out, expected, lambda folder: _prepare_into(files, sentencepiece_model, dictionary_path, folder,
                                                     max_seq_length, doc_stride, max_query_length,
                                                     max_articles),
-        "prepare_squad.py")
+        "tupe-prepare-squad")
     return {split: Counter(counts) for split, counts in summary.items()}, reused
 
 
@@ -313,7 +313,7 @@ def main(argv=None):
                                   args.max_seq_length, args.doc_stride, args.max_query_length,
                                   args.max_articles)
     except (SquadFormatError, FileNotFoundError, ValueError, PreparedFolderError) as e:
-        sys.exit(f"prepare_squad.py: error: {e}")
+        sys.exit(f"tupe-prepare-squad: error: {e}")
     if reused:
         print(f"{args.out} already holds this preparation (same files and settings): reused")
     for split, c in summary.items():

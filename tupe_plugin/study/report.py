@@ -224,7 +224,7 @@ def _squad_section(report):
     else:
         source = f"fine-tuned on {squad['train']}, evaluated on {squad['dev']}"
     lines = [f"## SQuAD v{squad['version']}", "",
-             f"EM / F1, {source}. Questions prepare_squad.py skipped (too long for the fine-tuning "
+             f"EM / F1, {source}. Questions tupe-prepare-squad skipped (too long for the fine-tuning "
              "window) have no prediction and count as wrong: the last column says how many were "
              "predicted.", "",
              "| arch | EM | F1 | predicted / questions |", "|---|---|---|---|"]

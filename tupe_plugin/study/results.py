@@ -20,7 +20,7 @@ import statistics
 from ..fairseq_logs import evaluations, train_inner_lines, valid_lines
 from ..glue.tasks import GLUE_TASKS
 
-# evaluate_squad.py's count line: "GOLD: 247 questions, 113 predicted (0 no answer) -> predictions.json"
+# tupe-evaluate-squad's count line: "GOLD: 247 questions, 113 predicted (0 no answer) -> predictions.json"
 SQUAD_COUNTS = re.compile(r": (\d+) questions, (\d+) predicted \(")
 
 
@@ -72,7 +72,7 @@ def glue_task(runs, task):
 def squad_result(log_path):
     """EM and F1 of the last score line of the log (v1.1's ``exact_match`` or v2.0's ``exact``), and
     how many of the dev questions got a prediction (``questions``, ``predicted``; the others were
-    skipped by prepare_squad.py and count as wrong)."""
+    skipped by tupe-prepare-squad and count as wrong)."""
     found, counts = None, {}
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -82,7 +82,7 @@ def squad_result(log_path):
             if count:
                 counts = {"questions": int(count.group(1)), "predicted": int(count.group(2))}
     if found is None:
-        raise ValueError(f"{log_path}: no EM/F1 line from evaluate_squad.py")
+        raise ValueError(f"{log_path}: no EM/F1 line from tupe-evaluate-squad")
     return {"exact_match": found["exact_match"] if "exact_match" in found else found["exact"],
             "f1": found["f1"], **counts}
 
