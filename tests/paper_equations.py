@@ -4,7 +4,7 @@ Nothing here calls the plugin's attention, positional-term, bucket or sinusoid c
 model's parameters and loops over heads, computing each logit term of TUPE Eq. 3-11 (and the
 §4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
 Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair,
-the ALiBi bias pair by pair and RoPE's rotation as 2x2 blocks.
+the ALiBi and KERPLE biases pair by pair and RoPE's rotation as 2x2 blocks.
 """
 
 import math
@@ -79,6 +79,17 @@ def alibi_slope(head, num_heads):
     return (geometric(below) + geometric(2 * below)[0::2])[head]
 
 
+def kerple_bias(module, head, distance, power):
+    """KERPLE (Chi et al. 2022) for one head and one distance |j - i|: -r1 log(1 + r2 d) or -r1 d^r2,
+    with r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2) (power)."""
+    r1 = F.softplus(module.raw_r1[head])
+    if not power:
+        return -r1 * torch.log(1 + F.softplus(module.raw_r2[head]) * distance)
+    if distance == 0:
+        return r1 * 0
+    return -r1 * distance ** (2 * torch.sigmoid(module.raw_r2[head]))
+
+
 def rotated(x, frequencies):
     """RoPE (Su et al. 2021): x (B, T, d) at position t times the block-diagonal matrix of the 2x2
     rotations by the angles frequencies[k] * t, one block per pair (2k, 2k+1)."""
@@ -111,6 +122,11 @@ def content_free_correlation(encoder, seq_len, head):
     if encoder.config.alibi:
         v = v + torch.tensor([[-alibi_slope(head, encoder.config.num_heads) * abs(j - i)
                                for j in range(seq_len)] for i in range(seq_len)])
+        used = True
+    if encoder.config.kerple:
+        v = v + torch.stack([torch.stack([kerple_bias(term.relative_bias, head, abs(j - i),
+                                                      encoder.config.kerple_power)
+                                          for j in range(seq_len)]) for i in range(seq_len)])
         used = True
     if encoder.config.t5_bias:
         table = term.relative_bias.relative_attention_bias.weight

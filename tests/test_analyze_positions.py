@@ -120,7 +120,8 @@ def test_identical_word_probing_averages_eq_5_over_words():
 def expected_sections(preset):
     flags = POSITION_PRESETS[preset]
     applies = {
-        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] in ("t5", "alibi"),
+        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] != "none"
+        and not flags["rel_pos"].startswith("shaw-"),
         "t5_bias": flags["rel_pos"] == "t5",
         "alibi_bias": flags["rel_pos"] == "alibi",
         "rotary_profile": flags["rotary"] != "none",

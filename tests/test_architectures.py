@@ -30,6 +30,8 @@ PAPER_ROWS = {
     "bert_rope": ("none", "none", "none", "none", "fixed"),
     "bert_lrope": ("none", "none", "none", "none", "learnable"),
     "bert_alibi": ("none", "alibi", "none", "none", "none"),
+    # KERPLE (Chi et al. 2022)
+    "bert_kerple": ("none", "kerple-log", "none", "none", "none"),
     "tupe_rope": ("none", "none", "tupe", "paper", "fixed"),
 }
 

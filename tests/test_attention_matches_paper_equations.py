@@ -8,12 +8,17 @@ from tupe_plugin.modules import attention_kernels
 
 LENGTHS = [7, 5, 3]
 
+# Every preset as it is, then the options no preset sets.
+VARIANTS = [(preset, {}) for preset in PRESETS] + [
+    ("bert_kerple", {"rel_pos": "kerple-power"}),
+]
 
-@pytest.mark.parametrize("preset", PRESETS)
+
+@pytest.mark.parametrize("preset, overrides", VARIANTS)
 @pytest.mark.parametrize("normalize_before", [False, True])
-def test_forward_and_gradients_equal_the_paper_equations(preset, normalize_before, dictionary):
+def test_forward_and_gradients_equal_the_paper_equations(preset, overrides, normalize_before, dictionary):
     model = build_model(f"{preset}_tiny", dictionary, encoder_normalize_before=normalize_before,
-                        shaw_max_distance=3)
+                        shaw_max_distance=3, **overrides)
     tokens = random_tokens(dictionary, LENGTHS)
     keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
@@ -28,7 +33,9 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, normalize_befor
 
 
 @pytest.mark.parametrize("preset, overrides", [("bert_r", {}), ("tupe_r", {}),
-                                               ("bert_rpe", {"shaw_keys_only": True})])
+                                               ("bert_rpe", {"shaw_keys_only": True}),
+                                               ("bert_kerple", {}),
+                                               ("bert_kerple", {"rel_pos": "kerple-power"})])
 @pytest.mark.parametrize("normalize_before", [False, True])
 def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normalize_before, dictionary,
                                                       monkeypatch):

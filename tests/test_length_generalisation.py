@@ -1,5 +1,5 @@
 """Encodings without a table of positions validate beyond the training length (Wang et al. 2021 §4.2;
-ALiBi and RoPE)."""
+ALiBi, RoPE and the distance biases made for it: KERPLE)."""
 
 import math
 
@@ -24,7 +24,7 @@ def short_then_long(data, save_dir, arch, train_length=TRAIN_LENGTH, valid_lengt
 
 
 WITHOUT_TABLES = ["bert_sin_ape_tiny", "bert_lsin_rpe_tiny", "bert_nope_tiny"]
-ALIBI_AND_ROPE = ["bert_alibi_tiny", "bert_rope_tiny"]
+EXTRAPOLATING = ["bert_alibi_tiny", "bert_rope_tiny", "bert_kerple_tiny"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def validated_long(wikitext_bin, tmp_path_factory):
     """The validation output of every arch trained short and validated long, chained in one process."""
     root = tmp_path_factory.mktemp("length")
     lengths = {arch: (TRAIN_LENGTH, VALID_LENGTH) for arch in WITHOUT_TABLES}
-    lengths.update({arch: (64, 256) for arch in ALIBI_AND_ROPE})
+    lengths.update({arch: (64, 256) for arch in EXTRAPOLATING})
     steps = [step for arch, (short, long) in lengths.items()
              for step in short_then_long(wikitext_bin, root / arch, arch, short, long)]
     outputs = run_fairseq_steps(*steps)
@@ -45,8 +45,8 @@ def test_models_without_position_tables_validate_at_4x_the_training_length(arch,
     assert math.isfinite(loss)
 
 
-@pytest.mark.parametrize("arch", ALIBI_AND_ROPE)
-def test_alibi_and_rope_trained_at_64_tokens_validate_at_256(arch, validated_long):
+@pytest.mark.parametrize("arch", EXTRAPOLATING)
+def test_extrapolating_encodings_trained_at_64_tokens_validate_at_256(arch, validated_long):
     (loss,) = logged_losses(validated_long[arch], "valid")
     assert math.isfinite(loss)
 

@@ -96,6 +96,9 @@ def test_rotary_base_sets_the_frequencies(dictionary):
     (dict(rotary="learnable", rel_pos="shaw-learned"), "two query-dependent relative encodings"),
     (dict(rotary="fixed", rel_pos="alibi"), "--rotary fixed with --rel-pos alibi"),
     (dict(rel_pos="alibi", untied_pos="tupe", cls_reset="release"), "--cls-reset release .* alibi"),
+    (dict(rotary="fixed", rel_pos="kerple-log"), "--rotary fixed with --rel-pos kerple-log"),
+    (dict(rel_pos="kerple-power", untied_pos="tupe", cls_reset="release"),
+     "--cls-reset release .* kerple-power"),
     (dict(rotary="fixed", rotary_base=1.0), "--rotary-base must be > 1"),
     (dict(rotary="spiral"), "--rotary must be one of none, fixed, learnable"),
 ])

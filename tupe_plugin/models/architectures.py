@@ -48,6 +48,7 @@ POSITION_PRESETS.update(
     bert_rope=dict(NO_POSITION, rotary="fixed"),
     bert_lrope=dict(NO_POSITION, rotary="learnable"),
     bert_alibi=dict(NO_POSITION, rel_pos="alibi"),
+    bert_kerple=dict(NO_POSITION, rel_pos="kerple-log"),
     tupe_rope=dict(NO_POSITION, untied_pos="tupe", cls_reset="paper", rotary="fixed"),
 )
 

@@ -11,7 +11,8 @@ Papers: TUPE is Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-tra
 Embeddings in BERT", ICLR 2021 (openreview.net/forum?id=onxoVA9FxMw); RoPE is Su, Lu, Pan, Murtadha,
 Wen, Liu, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864; ALiBi is
 Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
-Extrapolation", arXiv 2108.12409.
+Extrapolation", arXiv 2108.12409; KERPLE is Chi, Fan, Ramadge, Rudnicky, "KERPLE: Kernelized Relative
+Positional Embedding for Length Extrapolation", arXiv 2205.09921.
 """
 
 import math
@@ -24,7 +25,9 @@ from ..user_errors import UserError
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_PREFIX = "shaw-"
-REL_POS_CHOICES = ("none", "t5", "alibi") + tuple(SHAW_PREFIX + table for table in SHAW_TABLES)
+KERPLE_PREFIX = "kerple-"
+REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX + "power")
+                   + tuple(SHAW_PREFIX + table for table in SHAW_TABLES))
 UNTIED_CHOICES = ("none", "tupe", "four-term")
 CLS_RESET_CHOICES = ("none", "paper", "release")
 ROTARY_CHOICES = ("none", "fixed", "learnable")
@@ -78,7 +81,9 @@ class PositionConfig:
     rel_pos: str = _flag(
         "none", choices=REL_POS_CHOICES,
         help="relative position term: t5 = one bias per head and distance bucket, shared by all layers "
-        "(TUPE Eq. 5/8); alibi = the fixed bias -m_h|j-i| (Press et al. 2022); shaw-* = Shaw vectors "
+        "(TUPE Eq. 5/8); alibi = the fixed bias -m_h|j-i| (Press et al. 2022); kerple-log / "
+        "kerple-power = -r1 log(1 + r2|j-i|) / -r1 |j-i|^r2 with r1, r2 > 0 learned per head (Chi et al. "
+        "2022); shaw-* = Shaw vectors "
         "a_clip(j-i) added to keys and values, one table shared by heads and layers, learned / fixed "
         "sinusoidal / learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
     )
@@ -157,6 +162,17 @@ class PositionConfig:
                             negate=True)
     t5_bias = _flag_is("rel_pos", "t5")
     alibi = _flag_is("rel_pos", "alibi", "ALiBi: the fixed -m_h |j - i| bias, no parameters.")
+    kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
+
+    @property
+    def kerple(self):
+        """KERPLE's learned bias of |j - i| (log or power variant)."""
+        return self.rel_pos.startswith(KERPLE_PREFIX)
+
+    @property
+    def distance_bias(self):
+        """A bias of the distance alone, made for length extrapolation (ALiBi, KERPLE)."""
+        return self.alibi or self.kerple
     rotary_applies = _flag_is("rotary", "none", "RoPE: q, k rotated by position.", negate=True)
     learnable_rotary_frequencies = _flag_is("rotary", "learnable")
 
@@ -188,7 +204,7 @@ class PositionConfig:
     @property
     def learned_dense_bias(self):
         """A learned (H, T, T) bias: on CPU it needs BiasedFlashAttention."""
-        return self.t5_bias or self.shaw_table is not None
+        return self.t5_bias or self.shaw_table is not None or self.kerple
 
     @property
     def scale(self):
@@ -267,12 +283,12 @@ class PositionConfig:
                     f"--rotary {self.rotary} with --rel-pos {self.rel_pos}: two query-dependent relative "
                     "encodings; choose one (--rotary may be combined with --rel-pos t5)"
                 )
-            if self.alibi:
-                errors.append(f"--rotary {self.rotary} with --rel-pos alibi: two relative encodings; "
-                              "choose one")
-        if self.alibi and self.release:
+            if self.distance_bias:
+                errors.append(f"--rotary {self.rotary} with --rel-pos {self.rel_pos}: two relative "
+                              "encodings; choose one")
+        if self.distance_bias and self.release:
             errors.append("--cls-reset release reproduces the released TUPE-R's T5 bias; use "
-                          "--cls-reset paper (or none) with --rel-pos alibi")
+                          f"--cls-reset paper (or none) with --rel-pos {self.rel_pos}")
         return errors
 
 

@@ -5,7 +5,8 @@ TUPE Eq. 7-11 and §4.3 (Ke, He, Liu, "Rethinking Positional Encoding in Languag
 ICLR 2021. :class:`SharedPositionalTerm` owns the model's position encodings and lets each one add its
 part to the forward's :class:`PositionalTerm` (``contribute(term, seq_len)``, a [CLS] reset included
 with the term it resets): TUPE's untied term as low-rank factors or BERT-A^d's query/key shifts
-(:mod:`.untied_position`), the T5 or ALiBi bias (:mod:`.relative_position`, :mod:`.alibi_position`),
+(:mod:`.untied_position`), the T5, ALiBi or KERPLE bias (:mod:`.relative_position`,
+:mod:`.alibi_position`, :mod:`.kerple_position`),
 RoPE's cos/sin (:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`). Low-rank terms stay
 factored so that each layer keeps a fused attention kernel, unless the forward's path folds them into
 the dense bias (:func:`~.attention_kernels.fold_untied_term`). The term then carries the path and the
@@ -21,6 +22,7 @@ from torch import nn
 
 from .alibi_position import build_alibi_bias
 from .attention_kernels import AttentionPath, fold_untied_term
+from .kerple_position import build_kerple_bias
 from .relative_position import build_t5_bias
 from .rotary_position import build_rotary
 from .shaw_position import build_shaw
@@ -91,13 +93,17 @@ class PositionalTerm:
         return mask
 
 
+# The builders of the biases of the offset j - i; the config chooses at most one (--rel-pos).
+RELATIVE_BIASES = (build_t5_bias, build_alibi_bias, build_kerple_bias)
+
+
 class SharedPositionalTerm(nn.Module):
     """Owns the position encodings of a :class:`~.position_config.PositionConfig` that act in
     attention and builds the :class:`PositionalTerm` of each forward.
 
     The attribute names are the checkpoints' keys (``positional_term.untied_position.*``, ...); the
-    T5 and ALiBi biases share ``relative_bias``. The term is built by :meth:`build` rather than
-    ``forward``: it is not a tensor, and module hooks that walk outputs (fairseq's NaN detector,
+    biases of the offset (T5, ALiBi, KERPLE) share ``relative_bias``. The term is built by :meth:`build`
+    rather than ``forward``: it is not a tensor, and module hooks that walk outputs (fairseq's NaN detector,
     torch's backward hooks) then see only the encodings' own tensor outputs.
     """
 
@@ -105,7 +111,8 @@ class SharedPositionalTerm(nn.Module):
         super().__init__()
         self.config = config
         self.untied_position = build_untied_position(config)
-        self.relative_bias = build_t5_bias(config) if config.t5_bias else build_alibi_bias(config)
+        self.relative_bias = next((bias for bias in (build(config) for build in RELATIVE_BIASES)
+                                   if bias is not None), None)
         self.rotary = build_rotary(config)
         self.shaw = build_shaw(config)
 
