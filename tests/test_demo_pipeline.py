@@ -179,6 +179,17 @@ def test_spm_pieces_decode_back_to_the_text(spm_corpus, tmp_path):
         assert decoded == text_lines
 
 
+def test_spm_says_in_one_line_when_it_trains_fewer_pieces_than_asked(spm_corpus, tmp_path, capsys):
+    train_small_spm(spm_corpus, tmp_path / "spm", "--vocab-size", "5000")
+    got = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm" / "spm.model")).get_piece_size()
+    notices = [line for line in capsys.readouterr().err.splitlines() if "--vocab-size" in line]
+    assert notices == [f"train_spm: {tmp_path / 'spm' / 'spm.model'} has {got} pieces, not the 5000 of "
+                       f"--vocab-size: sentencepiece finds no more in {spm_corpus / 'train.txt'} (0.00 MB) "
+                       "and takes --vocab-size as an upper bound; more text gives more pieces"]
+    train_small_spm(spm_corpus, tmp_path / "spm")  # 60 pieces, as asked
+    assert "--vocab-size" not in capsys.readouterr().err
+
+
 def test_spm_keeps_blank_lines_between_documents(spm_corpus, tmp_path):
     output = train_small_spm(spm_corpus, tmp_path / "spm")
     text_lines = (spm_corpus / "train.txt").read_text(encoding="utf-8").splitlines()

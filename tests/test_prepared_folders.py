@@ -103,6 +103,22 @@ def test_glue_preparation_is_redone_when_an_input_file_changes(tmp_path, spm_fil
     assert not prepare(tmp_path, spm_files, out, max_examples=20)["reused"]
 
 
+def test_a_rebuild_says_what_changed_in_one_line(tmp_path, spm_files, fast_binarize, capsys):
+    out = tmp_path / "SST-2-bin"
+    prepare(tmp_path, spm_files, out, max_examples=20)
+    prepare(tmp_path, spm_files, out, max_examples=20)
+    assert capsys.readouterr().err == ""  # reused: nothing to say here
+    prepare(tmp_path, spm_files, out, max_examples=25)
+    with open(spm_files[1], "a") as f:
+        f.write("b 1\n")
+    prepare(tmp_path, spm_files, out)
+    assert capsys.readouterr().err.splitlines() == [
+        f"tupe-prepare-glue: --out {out} holds a preparation of other inputs or settings "
+        "(--max-examples 20 -> 25): rebuilding it",
+        f"tupe-prepare-glue: --out {out} holds a preparation of other inputs or settings "
+        "(--max-examples 25 -> unset; --dict file changed): rebuilding it"]
+
+
 def test_glue_preparation_failing_half_way_leaves_no_output_folder(tmp_path, spm_files, fast_binarize,
                                                                   monkeypatch):
     out = tmp_path / "SST-2-bin"

@@ -7,7 +7,7 @@ Data preparation (``tupe-prepare-glue``, ``tupe-prepare-squad``) writes its fold
   when everything was written, so a failure or a kill never leaves a half-written ``OUT``;
 - ``OUT/.prepared.json`` records a fingerprint of the inputs (content hashes of the files) and settings;
   a later run with the same fingerprint reuses the folder as it is, a run with other inputs or settings
-  rebuilds it and replaces it;
+  says what changed, rebuilds it and replaces it;
 - a folder without that record (not written by the tool) is never touched: the run stops instead.
 
 :func:`replace_folder_atomically` is the last step on its own, for tools that check what they are about
@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from .user_errors import UserError
 
@@ -43,6 +44,23 @@ def fingerprint(files, settings):
         "files": {name: file_digest(path) for name, path in sorted(files.items())},
         "settings": json.loads(json.dumps(settings, sort_keys=True)),
     }
+
+
+def fingerprint_changes(old, new):
+    """What differs from the fingerprint ``old`` to ``new``: settings as their flags, files by name."""
+    changes = []
+    old_settings, new_settings = old.get("settings", {}), new.get("settings", {})
+    for key in sorted(set(old_settings) | set(new_settings)):
+        before, after = old_settings.get(key), new_settings.get(key)
+        if before != after:
+            changes.append(f"--{key.replace('_', '-')} {'unset' if before is None else before} -> "
+                           f"{'unset' if after is None else after}")
+    old_files, new_files = old.get("files", {}), new.get("files", {})
+    for name in sorted(set(old_files) | set(new_files)):
+        if old_files.get(name) != new_files.get(name):
+            flag = {"sentencepiece_model": "--sentencepiece-model", "dict": "--dict"}.get(name)
+            changes.append(f"{flag} file changed" if flag else f"{name} file changed")
+    return changes
 
 
 def read_manifest(out):
@@ -99,6 +117,10 @@ def write_prepared_folder(out, expected, build, tool, out_flag="--out"):
                 )
         elif manifest.get("fingerprint") == expected:
             return manifest.get("summary"), True
+        else:
+            changes = fingerprint_changes(manifest.get("fingerprint") or {}, expected)
+            print(f"{tool}: {out_flag} {out} holds a preparation of other inputs or settings "
+                  f"({'; '.join(changes) or 'an older format'}): rebuilding it", file=sys.stderr)
     folder = make_sibling_folder(out)
     try:
         summary = build(folder)

@@ -54,6 +54,13 @@ def train(train_file, model_prefix, vocab_size, model_type, input_sentence_size,
     return model_prefix.with_suffix(".model")
 
 
+def fewer_pieces_notice(model_file, got, asked, train_file):
+    """One line: the vocabulary is smaller than --vocab-size, and why."""
+    return (f"{model_file} has {got} pieces, not the {asked} of --vocab-size: sentencepiece finds no more "
+            f"in {train_file} ({train_file.stat().st_size / 1e6:.2f} MB) and takes --vocab-size as an upper "
+            "bound; more text gives more pieces")
+
+
 def cut(pieces, max_pieces):
     """Split one encoded line into lines of at most ``max_pieces`` pieces."""
     if not pieces:
@@ -82,7 +89,9 @@ def parse_args(argv):
                         help="folder with train.txt (valid.txt, test.txt)")
     parser.add_argument("--output-dir", type=Path, required=True,
                         help="folder for spm.model and the .bpe files")
-    parser.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size (default 8000)")
+    parser.add_argument("--vocab-size", type=int, default=8000,
+                        help="vocabulary size, at most: a small corpus gives fewer pieces, and says so "
+                        "(default 8000)")
     parser.add_argument("--model-type", choices=("unigram", "bpe"), default="unigram", help="default unigram")
     parser.add_argument("--input-sentence-size", type=int, default=100000,
                         help="train on at most this many lines of train.txt, sampled with --seed "
@@ -123,6 +132,9 @@ def main(argv=None):
     )
     processor = spm.SentencePieceProcessor(model_file=str(model_file))
     logger.info("trained %s: %s, %d pieces", model_file, args.model_type, processor.get_piece_size())
+    if processor.get_piece_size() < args.vocab_size:
+        logger.warning(fewer_pieces_notice(model_file, processor.get_piece_size(), args.vocab_size,
+                                           args.corpus_dir / "train.txt"))
     for split in SPLITS:
         source = args.corpus_dir / f"{split}.txt"
         if not source.is_file():
