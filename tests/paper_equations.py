@@ -4,7 +4,7 @@ Nothing here calls the plugin's attention, positional-term, bucket or sinusoid c
 model's parameters and loops over heads, computing each logit term of TUPE Eq. 3-11 (and the
 §4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
 Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair,
-the ALiBi and KERPLE biases pair by pair and RoPE's rotation as 2x2 blocks.
+the ALiBi, KERPLE and Sandwich biases pair by pair and RoPE's rotation as 2x2 blocks.
 """
 
 import math
@@ -90,6 +90,16 @@ def kerple_bias(module, head, distance, power):
     return -r1 * distance ** (2 * torch.sigmoid(module.raw_r2[head]))
 
 
+def sandwich_bias(config, i, j):
+    """Sandwich (Chi et al. 2023) for the pair (i, j): S (p_i . p_j - d'/2), with p_t the d'-dimensional
+    sinusoid [.., sin(w_k t), cos(w_k t), ..], w_k = 10000^(-2k/d'), computed in float64."""
+    dim = config.sandwich_dim
+    frequencies = torch.tensor([10000.0 ** (-2 * k / dim) for k in range(dim // 2)], dtype=torch.float64)
+    p_i = sinusoid(torch.tensor(float(i), dtype=torch.float64), frequencies)
+    p_j = sinusoid(torch.tensor(float(j), dtype=torch.float64), frequencies)
+    return float(config.sandwich_scale * (p_i @ p_j - dim / 2))
+
+
 def rotated(x, frequencies):
     """RoPE (Su et al. 2021): x (B, T, d) at position t times the block-diagonal matrix of the 2x2
     rotations by the angles frequencies[k] * t, one block per pair (2k, 2k+1)."""
@@ -127,6 +137,10 @@ def content_free_correlation(encoder, seq_len, head):
         v = v + torch.stack([torch.stack([kerple_bias(term.relative_bias, head, abs(j - i),
                                                       encoder.config.kerple_power)
                                           for j in range(seq_len)]) for i in range(seq_len)])
+        used = True
+    if encoder.config.sandwich:
+        v = v + torch.tensor([[sandwich_bias(encoder.config, i, j) for j in range(seq_len)]
+                              for i in range(seq_len)])
         used = True
     if encoder.config.t5_bias:
         table = term.relative_bias.relative_attention_bias.weight

@@ -32,6 +32,8 @@ PAPER_ROWS = {
     "bert_alibi": ("none", "alibi", "none", "none", "none"),
     # KERPLE (Chi et al. 2022)
     "bert_kerple": ("none", "kerple-log", "none", "none", "none"),
+    # Sandwich (Chi et al. 2023)
+    "bert_sandwich": ("none", "sandwich", "none", "none", "none"),
     "tupe_rope": ("none", "none", "tupe", "paper", "fixed"),
 }
 

@@ -11,6 +11,7 @@ LENGTHS = [7, 5, 3]
 # Every preset as it is, then the options no preset sets.
 VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_kerple", {"rel_pos": "kerple-power"}),
+    ("bert_sandwich", {"sandwich_dim": 16, "sandwich_scale": 0.5}),
 ]
 
 

@@ -1,15 +1,16 @@
-"""The biases of the distance made for length extrapolation (KERPLE): the properties their papers state,
-and the bias of every head against the paper twin (tests/paper_equations.py) with drawn parameters."""
+"""The biases of the distance made for length extrapolation (KERPLE, Sandwich): the properties their papers
+state, and the bias of every head against the paper twin (tests/paper_equations.py) with drawn parameters."""
 
 import pytest
 import torch
 from conftest import build_model
-from paper_equations import kerple_bias
+from paper_equations import kerple_bias, sandwich_bias
 
 # (preset, flags) of every distance bias and variant
 DISTANCE_BIASES = [
     ("bert_kerple", {}),
     ("bert_kerple", {"rel_pos": "kerple-power"}),
+    ("bert_sandwich", {"sandwich_dim": 32, "sandwich_scale": 0.25}),
 ]
 SEQ_LEN = 9
 
@@ -42,8 +43,23 @@ def test_every_head_of_the_distance_bias_equals_the_paper_twin(preset, flags, di
         for head in range(config.num_heads):
             for i in range(SEQ_LEN):
                 for j in range(SEQ_LEN):
-                    expected = kerple_bias(module, head, abs(j - i), config.kerple_power)
-                    torch.testing.assert_close(bias[head, i, j], expected)
+                    torch.testing.assert_close(bias[head, i, j], twin_bias(config, module, head, i, j))
+
+
+def twin_bias(config, module, head, i, j):
+    if config.kerple:
+        return kerple_bias(module, head, abs(j - i), config.kerple_power)
+    return torch.tensor(sandwich_bias(config, i, j))
+
+
+def test_sandwich_is_zero_at_offset_zero_negative_elsewhere_and_has_no_parameters(dictionary):
+    module = build_model("bert_sandwich_tiny", dictionary).encoder.sentence_encoder.positional_term \
+        .relative_bias
+    bias = module(SEQ_LEN)
+    off_diagonal = ~torch.eye(SEQ_LEN, dtype=torch.bool)
+    torch.testing.assert_close(torch.diagonal(bias, dim1=1, dim2=2), torch.zeros(4, SEQ_LEN))
+    assert (bias[:, off_diagonal] < 0).all()
+    assert list(module.parameters()) == []
 
 
 def test_kerple_coefficients_stay_positive_and_the_power_at_most_two(dictionary):

@@ -1,5 +1,5 @@
 """Encodings without a table of positions validate beyond the training length (Wang et al. 2021 §4.2;
-ALiBi, RoPE and the distance biases made for it: KERPLE)."""
+ALiBi, RoPE and the distance biases made for it: KERPLE, Sandwich)."""
 
 import math
 
@@ -24,7 +24,7 @@ def short_then_long(data, save_dir, arch, train_length=TRAIN_LENGTH, valid_lengt
 
 
 WITHOUT_TABLES = ["bert_sin_ape_tiny", "bert_lsin_rpe_tiny", "bert_nope_tiny"]
-EXTRAPOLATING = ["bert_alibi_tiny", "bert_rope_tiny", "bert_kerple_tiny"]
+EXTRAPOLATING = ["bert_alibi_tiny", "bert_rope_tiny", "bert_kerple_tiny", "bert_sandwich_tiny"]
 
 
 @pytest.fixture(scope="module")

@@ -99,6 +99,9 @@ def test_rotary_base_sets_the_frequencies(dictionary):
     (dict(rotary="fixed", rel_pos="kerple-log"), "--rotary fixed with --rel-pos kerple-log"),
     (dict(rel_pos="kerple-power", untied_pos="tupe", cls_reset="release"),
      "--cls-reset release .* kerple-power"),
+    (dict(rotary="fixed", rel_pos="sandwich"), "--rotary fixed with --rel-pos sandwich"),
+    (dict(rel_pos="sandwich", sandwich_dim=7), "--sandwich-dim must be even and >= 2, got 7"),
+    (dict(rel_pos="sandwich", sandwich_scale=0.0), "--sandwich-scale must be > 0"),
     (dict(rotary="fixed", rotary_base=1.0), "--rotary-base must be > 1"),
     (dict(rotary="spiral"), "--rotary must be one of none, fixed, learnable"),
 ])

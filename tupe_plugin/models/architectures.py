@@ -49,6 +49,7 @@ POSITION_PRESETS.update(
     bert_lrope=dict(NO_POSITION, rotary="learnable"),
     bert_alibi=dict(NO_POSITION, rel_pos="alibi"),
     bert_kerple=dict(NO_POSITION, rel_pos="kerple-log"),
+    bert_sandwich=dict(NO_POSITION, rel_pos="sandwich"),
     tupe_rope=dict(NO_POSITION, untied_pos="tupe", cls_reset="paper", rotary="fixed"),
 )
 

@@ -1,4 +1,4 @@
-"""Attention biases of the offset j - i alone, shared by all layers (TUPE Eq. 5 / 8; ALiBi; KERPLE).
+"""Attention biases of the offset j - i alone, shared by all layers: every ``--rel-pos`` but Shaw's.
 
 TUPE is Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv 2006.15595. A
 subclass gives the bias of each offset (:meth:`OffsetBias.per_offset`); the (H, T, T) matrix is that row

@@ -12,7 +12,8 @@ Embeddings in BERT", ICLR 2021 (openreview.net/forum?id=onxoVA9FxMw); RoPE is Su
 Wen, Liu, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864; ALiBi is
 Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
 Extrapolation", arXiv 2108.12409; KERPLE is Chi, Fan, Ramadge, Rudnicky, "KERPLE: Kernelized Relative
-Positional Embedding for Length Extrapolation", arXiv 2205.09921.
+Positional Embedding for Length Extrapolation", arXiv 2205.09921; Sandwich is Chi, Fan, Rudnicky, Ramadge,
+"Dissecting Transformer Length Extrapolation via the Lens of Receptive Field Analysis", arXiv 2212.10356.
 """
 
 import math
@@ -26,7 +27,7 @@ ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_PREFIX = "shaw-"
 KERPLE_PREFIX = "kerple-"
-REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX + "power")
+REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX + "power", "sandwich")
                    + tuple(SHAW_PREFIX + table for table in SHAW_TABLES))
 UNTIED_CHOICES = ("none", "tupe", "four-term")
 CLS_RESET_CHOICES = ("none", "paper", "release")
@@ -45,6 +46,8 @@ DEFAULTS = dict(
     untied_proj_bias=False,
     rotary="none",
     rotary_base=10000.0,
+    sandwich_dim=128,
+    sandwich_scale=1.0,
 )
 
 
@@ -83,7 +86,8 @@ class PositionConfig:
         help="relative position term: t5 = one bias per head and distance bucket, shared by all layers "
         "(TUPE Eq. 5/8); alibi = the fixed bias -m_h|j-i| (Press et al. 2022); kerple-log / "
         "kerple-power = -r1 log(1 + r2|j-i|) / -r1 |j-i|^r2 with r1, r2 > 0 learned per head (Chi et al. "
-        "2022); shaw-* = Shaw vectors "
+        "2022); sandwich = the fixed bias p_i . p_j - d'/2 of sinusoids p of dimension d' (Chi et al. "
+        "2023); shaw-* = Shaw vectors "
         "a_clip(j-i) added to keys and values, one table shared by heads and layers, learned / fixed "
         "sinusoidal / learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
     )
@@ -96,6 +100,8 @@ class PositionConfig:
     rel_pos_buckets: int = _flag(32, metavar="N", help="T5 buckets (both directions)")
     rel_pos_max_distance: int = _flag(128, metavar="N",
                                       help="T5 distance beyond which all offsets share the last bucket")
+    sandwich_dim: int = _flag(128, metavar="D", help="Sandwich: the dimension d' of the sinusoids p_i, p_j")
+    sandwich_scale: float = _flag(1.0, metavar="S", help="Sandwich: the bias is S (p_i . p_j - d'/2)")
     shaw_max_distance: int = _flag(64, metavar="K",
                                    help="Shaw relative distances are clipped to [-K, K] (default 64)")
     shaw_keys_only: bool = _flag(False, help="add the Shaw vectors to the keys only, not to the values")
@@ -162,6 +168,7 @@ class PositionConfig:
                             negate=True)
     t5_bias = _flag_is("rel_pos", "t5")
     alibi = _flag_is("rel_pos", "alibi", "ALiBi: the fixed -m_h |j - i| bias, no parameters.")
+    sandwich = _flag_is("rel_pos", "sandwich", "Sandwich: the fixed bias p_i . p_j - d'/2, no parameters.")
     kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
 
     @property
@@ -171,8 +178,8 @@ class PositionConfig:
 
     @property
     def distance_bias(self):
-        """A bias of the distance alone, made for length extrapolation (ALiBi, KERPLE)."""
-        return self.alibi or self.kerple
+        """A bias of the distance alone, made for length extrapolation (ALiBi, KERPLE, Sandwich)."""
+        return self.alibi or self.kerple or self.sandwich
     rotary_applies = _flag_is("rotary", "none", "RoPE: q, k rotated by position.", negate=True)
     learnable_rotary_frequencies = _flag_is("rotary", "learnable")
 
@@ -258,6 +265,10 @@ class PositionConfig:
                 errors.append(f"--shaw-max-distance must be >= 1, got {self.shaw_max_distance}")
             if not self.shaw_learned and self.head_dim % 2:
                 errors.append(f"--rel-pos {self.rel_pos} needs an even head dimension, got {self.head_dim}")
+        if self.sandwich and (self.sandwich_dim < 2 or self.sandwich_dim % 2):
+            errors.append(f"--sandwich-dim must be even and >= 2, got {self.sandwich_dim}")
+        if self.sandwich and self.sandwich_scale <= 0:
+            errors.append(f"--sandwich-scale must be > 0, got {self.sandwich_scale}")
         errors += self._rotary_and_alibi_errors()
         if self.absolute is not None and not self.learned_absolute_table and self.embed_dim % 2:
             errors.append(f"--abs-pos {self.abs_pos} needs an even --encoder-embed-dim, got {self.embed_dim}")

@@ -5,8 +5,8 @@ TUPE Eq. 7-11 and §4.3 (Ke, He, Liu, "Rethinking Positional Encoding in Languag
 ICLR 2021. :class:`SharedPositionalTerm` owns the model's position encodings and lets each one add its
 part to the forward's :class:`PositionalTerm` (``contribute(term, seq_len)``, a [CLS] reset included
 with the term it resets): TUPE's untied term as low-rank factors or BERT-A^d's query/key shifts
-(:mod:`.untied_position`), the T5, ALiBi or KERPLE bias (:mod:`.relative_position`,
-:mod:`.alibi_position`, :mod:`.kerple_position`),
+(:mod:`.untied_position`), the T5, ALiBi, KERPLE or Sandwich bias (:mod:`.relative_position`,
+:mod:`.alibi_position`, :mod:`.kerple_position`, :mod:`.sandwich_position`),
 RoPE's cos/sin (:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`). Low-rank terms stay
 factored so that each layer keeps a fused attention kernel, unless the forward's path folds them into
 the dense bias (:func:`~.attention_kernels.fold_untied_term`). The term then carries the path and the
@@ -25,6 +25,7 @@ from .attention_kernels import AttentionPath, fold_untied_term
 from .kerple_position import build_kerple_bias
 from .relative_position import build_t5_bias
 from .rotary_position import build_rotary
+from .sandwich_position import build_sandwich_bias
 from .shaw_position import build_shaw
 from .untied_position import build_untied_position
 
@@ -94,7 +95,7 @@ class PositionalTerm:
 
 
 # The builders of the biases of the offset j - i; the config chooses at most one (--rel-pos).
-RELATIVE_BIASES = (build_t5_bias, build_alibi_bias, build_kerple_bias)
+RELATIVE_BIASES = (build_t5_bias, build_alibi_bias, build_kerple_bias, build_sandwich_bias)
 
 
 class SharedPositionalTerm(nn.Module):
@@ -102,9 +103,9 @@ class SharedPositionalTerm(nn.Module):
     attention and builds the :class:`PositionalTerm` of each forward.
 
     The attribute names are the checkpoints' keys (``positional_term.untied_position.*``, ...); the
-    biases of the offset (T5, ALiBi, KERPLE) share ``relative_bias``. The term is built by :meth:`build`
-    rather than ``forward``: it is not a tensor, and module hooks that walk outputs (fairseq's NaN detector,
-    torch's backward hooks) then see only the encodings' own tensor outputs.
+    biases of the offset (``RELATIVE_BIASES``) share ``relative_bias``. The term is built by
+    :meth:`build` rather than ``forward``: it is not a tensor, and module hooks that walk outputs
+    (fairseq's NaN detector, torch's backward hooks) then see only the encodings' own tensor outputs.
     """
 
     def __init__(self, config):

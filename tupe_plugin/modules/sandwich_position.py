@@ -1,0 +1,40 @@
+"""Sandwich (Chi, Fan, Rudnicky, Ramadge, "Dissecting Transformer Length Extrapolation via the Lens of
+Receptive Field Analysis", arXiv 2212.10356): the fixed bias of the inner product of sinusoidal position
+embeddings, with no parameters. For p_t = [.., sin(w_k t), cos(w_k t), ..] of dimension d'
+(``--sandwich-dim``), w_k = 10000^(-2k/d'), k = 0..d'/2-1,
+
+    bias[h, i, j] = S (p_i . p_j - d'/2) = S (sum_k cos(w_k (j - i)) - d'/2),
+
+the same for every head, S = ``--sandwich-scale``. p_i . p_j depends on j - i alone (cos a cos b +
+sin a sin b = cos(a - b)) and is largest, d'/2, at j = i: the shift by d'/2 makes the bias 0 there and
+negative elsewhere, and leaves the softmax unchanged (a constant of every row).
+"""
+
+import torch
+
+from .offset_bias import OffsetBias
+from .sinusoid import Sinusoid
+
+
+class SandwichBias(OffsetBias):
+    """The (H, T, T) Sandwich bias, shared by all layers and heads; never trained."""
+
+    def __init__(self, num_heads, dim=128, scale=1.0, zero_cls=False):
+        super().__init__(zero_cls)
+        self.num_heads = num_heads
+        self.scale = scale
+        self.sinusoid = Sinusoid(dim)
+
+    def per_offset(self, seq_len):
+        """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1, in float32."""
+        offsets = torch.arange(1 - seq_len, seq_len, device=self.sinusoid.frequencies.device)
+        inner = self.sinusoid.angles(offsets).cos().sum(-1) - self.sinusoid.dim / 2
+        return offsets, (self.scale * inner).expand(self.num_heads, -1)
+
+
+def build_sandwich_bias(config):
+    """The Sandwich bias of a :class:`~.position_config.PositionConfig`, or None."""
+    if not config.sandwich:
+        return None
+    return SandwichBias(config.num_heads, config.sandwich_dim, config.sandwich_scale,
+                        zero_cls=config.zero_cls_bias)
