@@ -79,6 +79,18 @@ def alibi_slope(head, num_heads):
     return (geometric(below) + geometric(2 * below)[0::2])[head]
 
 
+def alibi_bias(encoder, head, offset):
+    """ALiBi's -m |j - i| for one head and offset j - i. With --alibi-asymmetric, keys after the query
+    (j > i) take the slope of head H-1-h (fixed) or the second learned row; learned slopes are exp(a)."""
+    config = encoder.config
+    after = config.alibi_asymmetric and offset > 0
+    if config.alibi_learned_slopes:
+        slope = torch.exp(encoder.positional_term.relative_bias.log_slopes[int(after), head])
+    else:
+        slope = torch.tensor(alibi_slope(config.num_heads - 1 - head if after else head, config.num_heads))
+    return -slope * abs(offset)
+
+
 def kerple_bias(module, head, distance, power):
     """KERPLE (Chi et al. 2022) for one head and one distance |j - i|: -r1 log(1 + r2 d) or -r1 d^r2,
     with r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2) (power)."""
@@ -130,8 +142,8 @@ def content_free_correlation(encoder, seq_len, head):
         v = v + (pq @ pk.t()) / math.sqrt(2 * head_dim)
         used = True
     if encoder.config.alibi:
-        v = v + torch.tensor([[-alibi_slope(head, encoder.config.num_heads) * abs(j - i)
-                               for j in range(seq_len)] for i in range(seq_len)])
+        v = v + torch.stack([torch.stack([alibi_bias(encoder, head, j - i) for j in range(seq_len)])
+                             for i in range(seq_len)])
         used = True
     if encoder.config.kerple:
         v = v + torch.stack([torch.stack([kerple_bias(term.relative_bias, head, abs(j - i),

@@ -30,6 +30,7 @@ PAPER_ROWS = {
     "bert_rope": ("none", "none", "none", "none", "fixed"),
     "bert_lrope": ("none", "none", "none", "none", "learnable"),
     "bert_alibi": ("none", "alibi", "none", "none", "none"),
+    "bert_alibi_asym": ("none", "alibi", "none", "none", "none"),  # slopes per side, learned
     # KERPLE (Chi et al. 2022)
     "bert_kerple": ("none", "kerple-log", "none", "none", "none"),
     # Sandwich (Chi et al. 2023)

@@ -12,6 +12,8 @@ LENGTHS = [7, 5, 3]
 VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_kerple", {"rel_pos": "kerple-power"}),
     ("bert_sandwich", {"sandwich_dim": 16, "sandwich_scale": 0.5}),
+    ("bert_alibi", {"alibi_asymmetric": True}),
+    ("bert_alibi", {"alibi_learned_slopes": True}),
 ]
 
 
@@ -36,7 +38,8 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, overrides, norm
 @pytest.mark.parametrize("preset, overrides", [("bert_r", {}), ("tupe_r", {}),
                                                ("bert_rpe", {"shaw_keys_only": True}),
                                                ("bert_kerple", {}),
-                                               ("bert_kerple", {"rel_pos": "kerple-power"})])
+                                               ("bert_kerple", {"rel_pos": "kerple-power"}),
+                                               ("bert_alibi_asym", {})])
 @pytest.mark.parametrize("normalize_before", [False, True])
 def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normalize_before, dictionary,
                                                       monkeypatch):

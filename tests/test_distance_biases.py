@@ -1,54 +1,62 @@
-"""The biases of the distance made for length extrapolation (KERPLE, Sandwich): the properties their papers
-state, and the bias of every head against the paper twin (tests/paper_equations.py) with drawn parameters."""
+"""The biases of the distance made for length extrapolation (KERPLE, Sandwich, ALiBi's options): the
+properties their papers state, and the bias of every head against the paper twin
+(tests/paper_equations.py) with drawn parameters."""
 
 import pytest
 import torch
 from conftest import build_model
-from paper_equations import kerple_bias, sandwich_bias
+from paper_equations import alibi_bias, kerple_bias, sandwich_bias
+from tupe_plugin.modules.alibi_position import alibi_slopes
 
-# (preset, flags) of every distance bias and variant
+# (preset, flags, symmetric) of every distance bias and variant
 DISTANCE_BIASES = [
-    ("bert_kerple", {}),
-    ("bert_kerple", {"rel_pos": "kerple-power"}),
-    ("bert_sandwich", {"sandwich_dim": 32, "sandwich_scale": 0.25}),
+    ("bert_kerple", {}, True),
+    ("bert_kerple", {"rel_pos": "kerple-power"}, True),
+    ("bert_sandwich", {"sandwich_dim": 32, "sandwich_scale": 0.25}, True),
+    ("bert_alibi", {"alibi_learned_slopes": True}, True),
+    ("bert_alibi", {"alibi_asymmetric": True}, False),
+    ("bert_alibi_asym", {}, False),
 ]
 SEQ_LEN = 9
 
 
 def drawn_bias_module(preset, flags, dictionary):
-    """The model's relative-bias module with its parameters drawn away from their (head-equal) start."""
-    model = build_model(f"{preset}_tiny", dictionary, **flags)
-    module = model.encoder.sentence_encoder.positional_term.relative_bias
+    """The model's encoder and relative-bias module, its parameters drawn away from their start."""
+    encoder = build_model(f"{preset}_tiny", dictionary, **flags).encoder.sentence_encoder
+    module = encoder.positional_term.relative_bias
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(torch.randn_like(parameter))
-    return model, module
+    return encoder, module
 
 
-@pytest.mark.parametrize("preset, flags", DISTANCE_BIASES)
-def test_distance_bias_is_translation_invariant_and_symmetric(preset, flags, dictionary):
+@pytest.mark.parametrize("preset, flags, symmetric", DISTANCE_BIASES)
+def test_distance_bias_is_translation_invariant_and_symmetric_where_promised(preset, flags, symmetric,
+                                                                             dictionary):
     _, module = drawn_bias_module(preset, flags, dictionary)
     with torch.no_grad():
         bias = module(SEQ_LEN)
     torch.testing.assert_close(bias[:, 1:, 1:], bias[:, :-1, :-1])
-    torch.testing.assert_close(bias, bias.transpose(1, 2))
+    assert torch.allclose(bias, bias.transpose(1, 2)) == symmetric
 
 
-@pytest.mark.parametrize("preset, flags", DISTANCE_BIASES)
-def test_every_head_of_the_distance_bias_equals_the_paper_twin(preset, flags, dictionary):
-    model, module = drawn_bias_module(preset, flags, dictionary)
-    config = model.encoder.sentence_encoder.config
+@pytest.mark.parametrize("preset, flags, symmetric", DISTANCE_BIASES)
+def test_every_head_of_the_distance_bias_equals_the_paper_twin(preset, flags, symmetric, dictionary):
+    encoder, module = drawn_bias_module(preset, flags, dictionary)
     with torch.no_grad():
         bias = module(SEQ_LEN)
-        for head in range(config.num_heads):
+        for head in range(encoder.config.num_heads):
             for i in range(SEQ_LEN):
                 for j in range(SEQ_LEN):
-                    torch.testing.assert_close(bias[head, i, j], twin_bias(config, module, head, i, j))
+                    torch.testing.assert_close(bias[head, i, j], twin_bias(encoder, module, head, i, j))
 
 
-def twin_bias(config, module, head, i, j):
+def twin_bias(encoder, module, head, i, j):
+    config = encoder.config
     if config.kerple:
         return kerple_bias(module, head, abs(j - i), config.kerple_power)
+    if config.alibi:
+        return alibi_bias(encoder, head, j - i)
     return torch.tensor(sandwich_bias(config, i, j))
 
 
@@ -72,3 +80,13 @@ def test_kerple_coefficients_stay_positive_and_the_power_at_most_two(dictionary)
         r1, r2 = module.coefficients()
         assert (r1 > 0).all() and (r2 > 0).all()
         assert rel_pos == "kerple-log" or (r2 <= 2).all()
+
+
+def test_asymmetric_alibi_slopes_start_at_the_papers_left_and_reversed_right(dictionary):
+    paper = alibi_slopes(4).float()
+    for flags in ({"alibi_asymmetric": True}, {"alibi_asymmetric": True, "alibi_learned_slopes": True}):
+        module = build_model("bert_alibi_tiny", dictionary, **flags).encoder.sentence_encoder \
+            .positional_term.relative_bias
+        bias = module(SEQ_LEN).detach()
+        torch.testing.assert_close(bias[:, 5, 2], -3 * paper)
+        torch.testing.assert_close(bias[:, 2, 5], -3 * paper.flip(0))

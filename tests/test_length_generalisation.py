@@ -24,7 +24,8 @@ def short_then_long(data, save_dir, arch, train_length=TRAIN_LENGTH, valid_lengt
 
 
 WITHOUT_TABLES = ["bert_sin_ape_tiny", "bert_lsin_rpe_tiny", "bert_nope_tiny"]
-EXTRAPOLATING = ["bert_alibi_tiny", "bert_rope_tiny", "bert_kerple_tiny", "bert_sandwich_tiny"]
+EXTRAPOLATING = ["bert_alibi_tiny", "bert_alibi_asym_tiny", "bert_rope_tiny", "bert_kerple_tiny",
+                 "bert_sandwich_tiny"]
 
 
 @pytest.fixture(scope="module")

@@ -102,6 +102,8 @@ def test_rotary_base_sets_the_frequencies(dictionary):
     (dict(rotary="fixed", rel_pos="sandwich"), "--rotary fixed with --rel-pos sandwich"),
     (dict(rel_pos="sandwich", sandwich_dim=7), "--sandwich-dim must be even and >= 2, got 7"),
     (dict(rel_pos="sandwich", sandwich_scale=0.0), "--sandwich-scale must be > 0"),
+    (dict(alibi_asymmetric=True), "--alibi-asymmetric is an option of ALiBi; add --rel-pos alibi"),
+    (dict(rel_pos="t5", alibi_learned_slopes=True), "--alibi-learned-slopes is an option of ALiBi"),
     (dict(rotary="fixed", rotary_base=1.0), "--rotary-base must be > 1"),
     (dict(rotary="spiral"), "--rotary must be one of none, fixed, learnable"),
 ])

@@ -5,11 +5,17 @@ encoders: bias[h, i, j] = -m_h |j - i|, fixed, no parameters.
 Slopes as the paper's reference code: for H a power of two, m_h = 2^(-8h/H), h = 1..H; otherwise,
 with n the largest power of two below H, the n slopes for n heads followed by every other slope
 (starting with the first) of the 2n-head sequence, H - n of them.
+
+Two options beyond the paper, for bidirectional attention: ``asymmetric`` gives keys before the query
+(j < i) and keys after it (j > i) their own slope per head, m_h to the left and m_{H+1-h} (the paper's
+slopes in reverse head order) to the right; ``learned`` makes the slopes parameters, m = exp(a) (positive
+by construction), initialised at those values.
 """
 
 import math
 
 import torch
+from torch import nn
 
 from .offset_bias import OffsetBias
 
@@ -28,18 +34,34 @@ def alibi_slopes(num_heads):
 
 
 class AlibiBias(OffsetBias):
-    """The (H, T, T) bias -m_h |j - i|, shared by all layers; a buffer, never trained."""
+    """The (H, T, T) bias -m_h |j - i|, shared by all layers; a buffer, or parameters with ``learned``."""
 
-    def __init__(self, num_heads, zero_cls=False):
+    def __init__(self, num_heads, zero_cls=False, asymmetric=False, learned=False):
         super().__init__(zero_cls)
-        self.register_buffer("slopes", alibi_slopes(num_heads).float(), persistent=False)
+        self.learned = learned
+        paper = alibi_slopes(num_heads).float()
+        sides = torch.stack([paper, paper.flip(0)]) if asymmetric else paper[None]
+        if learned:
+            self.log_slopes = nn.Parameter(sides.log())
+        else:
+            self.register_buffer("fixed_slopes", sides, persistent=False)
+
+    @property
+    def slopes(self):
+        """(1 or 2, H): the slopes of keys before the query and, when asymmetric, after it."""
+        return self.log_slopes.exp() if self.learned else self.fixed_slopes
 
     def per_offset(self, seq_len):
         """(offsets (2T-1,), bias (H, 2T-1)): -m_h |j - i| for j - i = -(T-1)..T-1."""
-        offsets = torch.arange(1 - seq_len, seq_len, device=self.slopes.device)
-        return offsets, -self.slopes[:, None] * offsets.abs().to(self.slopes.dtype)[None]
+        slopes = self.slopes
+        offsets = torch.arange(1 - seq_len, seq_len, device=slopes.device)
+        per_side = torch.where(offsets[None] > 0, slopes[-1:].t(), slopes[:1].t())
+        return offsets, -per_side * offsets.abs().to(slopes.dtype)[None]
 
 
 def build_alibi_bias(config):
     """The ALiBi bias of a :class:`~.position_config.PositionConfig`, or None."""
-    return AlibiBias(config.num_heads, zero_cls=config.zero_cls_bias) if config.alibi else None
+    if not config.alibi:
+        return None
+    return AlibiBias(config.num_heads, zero_cls=config.zero_cls_bias, asymmetric=config.alibi_asymmetric,
+                     learned=config.alibi_learned_slopes)

@@ -46,6 +46,8 @@ DEFAULTS = dict(
     untied_proj_bias=False,
     rotary="none",
     rotary_base=10000.0,
+    alibi_asymmetric=False,
+    alibi_learned_slopes=False,
     sandwich_dim=128,
     sandwich_scale=1.0,
 )
@@ -100,6 +102,11 @@ class PositionConfig:
     rel_pos_buckets: int = _flag(32, metavar="N", help="T5 buckets (both directions)")
     rel_pos_max_distance: int = _flag(128, metavar="N",
                                       help="T5 distance beyond which all offsets share the last bucket")
+    alibi_asymmetric: bool = _flag(
+        False, help="ALiBi with a slope per side: m_h for keys before the query, the paper's slopes in "
+        "reverse head order after it"
+    )
+    alibi_learned_slopes: bool = _flag(False, help="ALiBi's slopes learned, m = exp(a), from the fixed ones")
     sandwich_dim: int = _flag(128, metavar="D", help="Sandwich: the dimension d' of the sinusoids p_i, p_j")
     sandwich_scale: float = _flag(1.0, metavar="S", help="Sandwich: the bias is S (p_i . p_j - d'/2)")
     shaw_max_distance: int = _flag(64, metavar="K",
@@ -167,7 +174,7 @@ class PositionConfig:
     untied_table = _flag_is("untied_pos", "none", "An untied table with U^Q/U^K (TUPE or BERT-A^d).",
                             negate=True)
     t5_bias = _flag_is("rel_pos", "t5")
-    alibi = _flag_is("rel_pos", "alibi", "ALiBi: the fixed -m_h |j - i| bias, no parameters.")
+    alibi = _flag_is("rel_pos", "alibi", "ALiBi: the bias -m_h |j - i| (slopes per side, learned: options).")
     sandwich = _flag_is("rel_pos", "sandwich", "Sandwich: the fixed bias p_i . p_j - d'/2, no parameters.")
     kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
 
@@ -211,7 +218,8 @@ class PositionConfig:
     @property
     def learned_dense_bias(self):
         """A learned (H, T, T) bias: on CPU it needs BiasedFlashAttention."""
-        return self.t5_bias or self.shaw_table is not None or self.kerple
+        return (self.t5_bias or self.shaw_table is not None or self.kerple
+                or self.alibi and self.alibi_learned_slopes)
 
     @property
     def scale(self):
@@ -265,6 +273,10 @@ class PositionConfig:
                 errors.append(f"--shaw-max-distance must be >= 1, got {self.shaw_max_distance}")
             if not self.shaw_learned and self.head_dim % 2:
                 errors.append(f"--rel-pos {self.rel_pos} needs an even head dimension, got {self.head_dim}")
+        for flag in ("alibi_asymmetric", "alibi_learned_slopes"):
+            if getattr(self, flag) and not self.alibi:
+                errors.append(f"{option(flag)} is an option of ALiBi; add --rel-pos alibi (got --rel-pos "
+                              f"{self.rel_pos})")
         if self.sandwich and (self.sandwich_dim < 2 or self.sandwich_dim % 2):
             errors.append(f"--sandwich-dim must be even and >= 2, got {self.sandwich_dim}")
         if self.sandwich and self.sandwich_scale <= 0:
