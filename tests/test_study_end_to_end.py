@@ -110,10 +110,10 @@ def test_report_numbers_are_those_of_the_job_logs(local_study):
     report = read_report(out)
     assert set(report["archs"]) == {"bert_a_tiny", "tupe_r_tiny"}
     for arch, entry in report["archs"].items():
-        logged = log_valid_losses(out / "pretrain" / arch / "train.log")
+        logged = log_valid_losses(out / "pretrain" / arch / "seed1" / "train.log")
         assert entry["valid_loss_curve"] == [[u, loss] for u, loss in logged]
         assert entry["valid_loss"] == logged[-1][1] and logged[-1][0] == 4
-        with open(out / "glue" / arch / "RTE" / "seed1" / "run" / "train.log", encoding="utf-8") as f:
+        with open(out / "glue" / arch / "seed1" / "RTE" / "seed1" / "run" / "train.log", encoding="utf-8") as f:
             best = max(float(a) for a in VALID_ACCURACY.findall(f.read()))
         assert entry["glue"]["RTE"]["metric"] == "accuracy"
         assert entry["glue"]["RTE"]["median"] == best and entry["glue"]["RTE"]["runs"][0]["score"] == best
@@ -136,7 +136,7 @@ def test_report_markdown_and_figures_are_written(local_study):
 def test_rerun_redoes_nothing(local_study):
     out, _, second, before = local_study
     assert "8 job(s) already done, 0 to run" in second and "running" not in second
-    for name in ("data", "pretrain/bert_a_tiny", "glue/tupe_r_tiny/RTE/seed1"):
+    for name in ("data", "pretrain/bert_a_tiny/seed1", "glue/tupe_r_tiny/seed1/RTE/seed1"):
         assert attempts(out, name) == 1, name
     touched = [p for p, mtime in before.items() if p.stat().st_mtime_ns != mtime]
     assert {p.name for p in touched} <= {"report.json", "report.md", "config.json"} | {
@@ -149,7 +149,7 @@ def test_killed_study_resumes_pretraining_from_its_checkpoint(tmp_path, corpus, 
     out = tmp_path / "out"
     reuse_data(local_study[0], out)
     path = write_config(tmp_path, config)
-    log = out / "pretrain" / "bert_a_tiny" / "train.log"
+    log = out / "pretrain" / "bert_a_tiny" / "seed1" / "train.log"
     proc = subprocess.Popen(study_command(path, out), cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
@@ -161,8 +161,8 @@ def test_killed_study_resumes_pretraining_from_its_checkpoint(tmp_path, corpus, 
     killed_at = max(u for u, _ in log_valid_losses(log))
     assert killed_at < 30
     output = run_study(path, out)
-    assert "pretrain/bert_a_tiny: resuming" in output
-    assert attempts(out, "pretrain/bert_a_tiny") == 2
+    assert "pretrain/bert_a_tiny/seed1: resuming" in output
+    assert attempts(out, "pretrain/bert_a_tiny/seed1") == 2
     resumed = re.findall(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)",
                          log.read_text(encoding="utf-8"))
     assert len(resumed) == 1 and 6 <= int(resumed[0]) <= killed_at
@@ -198,11 +198,11 @@ def squad_study(tmp_path_factory, corpus):
 
 def test_squad_scores_in_the_report_are_those_of_the_job_evaluation(squad_study):
     out = squad_study
-    run = out / "squad" / "tupe_r_tiny" / "run"
+    run = out / "squad" / "tupe_r_tiny" / "seed1" / "run"
     with open(run / "eval.log", encoding="utf-8") as f:
         logged = json.loads(next(line for line in f if line.startswith('{"exact_match"')))
     report = read_report(out)
-    assert report["jobs"]["squad/tupe_r_tiny"]["status"] == "done"
+    assert report["jobs"]["squad/tupe_r_tiny/seed1"]["status"] == "done"
     squad = report["archs"]["tupe_r_tiny"]["squad"]
     assert {key: squad[key] for key in logged} == logged
     # the logged scores are those of the job's predictions against the held-out articles
@@ -225,3 +225,22 @@ def test_squad_table_of_the_report_shows_the_split_and_the_scores(squad_study):
     assert "| arch | EM | F1 | predicted / questions |" in text
     assert (f"| tupe_r_tiny | {scores['exact_match']:.1f} | {scores['f1']:.1f} | "
             f"{scores['predicted']} / {scores['questions']} |") in text
+
+
+def test_seeds_and_extrapolation_study_reports_intervals_and_each_length(tmp_path, corpus, local_study):
+    """Two archs, two pre-training seeds, extrapolation to 4x the training length, end to end."""
+    config = tiny_config(corpus, ["bert_a_tiny", "bert_rope_tiny"], glue=None, analysis=False,
+                         extrapolation={"lengths": [64, 256], "batch_size": 4})
+    config["pretrain"]["seeds"] = [1, 2]
+    out = tmp_path / "out"
+    reuse_data(local_study[0], out)
+    run_study(write_config(tmp_path, config), out)
+    report = read_report(out)
+    rope = report["archs"]["bert_rope_tiny"]
+    assert rope["valid_loss"]["n"] == 2 and set(rope["seeds"]) == {"1", "2"}
+    assert rope["versus_reference"]["n"] == 2 and len(rope["versus_reference"]["ci95"]) == 2
+    assert rope["extrapolation"]["256"]["loss"] > 0 and rope["extrapolation"]["256"]["reason"] is None
+    assert report["archs"]["bert_a_tiny"]["extrapolation"]["256"]["reason"].startswith("table of ")
+    assert (out / "figures" / "extrapolation.png").is_file()
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Length extrapolation" in text and "95% interval" in text

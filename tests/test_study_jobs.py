@@ -39,6 +39,7 @@ def test_jobs_of_a_config_come_after_their_dependencies(config, tmp_path):
     jobs = build_jobs(config, tmp_path)
     names = [job.name for job in jobs]
     assert len(names) == 2 + 2 * (1 + 2 * 2 + 1)  # data, unigram; per arch: pretrain, 4 GLUE runs, analysis
+    assert "glue/tupe_r_tiny/seed1/RTE/seed2" in names and "pretrain/tupe_r_tiny/seed1" in names
     for index, job in enumerate(jobs):
         assert all(names.index(dep) < index for dep in job.deps), job.name
 
@@ -61,7 +62,23 @@ def test_added_seed_adds_jobs_and_changes_none(config, tmp_path):
     bigger = copy.deepcopy(config)
     bigger["glue"]["seeds"] = [1, 2, 3]
     after = fingerprints(bigger, tmp_path)
-    assert changed(before, after) == {f"glue/{a}/{t}/seed3" for a in ARCHS for t in ("RTE", "MRPC")}
+    assert changed(before, after) == {f"glue/{a}/seed1/{t}/seed3" for a in ARCHS for t in ("RTE", "MRPC")}
+
+
+def test_added_pretraining_seed_adds_that_models_jobs_and_changes_none(config, tmp_path):
+    before = fingerprints(config, tmp_path)
+    bigger = copy.deepcopy(config)
+    bigger["pretrain"]["seeds"] = [1, 2]
+    after = fingerprints(bigger, tmp_path)
+    added = {name for name in after if name.split("/")[2:3] == ["seed2"]}
+    assert changed(before, after) == added and len(added) == len(before) - 2  # all but data and unigram
+
+
+def test_added_extrapolation_length_adds_only_its_jobs(config, tmp_path):
+    config["extrapolation"] = {"lengths": [64, 128], "batch_size": 8}
+    before = fingerprints(config, tmp_path)
+    config["extrapolation"]["lengths"] = [64, 128, 256]
+    assert changed(before, fingerprints(config, tmp_path)) == {f"extrapolation/{a}/seed1/len256" for a in ARCHS}
 
 
 def test_edited_glue_task_file_invalidates_only_that_tasks_jobs(config, tmp_path):
@@ -74,7 +91,7 @@ def test_edited_glue_task_file_invalidates_only_that_tasks_jobs(config, tmp_path
     assert changed(before, fingerprints(config, tmp_path)) == set()
     dev.write_text(dev.read_text(encoding="utf-8").replace("Dana Reeve", "Dana Reeves"), encoding="utf-8")
     assert changed(before, fingerprints(config, tmp_path)) == {n for n in before if n.startswith("glue/")
-                                                               and n.split("/")[2] == "RTE"}
+                                                               and n.split("/")[3] == "RTE"}
 
 
 def test_device_is_not_part_of_the_fingerprint(config, tmp_path):

@@ -76,17 +76,17 @@ def study(tmp_path_factory):
                + INNER.format(u=4, wps=3000.0, ups=1.5) + valid_line(4, loss=b)
                + "$ fairseq-train ... (resumed)\n" + valid_line(4, loss=c)
                + INNER.format(u=6, wps=2000.0, ups=1.0) + valid_line(6, loss=d))
-        finish(jobs[f"pretrain/{arch}"], 120.0, {"train.log": log})
+        finish(jobs[f"pretrain/{arch}/seed1"], 120.0, {"train.log": log})
         for seed, accuracies in RTE[arch].items():
             lines = "".join(valid_line(u, loss=1.0, accuracy=acc) for u, acc in enumerate(accuracies, 1))
-            finish(jobs[f"glue/{arch}/RTE/seed{seed}"], 10.0, {"run/train.log": lines})
+            finish(jobs[f"glue/{arch}/seed1/RTE/seed{seed}"], 10.0, {"run/train.log": lines})
             mrpc = valid_line(1, accuracy=70.0, f1=80.0 + seed) + valid_line(2, accuracy=72.0 + seed, f1=79.0)
-            finish(jobs[f"glue/{arch}/MRPC/seed{seed}"], 10.0, {"run/train.log": mrpc})
+            finish(jobs[f"glue/{arch}/seed1/MRPC/seed{seed}"], 10.0, {"run/train.log": mrpc})
         em = 10.0 if arch == "bert_a_tiny" else 12.5
-        finish(jobs[f"squad/{arch}"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
+        finish(jobs[f"squad/{arch}/seed1"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
                                              "dev.json: 247 questions, 113 predicted (0 no answer) -> p.json\n"
                                              f'{{"exact_match": {em}, "f1": 20.25}}\n'})
-        job = jobs[f"analysis/{arch}"]
+        job = jobs[f"analysis/{arch}/seed1"]
         ti = 0.25 if arch == "bert_a_tiny" else 0.75
         finish(job, 5.0, {"analysis/positions.json": lambda job=job, ti=ti: positions_json(job, ti)})
     outcome = {name: (DONE, "") for name in jobs}
@@ -197,10 +197,10 @@ def test_figures_are_written_and_linked(written):
 
 def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):
     config, jobs, outcome, _ = study
-    outcome = {**outcome, "glue/tupe_r_tiny/RTE/seed2": (FAILED, "exit status 1; log: somewhere")}
+    outcome = {**outcome, "glue/tupe_r_tiny/seed1/RTE/seed2": (FAILED, "exit status 1; log: somewhere")}
     report = json.loads(open(write_report(config, jobs, outcome, tmp_path)["json"]).read())
     assert [run["seed"] for run in report["archs"]["tupe_r_tiny"]["glue"]["RTE"]["runs"]] == [1, 3]
-    assert report["jobs"]["glue/tupe_r_tiny/RTE/seed2"]["status"] == FAILED
+    assert report["jobs"]["glue/tupe_r_tiny/seed1/RTE/seed2"]["status"] == FAILED
 
 
 def test_commands_behind_every_number_are_in_the_report(written):
@@ -227,7 +227,7 @@ def test_interrupted_study_writes_the_report_of_the_finished_jobs(tmp_path, monk
         cli.main([str(config), "--out", str(tmp_path / "out")])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["jobs"]["data"]["status"] == DONE
-    assert report["jobs"]["pretrain/bert_a_tiny"]["status"] == "not run"
+    assert report["jobs"]["pretrain/bert_a_tiny/seed1"]["status"] == "not run"
     assert report["archs"]["bert_a_tiny"]["valid_loss"] is None
 
 
@@ -266,13 +266,13 @@ def test_run_whose_every_evaluation_gave_nan_is_a_failed_run_left_out_of_the_med
     report, text = sts_b_study
     sts_b = report["archs"]["bert_a_tiny"]["glue"]["STS-B"]
     assert (sts_b["median"], sts_b["min"], sts_b["max"], sts_b["failed"]) == (55.0, 50.0, 60.0, [2])
-    job = report["jobs"]["glue/bert_a_tiny/STS-B/seed2"]
+    job = report["jobs"]["glue/bert_a_tiny/seed1/STS-B/seed2"]
     assert job["status"] == FAILED
     assert job["note"].startswith("2 of 2 evaluations of pearson_and_spearman gave nan")
-    assert report["jobs"]["glue/bert_a_tiny/STS-B/seed1"]["status"] == DONE
+    assert report["jobs"]["glue/bert_a_tiny/seed1/STS-B/seed1"]["status"] == DONE
     assert "| bert_a_tiny | 55.0/55.0 (50.0–60.0), 1 failed | 55.0 |" in text
     assert "| tupe_r_tiny | –, 3 failed | – |" in text
-    assert "`glue/bert_a_tiny/STS-B/seed2`: failed (2 of 2 evaluations" in text
+    assert "`glue/bert_a_tiny/seed1/STS-B/seed2`: failed (2 of 2 evaluations" in text
     assert "nan/nan" not in text
 
 
@@ -308,5 +308,70 @@ def test_study_with_a_failed_glue_run_exits_with_1_and_names_it(tmp_path, monkey
     config.write_text(f"archs: [bert_a_tiny]\nanalysis: false\nglue: {{dir: {test_data('glue')}, "
                       "tasks: [STS-B], seeds: [1]}\n", encoding="utf-8")
     assert cli.main([str(config), "--out", str(tmp_path / "out")]) == 1
-    assert ("tupe-study: glue/bert_a_tiny/STS-B/seed1: failed: 1 of 1 evaluations of pearson_and_spearman "
+    assert ("tupe-study: glue/bert_a_tiny/seed1/STS-B/seed1: failed: 1 of 1 evaluations of pearson_and_spearman "
             "gave nan") in capsys.readouterr().err
+
+
+# validation losses of three pre-training seeds; RoPE minus BERT-A per seed: -0.5, -0.7, -0.2
+SEED_LOSSES = {"bert_a_tiny": {1: 6.0, 2: 6.4, 3: 5.8}, "bert_rope_tiny": {1: 5.5, 2: 5.7, 3: 5.6}}
+
+
+@pytest.fixture(scope="module")
+def seeds_study(tmp_path_factory):
+    """Two archs, three pre-training seeds, extrapolation to 64 and 256 tokens (trained at 64)."""
+    tmp_path = tmp_path_factory.mktemp("seeds")
+    config = check_config({"archs": list(SEED_LOSSES), "pretrain": {"seeds": [1, 2, 3], "tokens_per_sample": 64},
+                           "extrapolation": {"lengths": [64, 256]}, "analysis": False}, set(SEED_LOSSES))
+    out = tmp_path / "out"
+    jobs = {job.name: job for job in build_jobs(config, out)}
+    finish(jobs["data"], 3.0, {})
+    finish(jobs["unigram"], 1.0, {"unigram.json": json.dumps({"bits_per_token": 8.0})})
+    for arch, losses in SEED_LOSSES.items():
+        for seed, loss in losses.items():
+            log = valid_line(2, loss=loss + 1) + valid_line(4, loss=loss)
+            finish(jobs[f"pretrain/{arch}/seed{seed}"], 100.0 + seed, {"train.log": log})
+            for length in (64, 256):
+                learned = arch == "bert_a_tiny" and length > 64
+                result = {"length": length, "max_positions": 64, "loss": None if learned else loss + length / 64,
+                          "reason": "table of 64 positions" if learned else None}
+                finish(jobs[f"extrapolation/{arch}/seed{seed}/len{length}"], 1.0,
+                       {"extrapolation.json": json.dumps(result)})
+    paths = write_report(config, list(jobs.values()), {name: (DONE, "") for name in jobs}, out)
+    with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
+        return json.load(f), g.read(), paths
+
+
+def test_valid_loss_over_pretraining_seeds_is_mean_std_min_max(seeds_study):
+    loss = seeds_study[0]["archs"]["bert_a_tiny"]["valid_loss"]
+    assert loss["n"] == 3 and loss["mean"] == pytest.approx(18.2 / 3)
+    assert loss["std"] == pytest.approx(np.std([6.0, 6.4, 5.8], ddof=1))
+    assert (loss["min"], loss["max"]) == (5.8, 6.4)
+    assert seeds_study[0]["archs"]["bert_a_tiny"]["seeds"]["2"]["valid_loss"] == 6.4
+
+
+def test_difference_from_the_reference_has_the_paired_t_interval_of_a_hand_computation(seeds_study):
+    versus = seeds_study[0]["archs"]["bert_rope_tiny"]["versus_reference"]
+    diffs = [-0.5, -0.7, -0.2]
+    mean = sum(diffs) / 3
+    sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+    half = 4.302652729749464 * sd / 3 ** 0.5  # Student t, 0.975 quantile, 2 degrees of freedom
+    assert versus["mean_diff"] == pytest.approx(mean)
+    assert versus["ci95"] == pytest.approx([mean - half, mean + half])
+    assert versus["significant"] is False and "paired t" in versus["method"]
+    assert seeds_study[0]["archs"]["bert_a_tiny"]["versus_reference"] is None
+
+
+def test_a_learned_table_beyond_its_length_is_reported_not_applicable_with_the_reason(seeds_study):
+    report, text, _ = seeds_study
+    assert report["archs"]["bert_a_tiny"]["extrapolation"]["256"] == {
+        "loss": None, "std": None, "reason": "table of 64 positions"}
+    rope = report["archs"]["bert_rope_tiny"]["extrapolation"]["256"]
+    assert rope["loss"] == pytest.approx(5.6 + 4) and rope["reason"] is None
+    assert "| bert_a_tiny | 7.067 ± 0.306 | n/a: table of 64 positions |" in text
+
+
+def test_loss_curve_of_several_seeds_is_their_mean_with_a_band(seeds_study):
+    entry = seeds_study[0]["archs"]["bert_rope_tiny"]
+    assert entry["valid_loss_curve"] == [[2, pytest.approx(6.6)], [4, pytest.approx(5.6)]]
+    assert entry["valid_loss_band"] == [[2, 6.5, 6.7], [4, 5.5, 5.7]]
+    assert os.path.isfile(seeds_study[2]["figures"] + "/extrapolation.png")

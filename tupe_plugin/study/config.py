@@ -40,7 +40,7 @@ DEFAULTS = {
     "data": {"vocab_size": 8000},
     "pretrain": {
         "updates": 1000, "tokens_per_sample": 128, "batch_size": 16, "lr": 5e-4,
-        "warmup_updates": None, "seed": 1, "validate_every": None, "extra_args": [],
+        "warmup_updates": None, "seeds": [1], "validate_every": None, "extra_args": [],
     },
     "glue": {
         "dir": Required("the folder of the GLUE data, one folder per task (RTE/train.tsv, RTE/dev.tsv, ...); "
@@ -55,11 +55,12 @@ DEFAULTS = {
         "max_articles": None, "dev_every": 5, "max_epoch": 2, "seed": 1, "lr": 3e-5,
         "batch_size": 32, "max_seq_length": None, "extra_args": [],
     },
+    "extrapolation": {"lengths": [64, 128, 256, 512], "batch_size": 8},
     "analysis": True,
-    "report": {"min_margin_bits": 1.0},
+    "report": {"min_margin_bits": 1.0, "reference": None},
     "launcher": {"name": "local"},
 }
-OPTIONAL_SECTIONS = ("glue", "squad")
+OPTIONAL_SECTIONS = ("glue", "squad", "extrapolation")
 LAUNCHERS = ("local", "submitit")
 SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
 DEVICES = ("auto", "cpu", "cuda")
@@ -106,8 +107,9 @@ def check_config(raw, known_archs, source="config"):
     _positive_int(config["data"], "data", "vocab_size", fail, least=8)
 
     pretrain = config["pretrain"]
-    for key in ("updates", "tokens_per_sample", "batch_size", "seed"):
-        _positive_int(pretrain, "pretrain", key, fail, least=0 if key == "seed" else 1)
+    for key in ("updates", "tokens_per_sample", "batch_size"):
+        _positive_int(pretrain, "pretrain", key, fail)
+    _seed_list(pretrain, "pretrain", fail)
     if pretrain["tokens_per_sample"] < 8:
         fail("pretrain.tokens_per_sample", "must be at least 8")
     for key in ("warmup_updates", "validate_every"):
@@ -120,9 +122,16 @@ def check_config(raw, known_archs, source="config"):
         _check_glue(config["glue"], fail)
     if config["squad"] is not None:
         _check_squad(config["squad"], fail)
+    if config["extrapolation"] is not None:
+        _check_extrapolation(config["extrapolation"], fail)
     if not isinstance(config["analysis"], bool):
         fail("analysis", f"must be true or false, got {config['analysis']!r}")
     _positive_float(config["report"], "report", "min_margin_bits", fail)
+    reference = config["report"]["reference"]
+    if reference is None:
+        config["report"]["reference"] = archs[0]
+    elif reference not in archs:
+        fail("report.reference", f"{reference!r} is not one of archs ({', '.join(archs)})")
     _check_launcher(config["launcher"], fail)
     return config
 
@@ -236,16 +245,29 @@ def _check_glue(glue, fail):
                      f"{os.path.basename(path)}; {GET_GLUE}")
     if len(set(tasks)) != len(tasks):
         fail("glue.tasks", "lists a task twice")
-    seeds = glue["seeds"]
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        fail("glue.seeds", f"must be a non-empty list of distinct whole numbers, got {seeds!r}")
+    _seed_list(glue, "glue", fail)
     if glue["max_examples"] is not None:
         _positive_int(glue, "glue", "max_examples", fail)
     for key in ("max_epoch", "batch_size"):
         _positive_int(glue, "glue", key, fail)
     _positive_float(glue, "glue", "lr", fail)
     _string_list(glue, "glue", "extra_args", fail)
+
+
+def _seed_list(section, prefix, fail):
+    seeds = section["seeds"]
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        fail(f"{prefix}.seeds", f"must be a non-empty list of distinct whole numbers, got {seeds!r}")
+
+
+def _check_extrapolation(extrapolation, fail):
+    lengths = extrapolation["lengths"]
+    if (not isinstance(lengths, list) or not lengths or len(set(lengths)) != len(lengths)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 8 for n in lengths)):
+        fail("extrapolation.lengths", f"must be a non-empty list of distinct lengths of at least 8 tokens, "
+             f"got {lengths!r}")
+    _positive_int(extrapolation, "extrapolation", "batch_size", fail)
 
 
 def _check_squad(squad, fail):

@@ -10,19 +10,54 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def loss_figure(report, path):
-    """Validation masked-LM loss against updates, one line per arch, the unigram baseline dashed
-    (TUPE, arXiv 2006.15595, Fig. 4a). None when no arch has a curve."""
+    """Validation masked-LM loss against updates, one line per arch (the mean over pre-training seeds,
+    their min–max shaded), the unigram baseline dashed (TUPE, arXiv 2006.15595, Fig. 4a). None when no
+    arch has a curve."""
     curves = {arch: entry["valid_loss_curve"] for arch, entry in report["archs"].items()
               if entry["valid_loss_curve"]}
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for arch, curve in curves.items():
-        ax.plot([u for u, _ in curve], [loss for _, loss in curve], marker=".", label=arch)
+        line, = ax.plot([u for u, _ in curve], [loss for _, loss in curve], marker=".", label=arch)
+        band = report["archs"][arch].get("valid_loss_band")
+        if band:
+            updates, lows, highs = zip(*band)
+            ax.fill_between(updates, lows, highs, color=line.get_color(), alpha=0.2)
     if report["unigram"]:
         ax.axhline(report["unigram"]["bits_per_token"], color="gray", linestyle="--",
                    label="unigram baseline")
     ax.set_xlabel("updates")
+    ax.set_ylabel("validation MLM loss (bits)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def extrapolation_figure(report, path):
+    """Validation loss against the input length, one line per arch (mean over pre-training seeds, ± std
+    as error bars), the training length marked. None without extrapolation numbers."""
+    config = report["config"]
+    if config["extrapolation"] is None:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for arch, entry in report["archs"].items():
+        points = [(int(n), r["loss"], r["std"] or 0.0) for n, r in entry["extrapolation"].items()
+                  if r["loss"] is not None]
+        if points:
+            drawn = True
+            ax.errorbar([n for n, _, _ in points], [loss for _, loss, _ in points],
+                        yerr=[std for _, _, std in points], marker=".", capsize=3, label=arch)
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.axvline(config["pretrain"]["tokens_per_sample"], color="gray", linestyle="--", label="trained length")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("longest input (tokens)")
     ax.set_ylabel("validation MLM loss (bits)")
     ax.legend()
     ax.grid(alpha=0.3)

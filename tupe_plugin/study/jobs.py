@@ -7,11 +7,12 @@ report. Folders, under the study's ``--out``::
 
     data/                   corpus split, sentencepiece model, data-bin (shared by every arch)
     unigram/                the context-free baseline (unigram.json)
-    pretrain/ARCH/          fairseq-train masked LM: checkpoints/, tensorboard/, train.log
-    glue/ARCH/TASK/seedS/   tupe-finetune-glue: bin/ (the task encoded), run/ (train.log)
-    squad-data/             train/dev split of the SQuAD dev articles (when no train file is given)
-    squad/ARCH/             tupe-finetune-squad: bin/, run/ (predictions, eval.log)
-    analysis/ARCH/          tupe-analyze: analysis/ (PNGs, positions.json)
+    pretrain/ARCH/seedP/           fairseq-train masked LM with seed P: checkpoints/, tensorboard/, train.log
+    glue/ARCH/seedP/TASK/seedS/    tupe-finetune-glue of that model with seed S: bin/, run/ (train.log)
+    squad-data/                    train/dev split of the SQuAD dev articles (when no train file is given)
+    squad/ARCH/seedP/              tupe-finetune-squad: bin/, run/ (predictions, eval.log)
+    analysis/ARCH/seedP/           tupe-analyze: analysis/ (PNGs, positions.json)
+    extrapolation/ARCH/seedP/lenL/ the validation loss on inputs of up to L tokens (extrapolation.json)
 
 A job's fingerprint hashes the settings it depends on and its dependencies' fingerprints, so a
 changed setting invalidates that job and the jobs built on it, and nothing else. The input files
@@ -32,7 +33,7 @@ from ..prepared_folder import file_digest
 @dataclass
 class Job:
     name: str                      # also its folder under --out, e.g. "glue/tupe_r_tiny/RTE/seed1"
-    kind: str                      # data, unigram, pretrain, glue, squad-data, squad, analysis
+    kind: str                      # data, unigram, pretrain, glue, squad-data, squad, analysis, extrapolation
     folder: str
     commands: list                 # argv lists, run in order in its folder
     deps: list = field(default_factory=list)     # names of the jobs it needs
@@ -41,6 +42,7 @@ class Job:
     outputs: list = field(default_factory=list)  # files later jobs read: a done job without one reruns
     log: str = "log.txt"           # the output of its commands, in its folder
     arch: str = None
+    seed: int = None               # the pre-training seed of the model the job trains or reads
     fingerprint: str = ""
 
 
@@ -59,8 +61,8 @@ class Tools:
         return fairseq_tool(tool, self.bin_dir)
 
 
-def pretrain_checkpoint(out, arch):
-    return os.path.join(out, "pretrain", arch, "checkpoints", "checkpoint_last.pt")
+def pretrain_checkpoint(out, arch, seed):
+    return os.path.join(out, "pretrain", arch, f"seed{seed}", "checkpoints", "checkpoint_last.pt")
 
 
 def data_bin(out):
@@ -76,19 +78,22 @@ def build_jobs(config, out, tools=Tools()):
         jobs.append(_squad_split_job(squad, out, tools))
     # Pre-training and analysis of every arch first: the loss curves against the baseline and the
     # position analysis are the comparison's core, and a stopped study reports them for all archs.
-    archs = config["archs"]
-    jobs += [_pretrain_job(config["pretrain"], arch, out, tools) for arch in archs]
+    models = [(arch, seed) for seed in config["pretrain"]["seeds"] for arch in config["archs"]]
+    jobs += [_pretrain_job(config["pretrain"], arch, seed, out, tools) for arch, seed in models]
     if config["analysis"]:
-        jobs += [_analysis_job(arch, out, tools) for arch in archs]
+        jobs += [_analysis_job(arch, seed, out, tools) for arch, seed in models]
+    if config["extrapolation"] is not None:
+        jobs += [_extrapolation_job(config["extrapolation"], arch, seed, length, out, tools)
+                 for arch, seed in models for length in config["extrapolation"]["lengths"]]
     glue = config["glue"]
     if glue is not None:
         for task in glue["tasks"]:
             files = GLUE_TASKS[task].files(glue["dir"])
             digests = {split: file_digest(path) for split, path in files.items()}
-            jobs += [_glue_job(glue, arch, task, digests, seed, out, tools)
-                     for seed in glue["seeds"] for arch in archs]
+            jobs += [_glue_job(glue, arch, seed, task, digests, run_seed, out, tools)
+                     for run_seed in glue["seeds"] for arch, seed in models]
     if squad is not None:
-        jobs += [_squad_job(squad, arch, out, tools) for arch in archs]
+        jobs += [_squad_job(squad, arch, seed, out, tools) for arch, seed in models]
     by_name = {}
     for job in jobs:
         job.fingerprint = _fingerprint(job, by_name)
@@ -149,8 +154,8 @@ def pretrain_schedule(pretrain):
             "log_interval": max(1, min(interval, 10))}
 
 
-def _pretrain_job(pretrain, arch, out, tools):
-    name = f"pretrain/{arch}"
+def _pretrain_job(pretrain, arch, seed, out, tools):
+    name = f"pretrain/{arch}/seed{seed}"
     folder = os.path.join(out, name)
     schedule = pretrain_schedule(pretrain)
     updates = pretrain["updates"]
@@ -167,7 +172,7 @@ def _pretrain_job(pretrain, arch, out, tools):
         "--tensorboard-logdir", os.path.join(folder, "tensorboard"),
         "--no-epoch-checkpoints", "--save-interval-updates", str(schedule["interval"]),
         "--keep-interval-updates", "1", "--validate-interval-updates", str(schedule["interval"]),
-        "--seed", str(pretrain["seed"]), "--num-workers", "0",
+        "--seed", str(seed), "--num-workers", "0",
     ]
     if tools.cpu:
         command.append("--cpu")
@@ -175,8 +180,9 @@ def _pretrain_job(pretrain, arch, out, tools):
         command += ["--distributed-world-size", str(tools.distributed_world_size),
                     "--distributed-port", "29671"]
     command += pretrain["extra_args"]
-    return _job(out, name, "pretrain", [command], deps=["data"], settings={"arch": arch, **pretrain},
-                resumable=True, log="train.log", arch=arch, outputs=[pretrain_checkpoint(out, arch)])
+    settings = {"arch": arch, "seed": seed, **{k: v for k, v in pretrain.items() if k != "seeds"}}
+    return _job(out, name, "pretrain", [command], deps=["data"], settings=settings, resumable=True,
+                log="train.log", arch=arch, seed=seed, outputs=[pretrain_checkpoint(out, arch, seed)])
 
 
 def _finetuning_flags(tools, settings, **flags):
@@ -186,20 +192,22 @@ def _finetuning_flags(tools, settings, **flags):
     return argv + (["--cpu"] if tools.cpu else []) + settings["extra_args"]
 
 
-def _glue_job(glue, arch, task, digests, seed, out, tools):
-    """Fine-tune ``arch`` on ``task``; ``digests`` are the sha256 of the task's files, by split."""
-    name = f"glue/{arch}/{task}/seed{seed}"
+def _glue_job(glue, arch, seed, task, digests, run_seed, out, tools):
+    """Fine-tune model (``arch``, pre-training ``seed``) on ``task`` with ``run_seed``; ``digests`` are
+    the sha256 of the task's files, by split."""
+    name = f"glue/{arch}/seed{seed}/{task}/seed{run_seed}"
     folder = os.path.join(out, name)
-    command = [tools.python, "-m", "tupe_plugin.glue.finetune", task, pretrain_checkpoint(out, arch),
+    command = [tools.python, "-m", "tupe_plugin.glue.finetune", task, pretrain_checkpoint(out, arch, seed),
                data_bin(out), *_finetuning_flags(
                    tools, glue, glue_dir=glue["dir"], bin_dir=os.path.join(folder, "bin"),
-                   save_dir=os.path.join(folder, "run"), seed=seed, lr=glue["lr"],
+                   save_dir=os.path.join(folder, "run"), seed=run_seed, lr=glue["lr"],
                    max_epoch=glue["max_epoch"], batch_size=glue["batch_size"],
                    max_examples=glue["max_examples"])]
     settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "lr", "batch_size",
                                            "extra_args")}
-    return _job(out, name, "glue", [command], deps=[f"pretrain/{arch}"],
-                settings={"task": task, "seed": seed, "sha256": digests, **settings}, arch=arch)
+    return _job(out, name, "glue", [command], deps=[f"pretrain/{arch}/seed{seed}"],
+                settings={"task": task, "seed": run_seed, "sha256": digests, **settings}, arch=arch,
+                seed=seed)
 
 
 def _squad_split_job(squad, out, tools):
@@ -220,29 +228,42 @@ def squad_files(squad, out):
     return squad["train"], squad["dev"]
 
 
-def _squad_job(squad, arch, out, tools):
-    name = f"squad/{arch}"
+def _squad_job(squad, arch, seed, out, tools):
+    name = f"squad/{arch}/seed{seed}"
     folder = os.path.join(out, name)
     train, dev = squad_files(squad, out)
     given = squad["train"] is not None
     # the tool fits the stride and the question length to the window (tupe-prepare-squad's defaults)
     command = [tools.python, "-m", "tupe_plugin.squad.finetune", squad["version"],
-               pretrain_checkpoint(out, arch), data_bin(out), *_finetuning_flags(
+               pretrain_checkpoint(out, arch, seed), data_bin(out), *_finetuning_flags(
                    tools, squad, train_file=train, valid_file=dev, bin_dir=os.path.join(folder, "bin"),
                    save_dir=os.path.join(folder, "run"), seed=squad["seed"], lr=squad["lr"],
                    max_epoch=squad["max_epoch"], batch_size=squad["batch_size"],
                    max_seq_length=squad["max_seq_length"],
                    max_articles=squad["max_articles"] if given else None)]
-    deps = [f"pretrain/{arch}"] + ([] if given else ["squad-data"])
+    deps = [f"pretrain/{arch}/seed{seed}"] + ([] if given else ["squad-data"])
     settings = dict(squad)
     if given:
         settings.update(train_sha256=file_digest(train), dev_sha256=file_digest(dev))
-    return _job(out, name, "squad", [command], deps=deps, settings=settings, arch=arch)
+    return _job(out, name, "squad", [command], deps=deps, settings=settings, arch=arch, seed=seed)
 
 
-def _analysis_job(arch, out, tools):
-    name = f"analysis/{arch}"
-    command = [tools.python, "-m", "tupe_plugin.analysis.cli", "--path", pretrain_checkpoint(out, arch),
+def _analysis_job(arch, seed, out, tools):
+    name = f"analysis/{arch}/seed{seed}"
+    command = [tools.python, "-m", "tupe_plugin.analysis.cli", "--path", pretrain_checkpoint(out, arch, seed),
                "--data", data_bin(out), "--out", os.path.join(out, name, "analysis"),
                "--device", "cpu" if tools.cpu else "cuda"]
-    return _job(out, name, "analysis", [command], deps=[f"pretrain/{arch}"], arch=arch)
+    return _job(out, name, "analysis", [command], deps=[f"pretrain/{arch}/seed{seed}"], arch=arch, seed=seed)
+
+
+def _extrapolation_job(extrapolation, arch, seed, length, out, tools):
+    """The validation masked-LM loss of model (``arch``, ``seed``) on inputs of up to ``length`` tokens."""
+    name = f"extrapolation/{arch}/seed{seed}/len{length}"
+    command = [tools.python, "-m", "tupe_plugin.study.extrapolation",
+               "--path", pretrain_checkpoint(out, arch, seed), "--data", data_bin(out),
+               "--length", str(length), "--batch-size", str(extrapolation["batch_size"]),
+               "--out", os.path.join(out, name, "extrapolation.json")]
+    if tools.cpu:
+        command.append("--cpu")
+    return _job(out, name, "extrapolation", [command], deps=[f"pretrain/{arch}/seed{seed}"],
+                settings={"length": length, "batch_size": extrapolation["batch_size"]}, arch=arch, seed=seed)

@@ -15,7 +15,7 @@ import json
 import os
 import shlex
 
-from . import results
+from . import results, statistics
 from ..glue.tasks import GLUE_TASKS
 from .runner import DONE, FAILED
 
@@ -44,37 +44,110 @@ def collect(config, jobs, outcome):
     report["unigram"] = (results.unigram_result(os.path.join(unigram.folder, "unigram.json"))
                          if unigram else None)
     for arch in config["archs"]:
-        entry = {"valid_loss": None, "valid_loss_curve": [], "glue": {}, "squad": None, "analysis": None,
-                 "seconds": None}
-        pretrain = done.get(f"pretrain/{arch}")
-        if pretrain:
-            entry.update(results.pretrain_result(os.path.join(pretrain.folder, pretrain.log),
-                                                 _record(pretrain).get("seconds")))
-        if config["glue"] is not None:
-            for task in config["glue"]["tasks"]:
-                runs = []
-                for seed in config["glue"]["seeds"]:
-                    name = f"glue/{arch}/{task}/seed{seed}"
-                    if name in done:
-                        runs.append(results.glue_run(os.path.join(done[name].folder, "run", "train.log"),
-                                                     task, seed))
-                        if "failed" in runs[-1]:
-                            report["jobs"][name].update(status=FAILED, note=f"{runs[-1]['failed']}: a failed "
-                                                        "run, left out of the median")
-                if runs:
-                    entry["glue"][task] = results.glue_task(runs, task)
-        squad = done.get(f"squad/{arch}")
-        if squad:
-            entry["squad"] = results.squad_result(os.path.join(squad.folder, squad.log))
-        analysis = done.get(f"analysis/{arch}")
-        if analysis:
-            entry["analysis"] = results.analysis_result(os.path.join(analysis.folder, "analysis",
-                                                                     "positions.json"))
+        models = {seed: _model_entry(config, arch, seed, done, report["jobs"])
+                  for seed in config["pretrain"]["seeds"]}
+        entry = _over_seeds(config, models)
         entry["seconds_all_jobs"] = sum(j["seconds"] or 0 for n, j in report["jobs"].items()
                                         if n.split("/")[1:2] == [arch])
         report["archs"][arch] = entry
+    reference = report["archs"][config["report"]["reference"]]
+    for arch, entry in report["archs"].items():
+        entry["versus_reference"] = None if arch == config["report"]["reference"] else \
+            statistics.paired_difference(_valid_losses(entry), _valid_losses(reference))
     report["baseline"] = _baseline(report, config["report"]["min_margin_bits"])
     return report
+
+
+def _model_entry(config, arch, seed, done, jobs):
+    """The numbers of one pre-trained model (``arch``, pre-training ``seed``) and the jobs built on it."""
+    entry = {"valid_loss": None, "valid_loss_curve": [], "glue": {}, "squad": None, "analysis": None,
+             "seconds": None, "extrapolation": {}}
+    model = f"{arch}/seed{seed}"
+    pretrain = done.get(f"pretrain/{model}")
+    if pretrain:
+        entry.update(results.pretrain_result(os.path.join(pretrain.folder, pretrain.log),
+                                             _record(pretrain).get("seconds")))
+    if config["glue"] is not None:
+        for task in config["glue"]["tasks"]:
+            runs = []
+            for run_seed in config["glue"]["seeds"]:
+                name = f"glue/{model}/{task}/seed{run_seed}"
+                if name in done:
+                    runs.append({**results.glue_run(os.path.join(done[name].folder, "run", "train.log"),
+                                                    task, run_seed), "pretrain_seed": seed})
+                    if "failed" in runs[-1]:
+                        jobs[name].update(status=FAILED, note=f"{runs[-1]['failed']}: a failed run, left "
+                                          "out of the median")
+            if runs:
+                entry["glue"][task] = results.glue_task(runs, task)
+    squad = done.get(f"squad/{model}")
+    if squad:
+        entry["squad"] = results.squad_result(os.path.join(squad.folder, squad.log))
+    analysis = done.get(f"analysis/{model}")
+    if analysis:
+        entry["analysis"] = results.analysis_result(os.path.join(analysis.folder, "analysis",
+                                                                 "positions.json"))
+    for length in (config["extrapolation"] or {}).get("lengths", []):
+        job = done.get(f"extrapolation/{model}/len{length}")
+        if job:
+            entry["extrapolation"][str(length)] = results.extrapolation_result(
+                os.path.join(job.folder, "extrapolation.json"))
+    return entry
+
+
+def _valid_losses(entry):
+    return {int(seed): model["valid_loss"] for seed, model in entry["seeds"].items()}
+
+
+def _over_seeds(config, models):
+    """An arch's entry from its models, one per pre-training seed: with one seed that model's numbers;
+    with several, each figure's spread over the seeds (:func:`statistics.spread`) and the curve of the
+    mean. ``seeds`` keeps every model's own numbers."""
+    first = next(iter(models.values()))
+    entry = {key: first[key] for key in ("valid_loss", "valid_loss_curve", "seconds", "squad", "analysis")}
+    entry.update(tokens_per_second=first.get("tokens_per_second"),
+                 updates_per_second=first.get("updates_per_second"),
+                 seeds={str(seed): model for seed, model in models.items()})
+    entry["glue"] = {task: results.glue_task([run for m in models.values() for run in m["glue"].get(task, {})
+                                              .get("runs", [])], task)
+                     for task in (config["glue"] or {}).get("tasks", [])
+                     if any(task in m["glue"] for m in models.values())}
+    entry["extrapolation"] = {}
+    for length in (config["extrapolation"] or {}).get("lengths", []):
+        found = [m["extrapolation"][str(length)] for m in models.values()
+                 if str(length) in m["extrapolation"]]
+        losses = statistics.spread([r["loss"] for r in found])
+        reasons = sorted({r["reason"] for r in found if r["reason"]})
+        entry["extrapolation"][str(length)] = {
+            "loss": losses["mean"] if losses else None, "std": losses["std"] if losses else None,
+            "reason": "; ".join(reasons) or (None if found else "not run")}
+    if len(models) > 1:
+        entry["valid_loss"] = statistics.spread([m["valid_loss"] for m in models.values()])
+        entry["valid_loss_curve"] = _mean_curve([m["valid_loss_curve"] for m in models.values()])
+        entry["valid_loss_band"] = _band([m["valid_loss_curve"] for m in models.values()])
+        for task, result in entry["glue"].items():
+            result["over_pretrain_seeds"] = statistics.spread(
+                [m["glue"][task]["median"] for m in models.values() if task in m["glue"]])
+        entry["seconds"] = statistics.spread([m["seconds"] for m in models.values()])
+    return entry
+
+
+def _by_update(curves):
+    points = {}
+    for curve in curves:
+        for update, loss in curve:
+            points.setdefault(update, []).append(loss)
+    return {u: losses for u, losses in points.items() if len(losses) == len(curves)}
+
+
+def _mean_curve(curves):
+    """The mean curve over the seeds, at the updates every seed evaluated."""
+    return [[u, sum(losses) / len(losses)] for u, losses in sorted(_by_update(curves).items())]
+
+
+def _band(curves):
+    """``[update, min, max]`` over the seeds, at the updates every seed evaluated."""
+    return [[u, min(losses), max(losses)] for u, losses in sorted(_by_update(curves).items())]
 
 
 def _record(job):
@@ -93,7 +166,7 @@ def _baseline(report, min_margin):
     if report["unigram"] is None:
         return None
     unigram = report["unigram"]["bits_per_token"]
-    margins = {arch: unigram - entry["valid_loss"] for arch, entry in report["archs"].items()
+    margins = {arch: unigram - mean(entry["valid_loss"]) for arch, entry in report["archs"].items()
                if entry["valid_loss"] is not None}
     return {"unigram_bits": unigram, "margins": margins, "min_margin_bits": min_margin,
             "discriminative": bool(margins) and max(margins.values()) >= min_margin}
@@ -104,9 +177,10 @@ def write_report(config, jobs, outcome, out):
     report = collect(config, jobs, outcome)
     figures_dir = os.path.join(out, "figures")
     os.makedirs(figures_dir, exist_ok=True)
-    from .figures import analysis_figures, loss_figure
+    from .figures import analysis_figures, extrapolation_figure, loss_figure
 
     figures = {"loss": loss_figure(report, os.path.join(figures_dir, "pretrain_valid_loss.png")),
+               "extrapolation": extrapolation_figure(report, os.path.join(figures_dir, "extrapolation.png")),
                "analysis": analysis_figures(report, figures_dir)}
     report["figures"] = {k: v for k, v in figures.items() if v}
     paths = {"json": os.path.join(out, "report.json"), "md": os.path.join(out, "report.md"),
@@ -118,8 +192,32 @@ def write_report(config, jobs, outcome, out):
     return paths
 
 
+def mean(value):
+    """A figure's value: the number itself (one seed), or the mean of its spread over seeds."""
+    return value["mean"] if isinstance(value, dict) else value
+
+
 def _number(value, digits=3):
-    return "–" if value is None else f"{value:.{digits}f}"
+    return "–" if value is None else f"{mean(value):.{digits}f}"
+
+
+def _spread(value, digits=3):
+    """``mean ± std (min–max, n seeds)`` of a spread, or the number."""
+    if not isinstance(value, dict):
+        return _number(value, digits)
+    std = f" ± {value['std']:.{digits}f}" if value["std"] is not None else ""
+    return (f"{value['mean']:.{digits}f}{std} ({value['min']:.{digits}f}–{value['max']:.{digits}f}, "
+            f"{value['n']} seeds)")
+
+
+def _versus(result, digits=3):
+    if result is None:
+        return "reference"
+    if result["ci95"] is None:
+        return f"{result['mean_diff']:+.{digits}f} (one seed)"
+    low, high = result["ci95"]
+    return (f"{result['mean_diff']:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+            + (" *" if result["significant"] else ""))
 
 
 def markdown(report, out):
@@ -128,10 +226,15 @@ def markdown(report, out):
     lines = ["# Position-encoding study", ""]
     corpus = config["corpus"] or "the demo's embedded corpus (Python standard-library docstrings)"
     pretrain = config["pretrain"]
+    seeds = pretrain["seeds"]
     lines += [f"Corpus: {corpus}. Pre-training: {pretrain['updates']} updates of {pretrain['batch_size']} "
-              f"blocks of up to {pretrain['tokens_per_sample']} tokens, lr {pretrain['lr']}, seed "
-              f"{pretrain['seed']}.", ""]
+              f"blocks of up to {pretrain['tokens_per_sample']} tokens, lr {pretrain['lr']}, "
+              + (f"seed {seeds[0]}." if len(seeds) == 1 else
+                 f"seeds {seeds}: each figure is the mean ± std over the pre-training seeds (min–max, n)."),
+              ""]
     lines += _pretrain_section(report, out)
+    if config["extrapolation"] is not None:
+        lines += _extrapolation_section(report, out)
     if config["glue"] is not None:
         lines += _glue_section(report)
     if config["squad"] is not None:
@@ -149,16 +252,18 @@ def _pretrain_section(report, out):
         lines += [f"Context-free baseline (unigram cross-entropy of the validation text under the training "
                   f"text's token frequencies, same dictionary): "
                   f"**{baseline['unigram_bits']:.3f} bits/token**.", ""]
-    lines += ["| arch | valid loss | below unigram | updates | wall time (s) | tokens/s | updates/s |",
-              "|---|---|---|---|---|---|---|"]
+    reference = report["config"]["report"]["reference"]
+    lines += [f"| arch | valid loss | − {reference} | below unigram | updates | wall time (s) | tokens/s | "
+              "updates/s |", "|---|---|---|---|---|---|---|---|"]
     for arch, entry in report["archs"].items():
         curve = entry["valid_loss_curve"]
         margin = baseline["margins"].get(arch) if baseline else None
-        lines.append(f"| {arch} | {_number(entry['valid_loss'])} | {_number(margin)} | "
-                     f"{curve[-1][0] if curve else '–'} | {_number(entry['seconds'], 0)} | "
+        lines.append(f"| {arch} | {_spread(entry['valid_loss'])} | {_versus(entry['versus_reference'])} | "
+                     f"{_number(margin)} | {curve[-1][0] if curve else '–'} | "
+                     f"{_number(entry['seconds'], 0)} | "
                      f"{_number(entry.get('tokens_per_second'), 0)} | "
                      f"{_number(entry.get('updates_per_second'), 2)} |")
-    lines.append("")
+    lines += ["", _versus_note(report), ""]
     if baseline and baseline["margins"]:
         best = max(baseline["margins"].values())
         if baseline["discriminative"]:
@@ -175,6 +280,44 @@ def _pretrain_section(report, out):
     figure = report["figures"].get("loss")
     if figure:
         lines += [f"![validation loss against updates]({os.path.relpath(figure, out)})", ""]
+    return lines
+
+
+def _versus_note(report):
+    """What the column against the reference says, and whether an interval could be given."""
+    seeds = report["config"]["pretrain"]["seeds"]
+    if len(seeds) < 2:
+        return (f"− {report['config']['report']['reference']}: the difference of the validation loss from "
+                "the reference architecture's. One pre-training seed: no confidence interval can be given, "
+                "so no difference can be called significant (list several pretrain.seeds).")
+    return (f"− {report['config']['report']['reference']}: the mean over the {len(seeds)} pre-training "
+            f"seeds of the per-seed difference from the reference architecture, and its 95% interval "
+            f"({statistics.METHOD}); * marks an interval that excludes 0 (a significant difference).")
+
+
+def _extrapolation_section(report, out):
+    lengths = [str(n) for n in report["config"]["extrapolation"]["lengths"]]
+    trained = report["config"]["pretrain"]["tokens_per_sample"]
+    lines = ["## Length extrapolation (validation loss in bits)", "",
+             f"fairseq-validate on the validation text cut into blocks of L tokens, the model rebuilt for L "
+             f"(trained on blocks of whole lines of up to {trained}); mean ± std over pre-training seeds. "
+             "n/a: the model has no position beyond its learned table.", "",
+             "| arch | " + " | ".join(f"L = {n}" + (" (trained)" if int(n) == trained else "")
+                                      for n in lengths) + " |", "|---|" + "---|" * len(lengths)]
+    for arch, entry in report["archs"].items():
+        cells = []
+        for n in lengths:
+            result = entry["extrapolation"].get(n) or {"loss": None, "std": None, "reason": "not run"}
+            if result["loss"] is None:
+                cells.append(f"n/a: {result['reason']}")
+            else:
+                std = f" ± {result['std']:.3f}" if result["std"] is not None else ""
+                cells.append(f"{result['loss']:.3f}{std}")
+        lines.append(f"| {arch} | " + " | ".join(cells) + " |")
+    lines.append("")
+    figure = report["figures"].get("extrapolation")
+    if figure:
+        lines += [f"![validation loss against input length]({os.path.relpath(figure, out)})", ""]
     return lines
 
 
@@ -200,6 +343,9 @@ def _glue_section(report):
             if result["median"] is not None:
                 shown = "/".join(_number(result["medians"][m], 1) for m in result["shown"])
                 cell = f"{shown} ({_number(result['min'], 1)}–{_number(result['max'], 1)})"
+                over = result.get("over_pretrain_seeds")
+                if over and over["std"] is not None:
+                    cell += f", ± {over['std']:.1f} over pre-training seeds"
                 medians.append(result["median"])
             if result["failed"]:
                 cell += f", {len(result['failed'])} failed"
@@ -268,8 +414,8 @@ def _section_names(report):
 
 def _jobs_section(report):
     lines = ["## Jobs and the commands behind every number", "",
-             "Each job ran these commands from the repository root (`fairseq-*` from the study's Python "
-             "environment on PATH); its output is in the log named.", ""]
+             "Each job ran these commands in its own folder (Python and `fairseq-*` of the study's "
+             "environment); its output is in the log named.", ""]
     for name, job in report["jobs"].items():
         status = job["status"] + (f" ({job['note']})" if job["status"] != DONE else "")
         lines += [f"- `{name}`: {status}, {_number(job['seconds'], 0)} s, log `{job['log']}`", "",

@@ -9,6 +9,7 @@ be checked against the logs line by line.
 - GLUE: the best validation line of each run by the task's metric, read by
   :mod:`tupe_plugin.fairseq_logs` as ``tupe-collect-glue`` reads it (a run whose every evaluation
   gave ``nan`` is a failed run); the other metrics of the task from that same line.
+- extrapolation: the loss :mod:`.extrapolation` wrote (fairseq-validate's, in bits), or why none.
 - SQuAD: the score line of ``tupe-evaluate-squad``, with the official scripts' keys (v1.1
   ``{"exact_match": ..., "f1": ...}``, v2.0 ``{"exact": ..., "f1": ..., ...}``).
 """
@@ -99,6 +100,12 @@ def analysis_result(positions_json):
             sections[name] = {"title": section["title"], "applies": True, "rows": section["rows"],
                               "figures": section["figures"]}
     return sections
+
+
+def extrapolation_result(path):
+    """``{"length", "max_positions", "loss", "reason"}`` written by :mod:`.extrapolation`."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def unigram_result(path):

@@ -1,0 +1,82 @@
+"""Length extrapolation: a pre-trained model's validation masked-LM loss on inputs longer than trained.
+
+As "On Position Embeddings in BERT" (Wang et al., ICLR 2021, §4.2) and the ALiBi and RoPE papers ask:
+``fairseq-validate`` on the study's validation text cut into blocks of ``--length`` tokens across line
+ends (``--sample-break-mode none --tokens-per-sample L``: every input but the last is L tokens long),
+the model rebuilt for that length (``--model-overrides "{'max_positions': L}"``). A model with a learned position table (``--abs-pos learned``, TUPE's
+untied table) has no position beyond its table: for a longer ``L`` no number is given, and the result
+says why (``table of N positions``) instead of leaving the row out.
+
+    python -m tupe_plugin.study.extrapolation --path CKPT --data DATA_BIN --length 256 --out FILE.json
+
+writes ``{"length", "max_positions" (the trained model's), "loss" (bits, or null), "reason" (null,
+or why there is no loss)}``; ``validate.log`` beside it is fairseq-validate's output.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from ..child_processes import ended_with_parent
+from ..fairseq_logs import valid_lines
+from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
+
+
+def trained_model(path):
+    """``(max_positions, learned table)`` of a plugin checkpoint."""
+    import tupe_plugin  # noqa: F401  (registers the model; lets torch read fairseq checkpoints)
+    from fairseq.checkpoint_utils import load_checkpoint_to_cpu
+
+    from ..modules.position_config import PositionConfig
+
+    model = load_checkpoint_to_cpu(path)["cfg"]["model"]
+    return model.max_positions, PositionConfig.from_args(model).learned_tables
+
+
+def validate(path, data, length, batch_size, cpu, log_path):
+    """The validation loss (bits) of fairseq-validate at ``length``, its output in ``log_path``."""
+    command = [fairseq_tool("validate"), data, "--user-dir", PLUGIN_DIR, "--path", path,
+               "--task", "masked_lm", "--criterion", "masked_lm", "--sample-break-mode", "none",
+               "--tokens-per-sample", str(length), "--model-overrides", f"{{'max_positions': {length}}}",
+               "--batch-size", str(batch_size), "--num-workers", "0", *(["--cpu"] if cpu else [])]
+    with open(log_path, "w", encoding="utf-8") as log:
+        returncode = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT,
+                                     preexec_fn=ended_with_parent())
+    losses = [fields["loss"] for fields in valid_lines(log_path) if "loss" in fields]
+    if returncode or not losses:
+        raise RuntimeError(f"fairseq-validate at length {length} failed (exit status {returncode}); "
+                           f"see {log_path}")
+    return losses[-1]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--path", required=True, help="the pre-trained plugin checkpoint")
+    parser.add_argument("--data", required=True, help="the pre-training data-bin (its valid split is read)")
+    parser.add_argument("--length", type=int, required=True, help="longest input, in tokens")
+    parser.add_argument("--batch-size", type=int, default=8, help="default 8")
+    parser.add_argument("--out", required=True, help="the result, a JSON file")
+    parser.add_argument("--cpu", action="store_true")
+    args = parser.parse_args(argv)
+    if args.length < 8:
+        parser.error(f"--length must be at least 8, got {args.length}")
+    trained, learned_table = trained_model(args.path)
+    result = {"length": args.length, "max_positions": trained, "loss": None, "reason": None}
+    folder = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(folder, exist_ok=True)
+    if learned_table and args.length > trained:
+        result["reason"] = f"table of {trained} positions"
+    else:
+        log_path = os.path.join(folder, "validate.log")
+        result["loss"] = validate(args.path, args.data, args.length, args.batch_size, args.cpu, log_path)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
