@@ -4,7 +4,7 @@ Nothing here calls the plugin's attention, positional-term, bucket or sinusoid c
 model's parameters and loops over heads, computing each logit term of TUPE Eq. 3-11 (and the
 §4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
 Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair,
-the ALiBi, KERPLE and Sandwich biases pair by pair and RoPE's rotation as 2x2 blocks.
+the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair and RoPE's rotation as 2x2 blocks.
 """
 
 import math
@@ -112,6 +112,19 @@ def sandwich_bias(config, i, j):
     return float(config.sandwich_scale * (p_i @ p_j - dim / 2))
 
 
+def fire_bias(module, head, i, j, seq_len, signed):
+    """FIRE (Li et al. 2023), bidirectional, for one head and pair: f(psi(|j - i|) / psi(max(L, T))),
+    psi(x) = log(c x + 1), c = exp(a), f(x) = W2 relu(W1 x + b1) + b2; signed: x = (that, sign(j - i))."""
+    c = torch.exp(module.log_c)
+    longest = torch.maximum(module.threshold, torch.tensor(float(seq_len)))
+    x = torch.log(c * abs(j - i) + 1) / torch.log(c * longest + 1)
+    if signed:
+        x = torch.stack([x, torch.tensor(float((j > i) - (j < i)))])
+    first, second = module.mlp[0], module.mlp[2]
+    hidden = torch.relu(first.weight @ x.reshape(-1) + first.bias)
+    return second.weight[head] @ hidden + second.bias[head]
+
+
 def rotated(x, frequencies):
     """RoPE (Su et al. 2021): x (B, T, d) at position t times the block-diagonal matrix of the 2x2
     rotations by the angles frequencies[k] * t, one block per pair (2k, 2k+1)."""
@@ -148,6 +161,11 @@ def content_free_correlation(encoder, seq_len, head):
     if encoder.config.kerple:
         v = v + torch.stack([torch.stack([kerple_bias(term.relative_bias, head, abs(j - i),
                                                       encoder.config.kerple_power)
+                                          for j in range(seq_len)]) for i in range(seq_len)])
+        used = True
+    if encoder.config.fire:
+        v = v + torch.stack([torch.stack([fire_bias(term.relative_bias, head, i, j, seq_len,
+                                                    encoder.config.fire_signed)
                                           for j in range(seq_len)]) for i in range(seq_len)])
         used = True
     if encoder.config.sandwich:

@@ -35,6 +35,8 @@ PAPER_ROWS = {
     "bert_kerple": ("none", "kerple-log", "none", "none", "none"),
     # Sandwich (Chi et al. 2023)
     "bert_sandwich": ("none", "sandwich", "none", "none", "none"),
+    # FIRE (Li et al. 2023), normalised by the sequence length
+    "bert_fire": ("none", "fire", "none", "none", "none"),
     "tupe_rope": ("none", "none", "tupe", "paper", "fixed"),
 }
 

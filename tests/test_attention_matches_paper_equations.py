@@ -14,6 +14,7 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_sandwich", {"sandwich_dim": 16, "sandwich_scale": 0.5}),
     ("bert_alibi", {"alibi_asymmetric": True}),
     ("bert_alibi", {"alibi_learned_slopes": True}),
+    ("bert_fire", {"fire_signed": True, "fire_threshold": 4.0}),
 ]
 
 
@@ -39,7 +40,7 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, overrides, norm
                                                ("bert_rpe", {"shaw_keys_only": True}),
                                                ("bert_kerple", {}),
                                                ("bert_kerple", {"rel_pos": "kerple-power"}),
-                                               ("bert_alibi_asym", {})])
+                                               ("bert_alibi_asym", {}), ("bert_fire", {})])
 @pytest.mark.parametrize("normalize_before", [False, True])
 def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normalize_before, dictionary,
                                                       monkeypatch):

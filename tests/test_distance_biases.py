@@ -1,11 +1,11 @@
-"""The biases of the distance made for length extrapolation (KERPLE, Sandwich, ALiBi's options): the
+"""The biases of the distance made for length extrapolation (KERPLE, Sandwich, FIRE, ALiBi's options): the
 properties their papers state, and the bias of every head against the paper twin
 (tests/paper_equations.py) with drawn parameters."""
 
 import pytest
 import torch
 from conftest import build_model
-from paper_equations import alibi_bias, kerple_bias, sandwich_bias
+from paper_equations import alibi_bias, fire_bias, kerple_bias, sandwich_bias
 from tupe_plugin.modules.alibi_position import alibi_slopes
 
 # (preset, flags, symmetric) of every distance bias and variant
@@ -16,6 +16,8 @@ DISTANCE_BIASES = [
     ("bert_alibi", {"alibi_learned_slopes": True}, True),
     ("bert_alibi", {"alibi_asymmetric": True}, False),
     ("bert_alibi_asym", {}, False),
+    ("bert_fire", {}, True),
+    ("bert_fire", {"fire_signed": True}, False),
 ]
 SEQ_LEN = 9
 
@@ -57,6 +59,8 @@ def twin_bias(encoder, module, head, i, j):
         return kerple_bias(module, head, abs(j - i), config.kerple_power)
     if config.alibi:
         return alibi_bias(encoder, head, j - i)
+    if config.fire:
+        return fire_bias(module, head, i, j, SEQ_LEN, config.fire_signed)
     return torch.tensor(sandwich_bias(config, i, j))
 
 
@@ -90,3 +94,15 @@ def test_asymmetric_alibi_slopes_start_at_the_papers_left_and_reversed_right(dic
         bias = module(SEQ_LEN).detach()
         torch.testing.assert_close(bias[:, 5, 2], -3 * paper)
         torch.testing.assert_close(bias[:, 2, 5], -3 * paper.flip(0))
+
+
+def test_fire_normalises_by_the_threshold_up_to_it_and_by_the_length_beyond(dictionary):
+    module = build_model("bert_fire_tiny", dictionary, fire_threshold=6.0).encoder.sentence_encoder \
+        .positional_term.relative_bias
+    torch.testing.assert_close(module(6)[:, :4, :4], module(4))
+    assert not torch.allclose(module(9)[:, :4, :4], module(4))
+    module(4).sum().backward()
+    assert module.threshold.grad != 0
+    module.zero_grad()
+    module(9).sum().backward()
+    assert module.threshold.grad == 0

@@ -51,6 +51,7 @@ POSITION_PRESETS.update(
     bert_alibi_asym=dict(NO_POSITION, rel_pos="alibi", alibi_asymmetric=True, alibi_learned_slopes=True),
     bert_kerple=dict(NO_POSITION, rel_pos="kerple-log"),
     bert_sandwich=dict(NO_POSITION, rel_pos="sandwich"),
+    bert_fire=dict(NO_POSITION, rel_pos="fire"),
     tupe_rope=dict(NO_POSITION, untied_pos="tupe", cls_reset="paper", rotary="fixed"),
 )
 

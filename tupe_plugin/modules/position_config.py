@@ -13,7 +13,9 @@ Wen, Liu, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv
 Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
 Extrapolation", arXiv 2108.12409; KERPLE is Chi, Fan, Ramadge, Rudnicky, "KERPLE: Kernelized Relative
 Positional Embedding for Length Extrapolation", arXiv 2205.09921; Sandwich is Chi, Fan, Rudnicky, Ramadge,
-"Dissecting Transformer Length Extrapolation via the Lens of Receptive Field Analysis", arXiv 2212.10356.
+"Dissecting Transformer Length Extrapolation via the Lens of Receptive Field Analysis", arXiv 2212.10356;
+FIRE is Li et al., "Functional Interpolation for Relative Positions Improves Long Context Transformers",
+arXiv 2310.04418.
 """
 
 import math
@@ -27,7 +29,7 @@ ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_PREFIX = "shaw-"
 KERPLE_PREFIX = "kerple-"
-REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX + "power", "sandwich")
+REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX + "power", "sandwich", "fire")
                    + tuple(SHAW_PREFIX + table for table in SHAW_TABLES))
 UNTIED_CHOICES = ("none", "tupe", "four-term")
 CLS_RESET_CHOICES = ("none", "paper", "release")
@@ -50,6 +52,9 @@ DEFAULTS = dict(
     alibi_learned_slopes=False,
     sandwich_dim=128,
     sandwich_scale=1.0,
+    fire_hidden=32,
+    fire_threshold=512.0,
+    fire_signed=False,
 )
 
 
@@ -89,7 +94,8 @@ class PositionConfig:
         "(TUPE Eq. 5/8); alibi = the fixed bias -m_h|j-i| (Press et al. 2022); kerple-log / "
         "kerple-power = -r1 log(1 + r2|j-i|) / -r1 |j-i|^r2 with r1, r2 > 0 learned per head (Chi et al. "
         "2022); sandwich = the fixed bias p_i . p_j - d'/2 of sinusoids p of dimension d' (Chi et al. "
-        "2023); shaw-* = Shaw vectors "
+        "2023); fire = f(psi(|j-i|) / psi(max(L, T))), psi(x) = log(cx + 1), f a small MLP, c and L learned "
+        "(Li et al. 2023, normalised by the length T for encoders); shaw-* = Shaw vectors "
         "a_clip(j-i) added to keys and values, one table shared by heads and layers, learned / fixed "
         "sinusoidal / learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
     )
@@ -109,6 +115,10 @@ class PositionConfig:
     alibi_learned_slopes: bool = _flag(False, help="ALiBi's slopes learned, m = exp(a), from the fixed ones")
     sandwich_dim: int = _flag(128, metavar="D", help="Sandwich: the dimension d' of the sinusoids p_i, p_j")
     sandwich_scale: float = _flag(1.0, metavar="S", help="Sandwich: the bias is S (p_i . p_j - d'/2)")
+    fire_hidden: int = _flag(32, metavar="N", help="FIRE: hidden units of the MLP f (default 32)")
+    fire_threshold: float = _flag(512.0, metavar="L", help="FIRE: initial value of the learned threshold L")
+    fire_signed: bool = _flag(False, help="FIRE: the sign of j - i as a second input of f (keys before and "
+                              "after the query may differ)")
     shaw_max_distance: int = _flag(64, metavar="K",
                                    help="Shaw relative distances are clipped to [-K, K] (default 64)")
     shaw_keys_only: bool = _flag(False, help="add the Shaw vectors to the keys only, not to the values")
@@ -176,6 +186,7 @@ class PositionConfig:
     t5_bias = _flag_is("rel_pos", "t5")
     alibi = _flag_is("rel_pos", "alibi", "ALiBi: the bias -m_h |j - i| (slopes per side, learned: options).")
     sandwich = _flag_is("rel_pos", "sandwich", "Sandwich: the fixed bias p_i . p_j - d'/2, no parameters.")
+    fire = _flag_is("rel_pos", "fire", "FIRE: a learned MLP of the normalised log-distance.")
     kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
 
     @property
@@ -185,8 +196,8 @@ class PositionConfig:
 
     @property
     def distance_bias(self):
-        """A bias of the distance alone, made for length extrapolation (ALiBi, KERPLE, Sandwich)."""
-        return self.alibi or self.kerple or self.sandwich
+        """A bias of the distance, made for length extrapolation (ALiBi, KERPLE, Sandwich, FIRE)."""
+        return self.alibi or self.kerple or self.sandwich or self.fire
     rotary_applies = _flag_is("rotary", "none", "RoPE: q, k rotated by position.", negate=True)
     learnable_rotary_frequencies = _flag_is("rotary", "learnable")
 
@@ -218,7 +229,7 @@ class PositionConfig:
     @property
     def learned_dense_bias(self):
         """A learned (H, T, T) bias: on CPU it needs BiasedFlashAttention."""
-        return (self.t5_bias or self.shaw_table is not None or self.kerple
+        return (self.t5_bias or self.shaw_table is not None or self.kerple or self.fire
                 or self.alibi and self.alibi_learned_slopes)
 
     @property
@@ -277,6 +288,13 @@ class PositionConfig:
             if getattr(self, flag) and not self.alibi:
                 errors.append(f"{option(flag)} is an option of ALiBi; add --rel-pos alibi (got --rel-pos "
                               f"{self.rel_pos})")
+        if self.fire_signed and not self.fire:
+            errors.append(f"--fire-signed is an option of FIRE; add --rel-pos fire (got --rel-pos "
+                          f"{self.rel_pos})")
+        if self.fire and self.fire_hidden < 1:
+            errors.append(f"--fire-hidden must be >= 1, got {self.fire_hidden}")
+        if self.fire and self.fire_threshold < 1:
+            errors.append(f"--fire-threshold must be >= 1, got {self.fire_threshold}")
         if self.sandwich and (self.sandwich_dim < 2 or self.sandwich_dim % 2):
             errors.append(f"--sandwich-dim must be even and >= 2, got {self.sandwich_dim}")
         if self.sandwich and self.sandwich_scale <= 0:

@@ -5,8 +5,8 @@ TUPE Eq. 7-11 and §4.3 (Ke, He, Liu, "Rethinking Positional Encoding in Languag
 ICLR 2021. :class:`SharedPositionalTerm` owns the model's position encodings and lets each one add its
 part to the forward's :class:`PositionalTerm` (``contribute(term, seq_len)``, a [CLS] reset included
 with the term it resets): TUPE's untied term as low-rank factors or BERT-A^d's query/key shifts
-(:mod:`.untied_position`), the T5, ALiBi, KERPLE or Sandwich bias (:mod:`.relative_position`,
-:mod:`.alibi_position`, :mod:`.kerple_position`, :mod:`.sandwich_position`),
+(:mod:`.untied_position`), the T5, ALiBi, KERPLE, Sandwich or FIRE bias (:mod:`.relative_position`,
+:mod:`.alibi_position`, :mod:`.kerple_position`, :mod:`.sandwich_position`, :mod:`.fire_position`),
 RoPE's cos/sin (:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`). Low-rank terms stay
 factored so that each layer keeps a fused attention kernel, unless the forward's path folds them into
 the dense bias (:func:`~.attention_kernels.fold_untied_term`). The term then carries the path and the
@@ -22,6 +22,7 @@ from torch import nn
 
 from .alibi_position import build_alibi_bias
 from .attention_kernels import AttentionPath, fold_untied_term
+from .fire_position import build_fire_bias
 from .kerple_position import build_kerple_bias
 from .relative_position import build_t5_bias
 from .rotary_position import build_rotary
@@ -95,7 +96,8 @@ class PositionalTerm:
 
 
 # The builders of the biases of the offset j - i; the config chooses at most one (--rel-pos).
-RELATIVE_BIASES = (build_t5_bias, build_alibi_bias, build_kerple_bias, build_sandwich_bias)
+RELATIVE_BIASES = (build_t5_bias, build_alibi_bias, build_kerple_bias, build_sandwich_bias,
+                   build_fire_bias)
 
 
 class SharedPositionalTerm(nn.Module):

@@ -1,0 +1,53 @@
+"""FIRE, functional interpolation for relative positions (Li, You, Guruganesh, Ainslie, Ontanon, Zaheer,
+Sanghai, Yang, Kumar, Bhojanapalli, "Functional Interpolation for Relative Positions Improves Long Context
+Transformers", arXiv 2310.04418), in a bidirectional form for encoders that is this plugin's adaptation:
+
+    bias[h, i, j] = f_theta(psi(|j - i|) / psi(max(L, T)))_h,   psi(x) = log(c x + 1),
+
+f_theta a small MLP (one hidden ReLU layer of ``hidden`` units, one output per head) shared by all layers,
+c = exp(a) > 0 learned (starting at 0.1) and L a learned threshold (starting at ``threshold``). The paper's
+causal form normalises by the query position i, psi(max(L, i)); an encoder's query sees both sides, so the
+distance is |j - i| and the normaliser the sequence length T: the batch's (padded) length, so that for
+inputs no longer than L (the training case with the default L = 512) the bias does not depend on padding,
+while rows of a batch longer than L share the normaliser of its longest row. ``signed`` gives the MLP the
+sign of j - i as a second input, so that keys before and after the query may differ.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from .offset_bias import OffsetBias
+
+INITIAL_C = 0.1
+
+
+class FireBias(OffsetBias):
+    """The (H, T, T) FIRE bias, shared by all layers; the MLP, c and L learned."""
+
+    def __init__(self, num_heads, hidden=32, threshold=512.0, signed=False, zero_cls=False):
+        super().__init__(zero_cls)
+        self.signed = signed
+        self.mlp = nn.Sequential(nn.Linear(2 if signed else 1, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, num_heads))
+        self.log_c = nn.Parameter(torch.tensor(math.log(INITIAL_C)))
+        self.threshold = nn.Parameter(torch.tensor(float(threshold)))
+
+    def per_offset(self, seq_len):
+        """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1."""
+        c = self.log_c.exp()
+        offsets = torch.arange(1 - seq_len, seq_len, device=c.device)
+        normaliser = torch.log1p(c * self.threshold.clamp(min=seq_len))
+        features = (torch.log1p(c * offsets.abs().to(c.dtype)) / normaliser)[:, None]
+        if self.signed:
+            features = torch.cat([features, offsets.sign().to(c.dtype)[:, None]], -1)
+        return offsets, self.mlp(features).t()
+
+
+def build_fire_bias(config):
+    """The FIRE bias of a :class:`~.position_config.PositionConfig`, or None."""
+    if not config.fire:
+        return None
+    return FireBias(config.num_heads, config.fire_hidden, config.fire_threshold, config.fire_signed,
+                    zero_cls=config.zero_cls_bias)
