@@ -228,10 +228,11 @@ def test_squad_table_of_the_report_shows_the_split_and_the_scores(squad_study):
 
 
 def test_seeds_and_extrapolation_study_reports_intervals_and_each_length(tmp_path, corpus, local_study):
-    """Two archs, two pre-training seeds, extrapolation to 4x the training length, end to end."""
-    config = tiny_config(corpus, ["bert_a_tiny", "bert_rope_tiny"], glue=None, analysis=False,
+    """Two archs, two pre-training seeds, RTE from the checkpoint of update 2 and the last, extrapolation to
+    4x the training length, end to end."""
+    config = tiny_config(corpus, ["bert_a_tiny", "bert_rope_tiny"], analysis=False,
                          extrapolation={"lengths": [64, 256], "batch_size": 4})
-    config["pretrain"]["seeds"] = [1, 2]
+    config["pretrain"].update(seeds=[1, 2], evaluate_at=[2])
     out = tmp_path / "out"
     reuse_data(local_study[0], out)
     run_study(write_config(tmp_path, config), out)
@@ -242,5 +243,7 @@ def test_seeds_and_extrapolation_study_reports_intervals_and_each_length(tmp_pat
     assert rope["extrapolation"]["256"]["loss"] > 0 and rope["extrapolation"]["256"]["reason"] is None
     assert report["archs"]["bert_a_tiny"]["extrapolation"]["256"]["reason"].startswith("table of ")
     assert (out / "figures" / "extrapolation.png").is_file()
+    assert set(rope["along_pretraining"]) == {"2", "4"}
+    assert all(rope["along_pretraining"][u]["glue"]["RTE"]["median"] is not None for u in ("2", "4"))
     text = (out / "report.md").read_text(encoding="utf-8")
-    assert "## Length extrapolation" in text and "95% interval" in text
+    assert "## Length extrapolation" in text and "95% interval" in text and "## Along pre-training" in text

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tupe_plugin.study import state
-from tupe_plugin.study.config import check_config
+from tupe_plugin.study.config import StudyConfigError, check_config
 from tupe_plugin.study.jobs import Job, build_jobs
 from tupe_plugin.study.launchers import LocalLauncher
 from tupe_plugin.study.runner import DONE, FAILED, SKIPPED, run_jobs
@@ -188,3 +188,34 @@ def test_progress_estimates_the_time_left_from_the_jobs_run(tmp_path):
     remaining = [toy_job(tmp_path, "glue/x", "pass"), toy_job(tmp_path, "analysis/x", "pass")]
     # glue: its kind's mean (20); analysis, not run yet: the mean of every job run (140 / 3)
     assert progress.estimate(remaining) == pytest.approx(20 + 140 / 3)
+
+
+def test_evaluate_at_keeps_those_checkpoints_and_evaluates_each(config, tmp_path):
+    config["pretrain"].update(updates=40, validate_every=10, evaluate_at=[20, 10])
+    config = check_config(config, ARCHS)
+    jobs = {job.name: job for job in build_jobs(config, tmp_path)}
+    pretrain = jobs["pretrain/tupe_r_tiny/seed1"]
+    train, snapshots = pretrain.commands
+    assert train[train.index("--keep-interval-updates-pattern") + 1] == "10"
+    assert snapshots[-3:] == ["--at", "10", "20"]
+    glue = jobs["glue/tupe_r_tiny/seed1/at20/RTE/seed2"]
+    assert str(tmp_path / "pretrain" / "tupe_r_tiny" / "seed1" / "checkpoints" / "checkpoint_at20.pt") in \
+        glue.commands[0] and glue.deps == ["pretrain/tupe_r_tiny/seed1"]
+    assert "analysis/tupe_r_tiny/seed1/at10" in jobs and "analysis/tupe_r_tiny/seed1" in jobs
+
+
+def test_evaluate_at_an_update_without_a_checkpoint_names_the_interval(config):
+    config["pretrain"].update(updates=40, validate_every=10, evaluate_at=[15])
+    with pytest.raises(StudyConfigError, match=r"pretrain.evaluate_at\[0\]': 15 is not a multiple of the "
+                                               r"checkpoint interval 10 \(pretrain.validate_every\)"):
+        check_config(config, ARCHS)
+
+
+def test_snapshot_links_fairseqs_checkpoint_of_that_update(tmp_path):
+    from tupe_plugin.study import snapshots
+
+    (tmp_path / "checkpoint_3_20.pt").write_bytes(b"weights at 20")
+    assert snapshots.main(["--save-dir", str(tmp_path), "--at", "20"]) == 0
+    assert (tmp_path / "checkpoint_at20.pt").read_bytes() == b"weights at 20"
+    with pytest.raises(SystemExit, match="has no checkpoint of update 30"):
+        snapshots.main(["--save-dir", str(tmp_path), "--at", "30"])

@@ -116,7 +116,7 @@ def test_a_killed_study_takes_its_running_command_with_it(tmp_path):
         "import sys; from tupe_plugin.study.launchers import run_commands; "
         f"run_commands([['bash', '-c', 'echo $$ > {pid_file}; exec sleep 60']], {{}}, sys.argv[1])"),
         str(tmp_path / "log.txt")])
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not (pid_file.is_file() and pid_file.read_text().strip()):
         assert time.monotonic() < deadline, "the command never started"
         time.sleep(0.1)

@@ -249,7 +249,7 @@ def sts_b_study(tmp_path_factory):
     outcome = {}
     for job in jobs:
         if job.kind == "glue":
-            values = STS_B[job.arch][job.settings["seed"]]
+            values = STS_B[job.model.arch][job.settings["seed"]]
             finish(job, 10.0, {"run/train.log": "".join(sts_b_line(u, v) for u, v in enumerate(values, 1))})
             outcome[job.name] = (DONE, "")
     paths = write_report(config, jobs, outcome, tmp_path / "out")
@@ -375,3 +375,34 @@ def test_loss_curve_of_several_seeds_is_their_mean_with_a_band(seeds_study):
     assert entry["valid_loss_curve"] == [[2, pytest.approx(6.6)], [4, pytest.approx(5.6)]]
     assert entry["valid_loss_band"] == [[2, 6.5, 6.7], [4, 5.5, 5.7]]
     assert os.path.isfile(seeds_study[2]["figures"] + "/extrapolation.png")
+
+
+@pytest.fixture(scope="module")
+def along_study(tmp_path_factory):
+    """One arch, two pre-training seeds, RTE fine-tuned from the checkpoint of update 2 and the last (4)."""
+    tmp_path = tmp_path_factory.mktemp("along")
+    config = check_config({"archs": ["tupe_r_tiny"], "analysis": False,
+                           "pretrain": {"seeds": [1, 2], "updates": 4, "validate_every": 2, "evaluate_at": [2]},
+                           "glue": {"dir": test_data("glue"), "tasks": ["RTE"], "seeds": [1]}}, {"tupe_r_tiny"})
+    out = tmp_path / "out"
+    jobs = {job.name: job for job in build_jobs(config, out)}
+    for name in ("data", "unigram"):
+        finish(jobs[name], 1.0, {"unigram.json": json.dumps({"bits_per_token": 8.0})})
+    for seed in (1, 2):
+        finish(jobs[f"pretrain/tupe_r_tiny/seed{seed}"], 10.0,
+               {"train.log": valid_line(2, loss=7.0 + seed) + valid_line(4, loss=5.0 + seed)})
+        for at, accuracy in (("/at2", 50.0), ("", 60.0)):
+            finish(jobs[f"glue/tupe_r_tiny/seed{seed}{at}/RTE/seed1"], 1.0,
+                   {"run/train.log": valid_line(1, loss=1.0, accuracy=accuracy + seed)})
+    paths = write_report(config, list(jobs.values()), {name: (DONE, "") for name in jobs}, out)
+    with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
+        return json.load(f), g.read(), paths
+
+
+def test_scores_along_pretraining_come_from_the_kept_checkpoints(along_study):
+    along = along_study[0]["archs"]["tupe_r_tiny"]["along_pretraining"]
+    assert list(along) == ["2", "4"]
+    assert along["2"]["valid_loss"]["mean"] == pytest.approx(8.5) and along["4"]["valid_loss"]["mean"] == 6.5
+    assert along["2"]["glue"]["RTE"]["median"] == 51.5 and along["4"]["glue"]["RTE"]["median"] == 61.5
+    assert "| tupe_r_tiny | RTE | 51.5 | 61.5 |" in along_study[1]
+    assert os.path.isfile(along_study[2]["figures"] + "/along_pretraining.png")

@@ -40,7 +40,7 @@ DEFAULTS = {
     "data": {"vocab_size": 8000},
     "pretrain": {
         "updates": 1000, "tokens_per_sample": 128, "batch_size": 16, "lr": 5e-4,
-        "warmup_updates": None, "seeds": [1], "validate_every": None, "extra_args": [],
+        "warmup_updates": None, "seeds": [1], "validate_every": None, "evaluate_at": [], "extra_args": [],
     },
     "glue": {
         "dir": Required("the folder of the GLUE data, one folder per task (RTE/train.tsv, RTE/dev.tsv, ...); "
@@ -117,6 +117,7 @@ def check_config(raw, known_archs, source="config"):
             _positive_int(pretrain, "pretrain", key, fail, least=0 if key == "warmup_updates" else 1)
     _positive_float(pretrain, "pretrain", "lr", fail)
     _string_list(pretrain, "pretrain", "extra_args", fail)
+    _check_evaluate_at(pretrain, fail)
 
     if config["glue"] is not None:
         _check_glue(config["glue"], fail)
@@ -252,6 +253,24 @@ def _check_glue(glue, fail):
         _positive_int(glue, "glue", key, fail)
     _positive_float(glue, "glue", "lr", fail)
     _string_list(glue, "glue", "extra_args", fail)
+
+
+def _check_evaluate_at(pretrain, fail):
+    """The updates whose checkpoints are evaluated too: saved ones (multiples of the validation
+    interval), before the last."""
+    from .jobs import pretrain_schedule
+
+    updates, at = pretrain["updates"], pretrain["evaluate_at"]
+    if (not isinstance(at, list) or len(set(at)) != len(at)
+            or not all(isinstance(u, int) and not isinstance(u, bool) and 0 < u < updates for u in at)):
+        fail("pretrain.evaluate_at", f"must be a list of distinct updates between 0 and pretrain.updates "
+             f"({updates}, whose model is always evaluated), got {at!r}")
+    interval = pretrain_schedule(pretrain)["interval"]
+    for i, update in enumerate(at):
+        if update % interval:
+            fail(f"pretrain.evaluate_at[{i}]", f"{update} is not a multiple of the checkpoint interval "
+                 f"{interval} (pretrain.validate_every): no checkpoint is saved there")
+    pretrain["evaluate_at"] = sorted(at)
 
 
 def _seed_list(section, prefix, fail):

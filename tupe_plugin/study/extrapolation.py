@@ -3,9 +3,10 @@
 As "On Position Embeddings in BERT" (Wang et al., ICLR 2021, §4.2) and the ALiBi and RoPE papers ask:
 ``fairseq-validate`` on the study's validation text cut into blocks of ``--length`` tokens across line
 ends (``--sample-break-mode none --tokens-per-sample L``: every input but the last is L tokens long),
-the model rebuilt for that length (``--model-overrides "{'max_positions': L}"``). A model with a learned position table (``--abs-pos learned``, TUPE's
-untied table) has no position beyond its table: for a longer ``L`` no number is given, and the result
-says why (``table of N positions``) instead of leaving the row out.
+the model rebuilt for that length (``--model-overrides "{'max_positions': L}"``). A model with a
+learned position table (``--abs-pos learned``, TUPE's untied table) has no position beyond its table:
+for a longer ``L`` no number is given, and the result says why (``table of N positions``) instead of
+leaving the row out.
 
     python -m tupe_plugin.study.extrapolation --path CKPT --data DATA_BIN --length 256 --out FILE.json
 

@@ -8,6 +8,8 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .report import mean  # noqa: E402
+
 
 def loss_figure(report, path):
     """Validation masked-LM loss against updates, one line per arch (the mean over pre-training seeds,
@@ -61,6 +63,34 @@ def extrapolation_figure(report, path):
     ax.set_ylabel("validation MLM loss (bits)")
     ax.legend()
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def along_figure(report, path):
+    """Each GLUE task's median score (and SQuAD F1) against pre-training updates, one panel per task,
+    one line per arch (TUPE, arXiv 2006.15595, Fig. 4b/c). None without ``pretrain.evaluate_at``."""
+    config = report["config"]
+    if not config["pretrain"]["evaluate_at"]:
+        return None
+    panels = [(task, lambda figures, task=task: (figures["glue"].get(task) or {}).get("median"))
+              for task in (config["glue"] or {}).get("tasks", [])]
+    if config["squad"] is not None:
+        panels.append(("SQuAD F1", lambda figures: (figures["squad"] or {}).get("f1")))
+    panels.append(("valid loss (bits)", lambda figures: mean(figures["valid_loss"])))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
+    for ax, (title, value) in zip(axes[0], panels):
+        for arch, entry in report["archs"].items():
+            points = [(int(u), value(figures)) for u, figures in entry["along_pretraining"].items()]
+            points = [(u, v) for u, v in points if v is not None]
+            if points:
+                ax.plot(*zip(*points), marker=".", label=arch)
+        ax.set_title(title)
+        ax.set_xlabel("pre-training updates")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

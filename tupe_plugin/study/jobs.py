@@ -22,6 +22,7 @@ content: an edited file invalidates the jobs that read it, a touched one does no
 
 import hashlib
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -41,8 +42,7 @@ class Job:
     resumable: bool = False        # a rerun continues in the same folder instead of starting afresh
     outputs: list = field(default_factory=list)  # files later jobs read: a done job without one reruns
     log: str = "log.txt"           # the output of its commands, in its folder
-    arch: str = None
-    seed: int = None               # the pre-training seed of the model the job trains or reads
+    model: "Model" = None          # the pre-trained model the job trains or reads
     fingerprint: str = ""
 
 
@@ -61,8 +61,32 @@ class Tools:
         return fairseq_tool(tool, self.bin_dir)
 
 
-def pretrain_checkpoint(out, arch, seed):
-    return os.path.join(out, "pretrain", arch, f"seed{seed}", "checkpoints", "checkpoint_last.pt")
+@dataclass(frozen=True)
+class Model:
+    """A pre-trained model the later jobs read: ``arch`` pre-trained with ``seed``, its last checkpoint
+    or (``at``) the one kept at that update (``pretrain.evaluate_at``)."""
+
+    arch: str
+    seed: int
+    at: int = None
+
+    @property
+    def key(self):
+        """Its part of a job's name: ``ARCH/seedP`` or ``ARCH/seedP/atU``."""
+        return f"{self.arch}/seed{self.seed}" + ("" if self.at is None else f"/at{self.at}")
+
+    @property
+    def pretrain_job(self):
+        return f"pretrain/{self.arch}/seed{self.seed}"
+
+    def checkpoint(self, out):
+        folder = os.path.join(out, self.pretrain_job, "checkpoints")
+        return os.path.join(folder, "checkpoint_last.pt" if self.at is None else snapshot_name(self.at))
+
+
+def snapshot_name(update):
+    """The name :mod:`.snapshots` gives the checkpoint kept at ``update``."""
+    return f"checkpoint_at{update}.pt"
 
 
 def data_bin(out):
@@ -78,22 +102,25 @@ def build_jobs(config, out, tools=Tools()):
         jobs.append(_squad_split_job(squad, out, tools))
     # Pre-training and analysis of every arch first: the loss curves against the baseline and the
     # position analysis are the comparison's core, and a stopped study reports them for all archs.
-    models = [(arch, seed) for seed in config["pretrain"]["seeds"] for arch in config["archs"]]
-    jobs += [_pretrain_job(config["pretrain"], arch, seed, out, tools) for arch, seed in models]
+    pretrain = config["pretrain"]
+    final = [Model(arch, seed) for seed in pretrain["seeds"] for arch in config["archs"]]
+    # the checkpoints along pre-training get the evaluations of the final models but extrapolation
+    models = final + [Model(m.arch, m.seed, at) for at in pretrain["evaluate_at"] for m in final]
+    jobs += [_pretrain_job(pretrain, model, out, tools) for model in final]
     if config["analysis"]:
-        jobs += [_analysis_job(arch, seed, out, tools) for arch, seed in models]
+        jobs += [_analysis_job(model, out, tools) for model in models]
     if config["extrapolation"] is not None:
-        jobs += [_extrapolation_job(config["extrapolation"], arch, seed, length, out, tools)
-                 for arch, seed in models for length in config["extrapolation"]["lengths"]]
+        jobs += [_extrapolation_job(config["extrapolation"], model, length, out, tools)
+                 for model in final for length in config["extrapolation"]["lengths"]]
     glue = config["glue"]
     if glue is not None:
         for task in glue["tasks"]:
             files = GLUE_TASKS[task].files(glue["dir"])
             digests = {split: file_digest(path) for split, path in files.items()}
-            jobs += [_glue_job(glue, arch, seed, task, digests, run_seed, out, tools)
-                     for run_seed in glue["seeds"] for arch, seed in models]
+            jobs += [_glue_job(glue, model, task, digests, run_seed, out, tools)
+                     for run_seed in glue["seeds"] for model in models]
     if squad is not None:
-        jobs += [_squad_job(squad, arch, seed, out, tools) for arch, seed in models]
+        jobs += [_squad_job(squad, model, out, tools) for model in models]
     by_name = {}
     for job in jobs:
         job.fingerprint = _fingerprint(job, by_name)
@@ -154,8 +181,10 @@ def pretrain_schedule(pretrain):
             "log_interval": max(1, min(interval, 10))}
 
 
-def _pretrain_job(pretrain, arch, seed, out, tools):
-    name = f"pretrain/{arch}/seed{seed}"
+def _pretrain_job(pretrain, model, out, tools):
+    """fairseq-train of ``model``; with ``evaluate_at``, the checkpoints of those updates are kept
+    (``--keep-interval-updates-pattern``) and named for the jobs that read them (:mod:`.snapshots`)."""
+    arch, seed, name = model.arch, model.seed, model.pretrain_job
     folder = os.path.join(out, name)
     schedule = pretrain_schedule(pretrain)
     updates = pretrain["updates"]
@@ -179,10 +208,18 @@ def _pretrain_job(pretrain, arch, seed, out, tools):
     if tools.distributed_world_size > 1:
         command += ["--distributed-world-size", str(tools.distributed_world_size),
                     "--distributed-port", "29671"]
-    command += pretrain["extra_args"]
+    kept = [Model(arch, seed, at) for at in pretrain["evaluate_at"]]
+    if kept:  # the checkpoints at multiples of the updates' gcd survive --keep-interval-updates 1
+        command += ["--keep-interval-updates-pattern", str(math.gcd(*pretrain["evaluate_at"]))]
+    commands = [command + pretrain["extra_args"]]
+    if kept:
+        commands.append([tools.python, "-m", "tupe_plugin.study.snapshots",
+                         "--save-dir", os.path.join(folder, "checkpoints"),
+                         "--at", *map(str, pretrain["evaluate_at"])])
     settings = {"arch": arch, "seed": seed, **{k: v for k, v in pretrain.items() if k != "seeds"}}
-    return _job(out, name, "pretrain", [command], deps=["data"], settings=settings, resumable=True,
-                log="train.log", arch=arch, seed=seed, outputs=[pretrain_checkpoint(out, arch, seed)])
+    return _job(out, name, "pretrain", commands, deps=["data"], settings=settings, resumable=True,
+                log="train.log", model=model,
+                outputs=[model.checkpoint(out)] + [m.checkpoint(out) for m in kept])
 
 
 def _finetuning_flags(tools, settings, **flags):
@@ -192,12 +229,12 @@ def _finetuning_flags(tools, settings, **flags):
     return argv + (["--cpu"] if tools.cpu else []) + settings["extra_args"]
 
 
-def _glue_job(glue, arch, seed, task, digests, run_seed, out, tools):
-    """Fine-tune model (``arch``, pre-training ``seed``) on ``task`` with ``run_seed``; ``digests`` are
-    the sha256 of the task's files, by split."""
-    name = f"glue/{arch}/seed{seed}/{task}/seed{run_seed}"
+def _glue_job(glue, model, task, digests, run_seed, out, tools):
+    """Fine-tune ``model`` on ``task`` with ``run_seed``; ``digests`` are the sha256 of the task's files,
+    by split."""
+    name = f"glue/{model.key}/{task}/seed{run_seed}"
     folder = os.path.join(out, name)
-    command = [tools.python, "-m", "tupe_plugin.glue.finetune", task, pretrain_checkpoint(out, arch, seed),
+    command = [tools.python, "-m", "tupe_plugin.glue.finetune", task, model.checkpoint(out),
                data_bin(out), *_finetuning_flags(
                    tools, glue, glue_dir=glue["dir"], bin_dir=os.path.join(folder, "bin"),
                    save_dir=os.path.join(folder, "run"), seed=run_seed, lr=glue["lr"],
@@ -205,9 +242,8 @@ def _glue_job(glue, arch, seed, task, digests, run_seed, out, tools):
                    max_examples=glue["max_examples"])]
     settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "lr", "batch_size",
                                            "extra_args")}
-    return _job(out, name, "glue", [command], deps=[f"pretrain/{arch}/seed{seed}"],
-                settings={"task": task, "seed": run_seed, "sha256": digests, **settings}, arch=arch,
-                seed=seed)
+    return _job(out, name, "glue", [command], deps=[model.pretrain_job],
+                settings={"task": task, "seed": run_seed, "sha256": digests, **settings}, model=model)
 
 
 def _squad_split_job(squad, out, tools):
@@ -228,42 +264,42 @@ def squad_files(squad, out):
     return squad["train"], squad["dev"]
 
 
-def _squad_job(squad, arch, seed, out, tools):
-    name = f"squad/{arch}/seed{seed}"
+def _squad_job(squad, model, out, tools):
+    name = f"squad/{model.key}"
     folder = os.path.join(out, name)
     train, dev = squad_files(squad, out)
     given = squad["train"] is not None
     # the tool fits the stride and the question length to the window (tupe-prepare-squad's defaults)
     command = [tools.python, "-m", "tupe_plugin.squad.finetune", squad["version"],
-               pretrain_checkpoint(out, arch, seed), data_bin(out), *_finetuning_flags(
+               model.checkpoint(out), data_bin(out), *_finetuning_flags(
                    tools, squad, train_file=train, valid_file=dev, bin_dir=os.path.join(folder, "bin"),
                    save_dir=os.path.join(folder, "run"), seed=squad["seed"], lr=squad["lr"],
                    max_epoch=squad["max_epoch"], batch_size=squad["batch_size"],
                    max_seq_length=squad["max_seq_length"],
                    max_articles=squad["max_articles"] if given else None)]
-    deps = [f"pretrain/{arch}/seed{seed}"] + ([] if given else ["squad-data"])
+    deps = [model.pretrain_job] + ([] if given else ["squad-data"])
     settings = dict(squad)
     if given:
         settings.update(train_sha256=file_digest(train), dev_sha256=file_digest(dev))
-    return _job(out, name, "squad", [command], deps=deps, settings=settings, arch=arch, seed=seed)
+    return _job(out, name, "squad", [command], deps=deps, settings=settings, model=model)
 
 
-def _analysis_job(arch, seed, out, tools):
-    name = f"analysis/{arch}/seed{seed}"
-    command = [tools.python, "-m", "tupe_plugin.analysis.cli", "--path", pretrain_checkpoint(out, arch, seed),
+def _analysis_job(model, out, tools):
+    name = f"analysis/{model.key}"
+    command = [tools.python, "-m", "tupe_plugin.analysis.cli", "--path", model.checkpoint(out),
                "--data", data_bin(out), "--out", os.path.join(out, name, "analysis"),
                "--device", "cpu" if tools.cpu else "cuda"]
-    return _job(out, name, "analysis", [command], deps=[f"pretrain/{arch}/seed{seed}"], arch=arch, seed=seed)
+    return _job(out, name, "analysis", [command], deps=[model.pretrain_job], model=model)
 
 
-def _extrapolation_job(extrapolation, arch, seed, length, out, tools):
-    """The validation masked-LM loss of model (``arch``, ``seed``) on inputs of up to ``length`` tokens."""
-    name = f"extrapolation/{arch}/seed{seed}/len{length}"
+def _extrapolation_job(extrapolation, model, length, out, tools):
+    """The validation masked-LM loss of ``model`` on blocks of ``length`` tokens."""
+    name = f"extrapolation/{model.key}/len{length}"
     command = [tools.python, "-m", "tupe_plugin.study.extrapolation",
-               "--path", pretrain_checkpoint(out, arch, seed), "--data", data_bin(out),
+               "--path", model.checkpoint(out), "--data", data_bin(out),
                "--length", str(length), "--batch-size", str(extrapolation["batch_size"]),
                "--out", os.path.join(out, name, "extrapolation.json")]
     if tools.cpu:
         command.append("--cpu")
-    return _job(out, name, "extrapolation", [command], deps=[f"pretrain/{arch}/seed{seed}"],
-                settings={"length": length, "batch_size": extrapolation["batch_size"]}, arch=arch, seed=seed)
+    return _job(out, name, "extrapolation", [command], deps=[model.pretrain_job],
+                settings={"length": length, "batch_size": extrapolation["batch_size"]}, model=model)

@@ -16,6 +16,7 @@ import os
 import shlex
 
 from . import results, statistics
+from .jobs import Model
 from ..glue.tasks import GLUE_TASKS
 from .runner import DONE, FAILED
 
@@ -43,10 +44,19 @@ def collect(config, jobs, outcome):
     unigram = done.get("unigram")
     report["unigram"] = (results.unigram_result(os.path.join(unigram.folder, "unigram.json"))
                          if unigram else None)
+    pretrain = config["pretrain"]
     for arch in config["archs"]:
-        models = {seed: _model_entry(config, arch, seed, done, report["jobs"])
-                  for seed in config["pretrain"]["seeds"]}
+        models = {seed: _model_entry(config, Model(arch, seed), done, report["jobs"])
+                  for seed in pretrain["seeds"]}
         entry = _over_seeds(config, models)
+        along = {at: _over_seeds(config, {
+            seed: _model_entry(config, Model(arch, seed, at), done, report["jobs"],
+                               models[seed]["valid_loss_curve"]) for seed in pretrain["seeds"]})
+            for at in pretrain["evaluate_at"]}
+        along[pretrain["updates"]] = entry
+        entry["along_pretraining"] = {
+            str(at): {key: result[key] for key in ("valid_loss", "glue", "squad")}
+            for at, result in sorted(along.items())} if pretrain["evaluate_at"] else {}
         entry["seconds_all_jobs"] = sum(j["seconds"] or 0 for n, j in report["jobs"].items()
                                         if n.split("/")[1:2] == [arch])
         report["archs"][arch] = entry
@@ -58,20 +68,23 @@ def collect(config, jobs, outcome):
     return report
 
 
-def _model_entry(config, arch, seed, done, jobs):
-    """The numbers of one pre-trained model (``arch``, pre-training ``seed``) and the jobs built on it."""
+def _model_entry(config, model, done, jobs, curve=None):
+    """The numbers of one pre-trained :class:`Model` and the jobs built on it; a checkpoint along
+    pre-training (``model.at``) takes its validation loss from the final model's ``curve``."""
     entry = {"valid_loss": None, "valid_loss_curve": [], "glue": {}, "squad": None, "analysis": None,
              "seconds": None, "extrapolation": {}}
-    model = f"{arch}/seed{seed}"
-    pretrain = done.get(f"pretrain/{model}")
-    if pretrain:
+    seed, model_key = model.seed, model.key
+    pretrain = done.get(model.pretrain_job)
+    if pretrain and model.at is None:
         entry.update(results.pretrain_result(os.path.join(pretrain.folder, pretrain.log),
                                              _record(pretrain).get("seconds")))
+    elif model.at is not None:
+        entry["valid_loss"] = next((loss for update, loss in curve or [] if update == model.at), None)
     if config["glue"] is not None:
         for task in config["glue"]["tasks"]:
             runs = []
             for run_seed in config["glue"]["seeds"]:
-                name = f"glue/{model}/{task}/seed{run_seed}"
+                name = f"glue/{model_key}/{task}/seed{run_seed}"
                 if name in done:
                     runs.append({**results.glue_run(os.path.join(done[name].folder, "run", "train.log"),
                                                     task, run_seed), "pretrain_seed": seed})
@@ -80,15 +93,15 @@ def _model_entry(config, arch, seed, done, jobs):
                                           "out of the median")
             if runs:
                 entry["glue"][task] = results.glue_task(runs, task)
-    squad = done.get(f"squad/{model}")
+    squad = done.get(f"squad/{model_key}")
     if squad:
         entry["squad"] = results.squad_result(os.path.join(squad.folder, squad.log))
-    analysis = done.get(f"analysis/{model}")
+    analysis = done.get(f"analysis/{model_key}")
     if analysis:
         entry["analysis"] = results.analysis_result(os.path.join(analysis.folder, "analysis",
                                                                  "positions.json"))
     for length in (config["extrapolation"] or {}).get("lengths", []):
-        job = done.get(f"extrapolation/{model}/len{length}")
+        job = done.get(f"extrapolation/{model_key}/len{length}")
         if job:
             entry["extrapolation"][str(length)] = results.extrapolation_result(
                 os.path.join(job.folder, "extrapolation.json"))
@@ -177,10 +190,11 @@ def write_report(config, jobs, outcome, out):
     report = collect(config, jobs, outcome)
     figures_dir = os.path.join(out, "figures")
     os.makedirs(figures_dir, exist_ok=True)
-    from .figures import analysis_figures, extrapolation_figure, loss_figure
+    from .figures import along_figure, analysis_figures, extrapolation_figure, loss_figure
 
     figures = {"loss": loss_figure(report, os.path.join(figures_dir, "pretrain_valid_loss.png")),
                "extrapolation": extrapolation_figure(report, os.path.join(figures_dir, "extrapolation.png")),
+               "along_pretraining": along_figure(report, os.path.join(figures_dir, "along_pretraining.png")),
                "analysis": analysis_figures(report, figures_dir)}
     report["figures"] = {k: v for k, v in figures.items() if v}
     paths = {"json": os.path.join(out, "report.json"), "md": os.path.join(out, "report.md"),
@@ -235,6 +249,8 @@ def markdown(report, out):
     lines += _pretrain_section(report, out)
     if config["extrapolation"] is not None:
         lines += _extrapolation_section(report, out)
+    if pretrain["evaluate_at"]:
+        lines += _along_section(report, out)
     if config["glue"] is not None:
         lines += _glue_section(report)
     if config["squad"] is not None:
@@ -318,6 +334,33 @@ def _extrapolation_section(report, out):
     figure = report["figures"].get("extrapolation")
     if figure:
         lines += [f"![validation loss against input length]({os.path.relpath(figure, out)})", ""]
+    return lines
+
+
+def _along_section(report, out):
+    """Each figure of the checkpoints kept along pre-training (TUPE, arXiv 2006.15595, Fig. 4b/c)."""
+    config = report["config"]
+    updates = [str(u) for u in config["pretrain"]["evaluate_at"] + [config["pretrain"]["updates"]]]
+    tasks = (config["glue"] or {}).get("tasks", [])
+    lines = ["## Along pre-training", "",
+             "The checkpoints kept at `pretrain.evaluate_at` evaluated as the final one: validation loss "
+             "(bits)"
+             + (", each GLUE task's median (its metric)" if tasks else "")
+             + (", SQuAD F1" if config["squad"] is not None else "") + "; mean over pre-training seeds.", "",
+             "| arch | figure | " + " | ".join(f"{u} updates" for u in updates) + " |",
+             "|---|---|" + "---|" * len(updates)]
+    for arch, entry in report["archs"].items():
+        along = entry["along_pretraining"]
+        rows = [("valid loss", [_number(along[u]["valid_loss"]) for u in updates])]
+        rows += [(task, [_number((along[u]["glue"].get(task) or {}).get("median"), 1) for u in updates])
+                 for task in tasks]
+        if config["squad"] is not None:
+            rows.append(("SQuAD F1", [_number((along[u]["squad"] or {}).get("f1"), 1) for u in updates]))
+        lines += [f"| {arch} | {name} | " + " | ".join(cells) + " |" for name, cells in rows]
+    lines.append("")
+    figure = report["figures"].get("along_pretraining")
+    if figure:
+        lines += [f"![scores against pre-training updates]({os.path.relpath(figure, out)})", ""]
     return lines
 
 

@@ -138,7 +138,8 @@ def start(job, how):
         shutil.rmtree(job.folder)
     os.makedirs(job.folder, exist_ok=True)
     record = {
-        "name": job.name, "kind": job.kind, "arch": job.arch, "fingerprint": job.fingerprint,
+        "name": job.name, "kind": job.kind, "arch": job.model and job.model.arch,
+        "fingerprint": job.fingerprint,
         "commands": job.commands, "log": job.log, "status": "running",
         "attempts": (record or {}).get("attempts", 0) + 1, "seconds": (record or {}).get("seconds", 0.0),
         "started": time.time(),
