@@ -188,6 +188,7 @@ def content_free_correlation(encoder, seq_len, head):
         )
         v = v + bias
         used = True
+    thetas = None
     if untied is not None and untied.cls_vectors is not None:
         thetas = []
         for vector in untied.cls_vectors:
@@ -196,6 +197,9 @@ def content_free_correlation(encoder, seq_len, head):
                 (p @ untied.q_proj.weight[rows].t()) @ (p @ untied.k_proj.weight[rows].t())
                 / math.sqrt(2 * head_dim)
             )
+    elif term.cls_reset is not None:  # TUPE §3.3 without the untied term: two learned scalars per head
+        thetas = [term.cls_reset.thetas[head, 0], term.cls_reset.thetas[head, 1]]
+    if thetas is not None:
         reset = torch.zeros_like(v)
         for i in range(seq_len):
             for j in range(seq_len):

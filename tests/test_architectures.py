@@ -31,6 +31,7 @@ PAPER_ROWS = {
     "bert_lrope": ("none", "none", "none", "none", "learnable"),
     "bert_alibi": ("none", "alibi", "none", "none", "none"),
     "bert_alibi_asym": ("none", "alibi", "none", "none", "none"),  # slopes per side, learned
+    "bert_alibi_cls": ("none", "alibi", "none", "paper", "none"),  # TUPE's [CLS] reset of the ALiBi bias
     # KERPLE (Chi et al. 2022)
     "bert_kerple": ("none", "kerple-log", "none", "none", "none"),
     # Sandwich (Chi et al. 2023)
@@ -74,7 +75,9 @@ def test_sizes_match_the_design_table(dictionary):
     "flags, message",
     [
         (dict(abs_pos="learned"), "--abs-pos learned .* --untied-pos tupe"),
-        (dict(untied_pos="none", rel_pos="t5"), "--cls-reset paper needs --untied-pos tupe"),
+        (dict(untied_pos="none", rel_pos="none"), "--cls-reset paper resets a content-free term .* none"),
+        (dict(untied_pos="none", rel_pos="shaw-learned"), "--cls-reset paper resets a content-free term"),
+        (dict(untied_pos="four-term"), "--cls-reset paper with --untied-pos four-term"),
         (dict(rel_pos_buckets=7), "--rel-pos-buckets must be even"),
         (dict(rel_pos_max_distance=4), "--rel-pos-max-distance"),
         (dict(encoder_attention_heads=3), "multiple of --encoder-attention-heads"),

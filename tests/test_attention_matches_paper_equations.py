@@ -15,6 +15,13 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_alibi", {"alibi_asymmetric": True}),
     ("bert_alibi", {"alibi_learned_slopes": True}),
     ("bert_fire", {"fire_signed": True, "fire_threshold": 4.0}),
+    # TUPE's [CLS] reset of every content-free bias, alone and beside the untied term
+    ("bert_r", {"cls_reset": "paper"}),
+    ("bert_kerple", {"cls_reset": "paper", "rel_pos": "kerple-power"}),
+    ("bert_sandwich", {"cls_reset": "paper"}),
+    ("bert_fire", {"cls_reset": "paper"}),
+    ("tupe_r", {"rel_pos": "kerple-log"}),
+    ("tupe_a", {"rel_pos": "fire"}),
 ]
 
 
@@ -40,7 +47,8 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, overrides, norm
                                                ("bert_rpe", {"shaw_keys_only": True}),
                                                ("bert_kerple", {}),
                                                ("bert_kerple", {"rel_pos": "kerple-power"}),
-                                               ("bert_alibi_asym", {}), ("bert_fire", {})])
+                                               ("bert_alibi_asym", {}), ("bert_fire", {}),
+                                               ("bert_alibi_cls", {})])
 @pytest.mark.parametrize("normalize_before", [False, True])
 def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normalize_before, dictionary,
                                                       monkeypatch):

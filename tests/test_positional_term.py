@@ -39,6 +39,21 @@ def test_cls_reset_sets_exactly_row_0_and_column_0(preset, dictionary):
     torch.testing.assert_close(reset[:, 1:, 0], thetas[:, 1:].expand(-1, seq_len - 1))
 
 
+@pytest.mark.parametrize("rel_pos", ["t5", "alibi", "kerple-log", "sandwich", "fire"])
+def test_cls_reset_without_untied_term_sets_row_0_and_column_0_to_its_thetas(rel_pos, dictionary):
+    model = build_model("bert_alibi_cls_tiny", dictionary, rel_pos=rel_pos)
+    positional = model.encoder.sentence_encoder.positional_term
+    thetas = positional.cls_reset.thetas.detach().normal_()
+    seq_len = 10
+    reset = positional.content_free(seq_len).dense().detach()
+    positional.cls_reset, positional.relative_bias.zero_cls = None, False
+    untouched = positional.content_free(seq_len).dense().detach()
+
+    torch.testing.assert_close(reset[:, 0, :], thetas[:, :1].expand(-1, seq_len))
+    torch.testing.assert_close(reset[:, 1:, 0], thetas[:, 1:].expand(-1, seq_len - 1))
+    torch.testing.assert_close(reset[:, 1:, 1:], untouched[:, 1:, 1:])
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_position_tables_are_shared_by_all_layers(preset, dictionary):
     model = build_model(f"{preset}_tiny", dictionary, encoder_layers=3)

@@ -48,6 +48,7 @@ POSITION_PRESETS.update(
     bert_rope=dict(NO_POSITION, rotary="fixed"),
     bert_lrope=dict(NO_POSITION, rotary="learnable"),
     bert_alibi=dict(NO_POSITION, rel_pos="alibi"),
+    bert_alibi_cls=dict(NO_POSITION, rel_pos="alibi", cls_reset="paper"),
     bert_alibi_asym=dict(NO_POSITION, rel_pos="alibi", alibi_asymmetric=True, alibi_learned_slopes=True),
     bert_kerple=dict(NO_POSITION, rel_pos="kerple-log"),
     bert_sandwich=dict(NO_POSITION, rel_pos="sandwich"),

@@ -130,9 +130,10 @@ class PositionConfig:
     cls_reset: str = _flag(
         "none", choices=CLS_RESET_CHOICES,
         help="paper = reset the content-free correlations from/to [CLS] to learned theta_1/theta_2 "
-        "(TUPE Eq. 9); release = as the authors' released code: theta_1/theta_2 from the untied table's "
-        "rows 0 and 1 (the table gets max_positions + 1 rows), the T5 bias reset on its own to two "
-        "extra buckets",
+        "(TUPE Eq. 9-11): built with U^Q/U^K under --untied-pos tupe, two scalars per head reset in the "
+        "--rel-pos bias otherwise; release = as the authors' released code: theta_1/theta_2 from the "
+        "untied table's rows 0 and 1 (the table gets max_positions + 1 rows), the T5 bias reset on its "
+        "own to two extra buckets",
     )
     untied_proj_bias: bool = _flag(
         False, help="give the untied projections U^Q/U^K a bias, as the authors' released code does"
@@ -222,6 +223,17 @@ class PositionConfig:
                              "whole content-free term.")
 
     @property
+    def offset_bias(self):
+        """A content-free bias of the offset j - i (every --rel-pos but Shaw's, which depends on q)."""
+        return self.rel_pos != "none" and self.shaw_table is None
+
+    @property
+    def own_cls_thetas(self):
+        """The paper's [CLS] reset without TUPE's untied term: theta_1/theta_2 are learned per head and
+        reset the --rel-pos bias."""
+        return self.zero_cls_bias and not self.untied
+
+    @property
     def learned_tables(self):
         """A learned table fixes the longest input."""
         return self.learned_absolute_table or self.untied_table
@@ -230,7 +242,7 @@ class PositionConfig:
     def learned_dense_bias(self):
         """A learned (H, T, T) bias: on CPU it needs BiasedFlashAttention."""
         return (self.t5_bias or self.shaw_table is not None or self.kerple or self.fire
-                or self.alibi and self.alibi_learned_slopes)
+                or self.alibi and self.alibi_learned_slopes or self.own_cls_thetas)
 
     @property
     def scale(self):
@@ -260,11 +272,16 @@ class PositionConfig:
                 f"{self.untied_pos} models them in attention; choose one absolute encoding "
                 "(TUPE: --abs-pos none --untied-pos tupe; BERT-A: --abs-pos learned --untied-pos none)"
             )
-        if self.cls_reset_applies and not self.untied:
-            errors.append(
-                f"--cls-reset {self.cls_reset} needs --untied-pos tupe: theta_1/theta_2 are built "
-                "with TUPE's U^Q/U^K (TUPE §3.3)"
-            )
+        if self.release and not self.untied:
+            errors.append("--cls-reset release needs --untied-pos tupe: theta_1/theta_2 are rows 0 and 1 of "
+                          "the released untied table")
+        elif self.four_term and self.cls_reset_applies:
+            errors.append(f"--cls-reset {self.cls_reset} with --untied-pos four-term: BERT-A^d mixes "
+                          "positions into the word query and key, no content-free term to reset; use "
+                          "--cls-reset none")
+        elif self.zero_cls_bias and not (self.untied or self.offset_bias):
+            errors.append("--cls-reset paper resets a content-free term (TUPE §3.3) and there is none: add "
+                          "--untied-pos tupe or a --rel-pos bias (t5, alibi, kerple-*, sandwich, fire)")
         if self.untied_proj_bias and not self.untied_table:
             errors.append(
                 "--untied-proj-bias gives U^Q/U^K a bias but --untied-pos none has no U^Q/U^K; "

@@ -7,7 +7,8 @@ part to the forward's :class:`PositionalTerm` (``contribute(term, seq_len)``, a 
 with the term it resets): TUPE's untied term as low-rank factors or BERT-A^d's query/key shifts
 (:mod:`.untied_position`), the T5, ALiBi, KERPLE, Sandwich or FIRE bias (:mod:`.relative_position`,
 :mod:`.alibi_position`, :mod:`.kerple_position`, :mod:`.sandwich_position`, :mod:`.fire_position`),
-RoPE's cos/sin (:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`). Low-rank terms stay
+the [CLS] reset of that bias when no untied term carries it (:mod:`.cls_reset`), RoPE's cos/sin
+(:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`). Low-rank terms stay
 factored so that each layer keeps a fused attention kernel, unless the forward's path folds them into
 the dense bias (:func:`~.attention_kernels.fold_untied_term`). The term then carries the path and the
 attention dropout that :func:`~.attention_kernels.choose_path` was given, and the mask with the key
@@ -22,6 +23,7 @@ from torch import nn
 
 from .alibi_position import build_alibi_bias
 from .attention_kernels import AttentionPath, fold_untied_term
+from .cls_reset import build_cls_reset
 from .fire_position import build_fire_bias
 from .kerple_position import build_kerple_bias
 from .relative_position import build_t5_bias
@@ -116,13 +118,14 @@ class SharedPositionalTerm(nn.Module):
         self.untied_position = build_untied_position(config)
         self.relative_bias = next((bias for bias in (build(config) for build in RELATIVE_BIASES)
                                    if bias is not None), None)
+        self.cls_reset = build_cls_reset(config)
         self.rotary = build_rotary(config)
         self.shaw = build_shaw(config)
 
     def encodings(self):
         """The encodings this model uses, in the order they add their parts."""
-        return [encoding for encoding in (self.untied_position, self.relative_bias, self.rotary, self.shaw)
-                if encoding is not None]
+        parts = (self.untied_position, self.relative_bias, self.cls_reset, self.rotary, self.shaw)
+        return [encoding for encoding in parts if encoding is not None]
 
     def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0):
         """The term every layer of this forward consumes on ``path`` with attention ``dropout``: the
