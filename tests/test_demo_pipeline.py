@@ -190,6 +190,20 @@ def test_spm_says_in_one_line_when_it_trains_fewer_pieces_than_asked(spm_corpus,
     assert "--vocab-size" not in capsys.readouterr().err
 
 
+def test_spm_dictionary_holds_every_piece_and_every_token_of_train(spm_corpus, tmp_path):
+    """fairseq-preprocess --srcdict spm/dict.txt: no piece of the model becomes <unk> in fine-tuning text."""
+    output = train_small_spm(spm_corpus, tmp_path / "spm")
+    processor = spm.SentencePieceProcessor(model_file=str(output / "spm.model"))
+    entries = [line.split(" ") for line in (output / "dict.txt").read_text(encoding="utf-8").splitlines()]
+    tokens = [token for token, _ in entries]
+    pieces = {processor.id_to_piece(i) for i in range(processor.get_piece_size())
+              if not (processor.is_control(i) or processor.is_unknown(i))}
+    assert pieces <= set(tokens) and "<unk>" not in tokens and len(tokens) == len(set(tokens))
+    assert set((output / "train.bpe").read_text(encoding="utf-8").split()) <= set(tokens)
+    counts = [int(count) for _, count in entries]
+    assert counts == sorted(counts, reverse=True) and 0 in counts  # pieces train.bpe never uses alone
+
+
 def test_spm_keeps_blank_lines_between_documents(spm_corpus, tmp_path):
     output = train_small_spm(spm_corpus, tmp_path / "spm")
     text_lines = (spm_corpus / "train.txt").read_text(encoding="utf-8").splitlines()

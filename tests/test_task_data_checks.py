@@ -1,6 +1,7 @@
 """Bad GLUE / SQuAD task data is refused, naming the file and line or entry, before a model sees it."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -84,7 +85,15 @@ def test_a_dict_that_misses_many_pieces_is_refused_with_the_rate(unknown, total)
 
 def test_a_few_unknown_pieces_are_only_logged(caplog):
     check_unknown_pieces(57, 1000, "dict.txt", "spm.model")
-    assert "57 of 1000 pieces (5.7%)" in caplog.text
+    assert "57 of 1000 pieces (5.7%)" in caplog.text and caplog.records[0].levelname == "WARNING"
+
+
+def test_rare_unknown_characters_are_no_warning(caplog):
+    caplog.set_level(logging.INFO)
+    check_unknown_pieces(3, 10000, "dict.txt", "spm.model", ["—", "€"])
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "3 of 10000 pieces (0.0%) of --sentencepiece-model spm.model are not in --dict dict.txt and "
+                 "become <unk> (e.g. '—', '€'): characters the pre-training text does not have")]
 
 
 def test_glue_pieces_are_counted_against_the_dict(tmp_path):

@@ -9,7 +9,11 @@ sentencepiece model on ``train.txt`` and writes to ``--output-dir``:
   pieces, line for line (blank lines stay blank), ready for
   ``fairseq-preprocess --only-source``.  A line of more than ``--max-pieces``
   pieces is cut into several lines, so that every line fits one
-  ``masked_lm`` block (``--tokens-per-sample`` minus ``<s>`` and ``</s>``).
+  ``masked_lm`` block (``--tokens-per-sample`` minus ``<s>`` and ``</s>``);
+- ``dict.txt``: every piece of the model and token of ``train.bpe``, by count, for
+  ``fairseq-preprocess --srcdict``.  A dictionary that fairseq-preprocess builds
+  from ``train.bpe`` lacks the pieces the training text never uses alone (on
+  a small corpus "," or "Q"), and fine-tuning text made of them got ``<unk>``.
 
 Training is deterministic for a given corpus, seed and thread count.  To let
 fairseq encode raw text with the same model, pass
@@ -23,6 +27,7 @@ Example::
 import argparse
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 
 import sentencepiece as spm
@@ -80,6 +85,18 @@ def encode_file(processor, source, target, max_pieces):
             for chunk in cut(pieces, max_pieces):
                 out.write(" ".join(chunk) + "\n")
     return sum(len(pieces) for pieces in encoded), sum(len(pieces) > max_pieces for pieces in encoded)
+
+
+def write_dictionary(processor, train_bpe, target):
+    """fairseq's ``dict.txt``: every piece of the model (but ``<s>``, ``</s>``, ``<unk>``, fairseq's own) and
+    every other token of ``train_bpe`` (a character sentencepiece maps to its ``<unk>``), by count."""
+    counts = Counter(train_bpe.read_text(encoding="utf-8").split())
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+              if not (processor.is_control(i) or processor.is_unknown(i))]
+    tokens = list(dict.fromkeys(pieces + list(counts)))
+    with target.open("w", encoding="utf-8") as out:
+        for token in sorted(tokens, key=lambda token: -counts[token]):  # stable: ties in the model's order
+            out.write(f"{token} {counts[token]}\n")
 
 
 def parse_args(argv):
@@ -142,6 +159,8 @@ def main(argv=None):
         target = args.output_dir / f"{split}.bpe"
         pieces, cut_lines = encode_file(processor, source, target, args.max_pieces)
         logger.info("%s: %d pieces, %d long lines cut", target, pieces, cut_lines)
+    write_dictionary(processor, args.output_dir / "train.bpe", args.output_dir / "dict.txt")
+    logger.info("%s: every piece, for fairseq-preprocess --srcdict", args.output_dir / "dict.txt")
     return 0
 
 

@@ -157,15 +157,17 @@ def check_dictionary_fits(processor, dictionary_path, sentencepiece_model):
 
 
 def check_pieces_in_dictionary(pieces, dictionary_path, sentencepiece_model):
-    """Refuse a --dict that does not hold the sentencepiece model's pieces (see tupe_plugin.vocabulary)."""
+    """Refuse a --dict that does not hold the sentencepiece model's pieces, ``pieces`` the encoded lines of
+    the whole task (see tupe_plugin.vocabulary)."""
     from fairseq.data import Dictionary
 
     from tupe_plugin.vocabulary import check_unknown_pieces
 
     dictionary = Dictionary.load(dictionary_path)
     flat = [piece for line in pieces for piece in line]
-    unknown = sum(dictionary.index(piece) == dictionary.unk() for piece in flat)
-    check_unknown_pieces(unknown, len(flat), dictionary_path, sentencepiece_model)
+    unknown = Counter(piece for piece in flat if dictionary.index(piece) == dictionary.unk())
+    check_unknown_pieces(sum(unknown.values()), len(flat), dictionary_path, sentencepiece_model,
+                         [piece for piece, _ in unknown.most_common(3)])
 
 
 def check_dev_labels(train_labels, dev_path, dev_rows):
@@ -247,10 +249,11 @@ def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_exam
     check_dictionary_fits(processor, dictionary, sentencepiece_model)
     raw = os.path.join(out, "raw")
     os.makedirs(raw, exist_ok=True)
+    encoded = []
     for split, rows in data.items():
         for i in range(len(rows[0][1])):
             pieces = processor.encode([inputs[i] for _, inputs, _ in rows], out_type=str)
-            check_pieces_in_dictionary(pieces, dictionary, sentencepiece_model)
+            encoded += pieces
             write_lines(os.path.join(raw, f"{split}.input{i}"), (" ".join(p) for p in pieces))
         if layout.regression:
             os.makedirs(os.path.join(out, "label"), exist_ok=True)
@@ -258,6 +261,7 @@ def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_exam
         else:
             write_lines(os.path.join(raw, f"{split}.label"), (label for _, _, label in rows))
 
+    check_pieces_in_dictionary(encoded, dictionary, sentencepiece_model)
     inputs = ["input0"] + (["input1"] if layout.input1 is not None else [])
     for name in inputs:
         binarize(os.path.join(out, name), os.path.join(raw, f"train.{name}"),
