@@ -9,10 +9,11 @@ from tupe_plugin.glue import scores as collect_glue_scores
 METRIC = "pearson_and_spearman"
 
 
-def run_dir(tmp_path, seed, values, arch="bert_a_tiny", task="STS-B"):
-    path = tmp_path / f"{task}-{arch}-seed{seed}"
+def run_dir(tmp_path, seed, values, arch="bert_a_tiny", task="STS-B", lr="2e-5"):
+    path = tmp_path / f"{task}-{arch}-lr{lr}-seed{seed}"
     path.mkdir()
-    (path / "run.json").write_text(json.dumps({"task": task, "arch": arch, "seed": seed, "metric": METRIC}))
+    (path / "run.json").write_text(json.dumps({"task": task, "arch": arch, "seed": seed, "metric": METRIC,
+                                               "lr": lr}))
     (path / "train.log").write_text("".join(
         f"2024-01-01 | INFO | valid | epoch 00{i} | valid on 'valid' subset | loss 0.1 | {METRIC} {v} | "
         f"num_updates {i}\n" for i, v in enumerate(values, 1)))
@@ -60,3 +61,11 @@ def test_table_is_the_same_whatever_the_order_of_the_runs(tmp_path, capsys):
         tables.append(capsys.readouterr().out)
     assert tables[0] == tables[1] == tables[2]
     assert tables[0].splitlines()[2] == "| bert_a_tiny | 0.7 ± 0.3 (2), 1 failed |"
+
+
+def test_runs_of_different_learning_rates_are_rows_not_seeds(tmp_path, capsys):
+    dirs = [run_dir(tmp_path, 1, ["0.5"], lr="1e-5"), run_dir(tmp_path, 2, ["0.7"], lr="1e-5"),
+            run_dir(tmp_path, 1, ["0.9"], lr="3e-5")]
+    collect_glue_scores.main(dirs)
+    table = capsys.readouterr().out.splitlines()
+    assert table[2:] == ["| bert_a_tiny (lr 1e-5) | 0.6 ± 0.1 (2) |", "| bert_a_tiny (lr 3e-5) | 0.9 (1) |"]

@@ -52,7 +52,7 @@ def test_glue_section_takes_defaults_for_missing_keys(tmp_path, archs):
     glue = {"dir": GLUE_DIR, "tasks": ["RTE"]}
     config = load_config(write(tmp_path, {"archs": ["tupe_r_tiny"], "glue": glue}), archs)
     assert config["glue"]["seeds"] == [1, 2, 3] and config["glue"]["dir"] == os.path.abspath(GLUE_DIR)
-    assert config["glue"]["max_epoch"] == 3 and config["glue"]["lr"] == 2e-5
+    assert config["glue"]["max_epoch"] == 3 and config["glue"]["lrs"] == [2e-5]
 
 
 def test_glue_section_without_dir_says_where_to_get_glue(tmp_path, archs):

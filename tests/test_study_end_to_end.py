@@ -113,7 +113,8 @@ def test_report_numbers_are_those_of_the_job_logs(local_study):
         logged = log_valid_losses(out / "pretrain" / arch / "seed1" / "train.log")
         assert entry["valid_loss_curve"] == [[u, loss] for u, loss in logged]
         assert entry["valid_loss"] == logged[-1][1] and logged[-1][0] == 4
-        with open(out / "glue" / arch / "seed1" / "RTE" / "seed1" / "run" / "train.log", encoding="utf-8") as f:
+        run = out / "glue" / arch / "seed1" / "RTE" / "lr2e-05" / "seed1" / "run"
+        with open(run / "train.log", encoding="utf-8") as f:
             best = max(float(a) for a in VALID_ACCURACY.findall(f.read()))
         assert entry["glue"]["RTE"]["metric"] == "accuracy"
         assert entry["glue"]["RTE"]["median"] == best and entry["glue"]["RTE"]["runs"][0]["score"] == best
@@ -136,7 +137,7 @@ def test_report_markdown_and_figures_are_written(local_study):
 def test_rerun_redoes_nothing(local_study):
     out, _, second, before = local_study
     assert "8 job(s) already done, 0 to run" in second and "running" not in second
-    for name in ("data", "pretrain/bert_a_tiny/seed1", "glue/tupe_r_tiny/seed1/RTE/seed1"):
+    for name in ("data", "pretrain/bert_a_tiny/seed1", "glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed1"):
         assert attempts(out, name) == 1, name
     touched = [p for p, mtime in before.items() if p.stat().st_mtime_ns != mtime]
     assert {p.name for p in touched} <= {"report.json", "report.md", "config.json"} | {

@@ -16,7 +16,8 @@ def run(pretrained_dir, tmp_path, length):
 
 
 def test_a_learned_table_has_no_loss_beyond_its_positions_and_says_why(pretrained_dir, tmp_path):
-    max_positions, learned = extrapolation.trained_model(pretrained_dir / "checkpoints" / "checkpoint_last.pt")
+    checkpoint = pretrained_dir / "checkpoints" / "checkpoint_last.pt"
+    max_positions, learned = extrapolation.trained_model(checkpoint)
     assert learned  # TUPE-R's untied table
     result = run(pretrained_dir, tmp_path, 2 * max_positions)
     assert result == {"length": 2 * max_positions, "max_positions": max_positions, "loss": None,

@@ -39,14 +39,14 @@ def test_jobs_of_a_config_come_after_their_dependencies(config, tmp_path):
     jobs = build_jobs(config, tmp_path)
     names = [job.name for job in jobs]
     assert len(names) == 2 + 2 * (1 + 2 * 2 + 1)  # data, unigram; per arch: pretrain, 4 GLUE runs, analysis
-    assert "glue/tupe_r_tiny/seed1/RTE/seed2" in names and "pretrain/tupe_r_tiny/seed1" in names
+    assert "glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2" in names and "pretrain/tupe_r_tiny/seed1" in names
     for index, job in enumerate(jobs):
         assert all(names.index(dep) < index for dep in job.deps), job.name
 
 
 def test_changed_glue_setting_invalidates_only_glue_jobs(config, tmp_path):
     before = fingerprints(config, tmp_path)
-    config["glue"]["lr"] = 1e-4
+    config["glue"]["max_epoch"] = 7
     assert changed(before, fingerprints(config, tmp_path)) == {n for n in before if n.startswith("glue/")}
 
 
@@ -62,7 +62,8 @@ def test_added_seed_adds_jobs_and_changes_none(config, tmp_path):
     bigger = copy.deepcopy(config)
     bigger["glue"]["seeds"] = [1, 2, 3]
     after = fingerprints(bigger, tmp_path)
-    assert changed(before, after) == {f"glue/{a}/seed1/{t}/seed3" for a in ARCHS for t in ("RTE", "MRPC")}
+    assert changed(before, after) == {f"glue/{a}/seed1/{t}/lr2e-05/seed3"
+                                      for a in ARCHS for t in ("RTE", "MRPC")}
 
 
 def test_added_pretraining_seed_adds_that_models_jobs_and_changes_none(config, tmp_path):
@@ -78,7 +79,8 @@ def test_added_extrapolation_length_adds_only_its_jobs(config, tmp_path):
     config["extrapolation"] = {"lengths": [64, 128], "batch_size": 8}
     before = fingerprints(config, tmp_path)
     config["extrapolation"]["lengths"] = [64, 128, 256]
-    assert changed(before, fingerprints(config, tmp_path)) == {f"extrapolation/{a}/seed1/len256" for a in ARCHS}
+    added = {f"extrapolation/{a}/seed1/len256" for a in ARCHS}
+    assert changed(before, fingerprints(config, tmp_path)) == added
 
 
 def test_edited_glue_task_file_invalidates_only_that_tasks_jobs(config, tmp_path):
@@ -198,7 +200,7 @@ def test_evaluate_at_keeps_those_checkpoints_and_evaluates_each(config, tmp_path
     train, snapshots = pretrain.commands
     assert train[train.index("--keep-interval-updates-pattern") + 1] == "10"
     assert snapshots[-3:] == ["--at", "10", "20"]
-    glue = jobs["glue/tupe_r_tiny/seed1/at20/RTE/seed2"]
+    glue = jobs["glue/tupe_r_tiny/seed1/at20/RTE/lr2e-05/seed2"]
     assert str(tmp_path / "pretrain" / "tupe_r_tiny" / "seed1" / "checkpoints" / "checkpoint_at20.pt") in \
         glue.commands[0] and glue.deps == ["pretrain/tupe_r_tiny/seed1"]
     assert "analysis/tupe_r_tiny/seed1/at10" in jobs and "analysis/tupe_r_tiny/seed1" in jobs

@@ -4,6 +4,7 @@ baseline margin and its flag, the tables and the figures."""
 import copy
 import json
 import os
+import shutil
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -79,13 +80,14 @@ def study(tmp_path_factory):
         finish(jobs[f"pretrain/{arch}/seed1"], 120.0, {"train.log": log})
         for seed, accuracies in RTE[arch].items():
             lines = "".join(valid_line(u, loss=1.0, accuracy=acc) for u, acc in enumerate(accuracies, 1))
-            finish(jobs[f"glue/{arch}/seed1/RTE/seed{seed}"], 10.0, {"run/train.log": lines})
+            finish(jobs[f"glue/{arch}/seed1/RTE/lr2e-05/seed{seed}"], 10.0, {"run/train.log": lines})
             mrpc = valid_line(1, accuracy=70.0, f1=80.0 + seed) + valid_line(2, accuracy=72.0 + seed, f1=79.0)
-            finish(jobs[f"glue/{arch}/seed1/MRPC/seed{seed}"], 10.0, {"run/train.log": mrpc})
+            finish(jobs[f"glue/{arch}/seed1/MRPC/lr2e-05/seed{seed}"], 10.0, {"run/train.log": mrpc})
         em = 10.0 if arch == "bert_a_tiny" else 12.5
         finish(jobs[f"squad/{arch}/seed1"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
-                                             "dev.json: 247 questions, 113 predicted (0 no answer) -> p.json\n"
-                                             f'{{"exact_match": {em}, "f1": 20.25}}\n'})
+                                                   "dev.json: 247 questions, 113 predicted (0 no answer) "
+                                                   "-> p.json\n"
+                                                   f'{{"exact_match": {em}, "f1": 20.25}}\n'})
         job = jobs[f"analysis/{arch}/seed1"]
         ti = 0.25 if arch == "bert_a_tiny" else 0.75
         finish(job, 5.0, {"analysis/positions.json": lambda job=job, ti=ti: positions_json(job, ti)})
@@ -197,10 +199,10 @@ def test_figures_are_written_and_linked(written):
 
 def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):
     config, jobs, outcome, _ = study
-    outcome = {**outcome, "glue/tupe_r_tiny/seed1/RTE/seed2": (FAILED, "exit status 1; log: somewhere")}
+    outcome = {**outcome, "glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2": (FAILED, "exit status 1; log: somewhere")}
     report = json.loads(open(write_report(config, jobs, outcome, tmp_path)["json"]).read())
     assert [run["seed"] for run in report["archs"]["tupe_r_tiny"]["glue"]["RTE"]["runs"]] == [1, 3]
-    assert report["jobs"]["glue/tupe_r_tiny/seed1/RTE/seed2"]["status"] == FAILED
+    assert report["jobs"]["glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2"]["status"] == FAILED
 
 
 def test_commands_behind_every_number_are_in_the_report(written):
@@ -266,13 +268,13 @@ def test_run_whose_every_evaluation_gave_nan_is_a_failed_run_left_out_of_the_med
     report, text = sts_b_study
     sts_b = report["archs"]["bert_a_tiny"]["glue"]["STS-B"]
     assert (sts_b["median"], sts_b["min"], sts_b["max"], sts_b["failed"]) == (55.0, 50.0, 60.0, [2])
-    job = report["jobs"]["glue/bert_a_tiny/seed1/STS-B/seed2"]
+    job = report["jobs"]["glue/bert_a_tiny/seed1/STS-B/lr2e-05/seed2"]
     assert job["status"] == FAILED
     assert job["note"].startswith("2 of 2 evaluations of pearson_and_spearman gave nan")
-    assert report["jobs"]["glue/bert_a_tiny/seed1/STS-B/seed1"]["status"] == DONE
+    assert report["jobs"]["glue/bert_a_tiny/seed1/STS-B/lr2e-05/seed1"]["status"] == DONE
     assert "| bert_a_tiny | 55.0/55.0 (50.0–60.0), 1 failed | 55.0 |" in text
     assert "| tupe_r_tiny | –, 3 failed | – |" in text
-    assert "`glue/bert_a_tiny/seed1/STS-B/seed2`: failed (2 of 2 evaluations" in text
+    assert "`glue/bert_a_tiny/seed1/STS-B/lr2e-05/seed2`: failed (2 of 2 evaluations" in text
     assert "nan/nan" not in text
 
 
@@ -308,7 +310,7 @@ def test_study_with_a_failed_glue_run_exits_with_1_and_names_it(tmp_path, monkey
     config.write_text(f"archs: [bert_a_tiny]\nanalysis: false\nglue: {{dir: {test_data('glue')}, "
                       "tasks: [STS-B], seeds: [1]}\n", encoding="utf-8")
     assert cli.main([str(config), "--out", str(tmp_path / "out")]) == 1
-    assert ("tupe-study: glue/bert_a_tiny/seed1/STS-B/seed1: failed: 1 of 1 evaluations of pearson_and_spearman "
+    assert ("tupe-study: glue/bert_a_tiny/seed1/STS-B/lr2e-05/seed1: failed: 1 of 1 evaluations of pearson_and_spearman "
             "gave nan") in capsys.readouterr().err
 
 
@@ -392,7 +394,7 @@ def along_study(tmp_path_factory):
         finish(jobs[f"pretrain/tupe_r_tiny/seed{seed}"], 10.0,
                {"train.log": valid_line(2, loss=7.0 + seed) + valid_line(4, loss=5.0 + seed)})
         for at, accuracy in (("/at2", 50.0), ("", 60.0)):
-            finish(jobs[f"glue/tupe_r_tiny/seed{seed}{at}/RTE/seed1"], 1.0,
+            finish(jobs[f"glue/tupe_r_tiny/seed{seed}{at}/RTE/lr2e-05/seed1"], 1.0,
                    {"run/train.log": valid_line(1, loss=1.0, accuracy=accuracy + seed)})
     paths = write_report(config, list(jobs.values()), {name: (DONE, "") for name in jobs}, out)
     with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
@@ -406,3 +408,49 @@ def test_scores_along_pretraining_come_from_the_kept_checkpoints(along_study):
     assert along["2"]["glue"]["RTE"]["median"] == 51.5 and along["4"]["glue"]["RTE"]["median"] == 61.5
     assert "| tupe_r_tiny | RTE | 51.5 | 61.5 |" in along_study[1]
     assert os.path.isfile(along_study[2]["figures"] + "/along_pretraining.png")
+
+
+@pytest.fixture(scope="module")
+def lr_grid_study(tmp_path_factory):
+    """RTE and WNLI with two learning rates, three fine-tuning seeds, scored by the last evaluation."""
+    tmp_path = tmp_path_factory.mktemp("lrs")
+    glue_dir = tmp_path / "glue"
+    shutil.copytree(test_data("glue", "RTE"), glue_dir / "RTE")
+    shutil.copytree(test_data("glue", "RTE"), glue_dir / "WNLI")  # the same layout; only the names are read
+    config = check_config({"archs": ["tupe_r_tiny"], "analysis": False,
+                           "glue": {"dir": str(glue_dir), "tasks": ["RTE", "WNLI"], "seeds": [1, 2, 3],
+                                    "lrs": [1e-5, 3e-5], "checkpoint": "last"}}, {"tupe_r_tiny"})
+    out = tmp_path / "out"
+    jobs = {job.name: job for job in build_jobs(config, out)}
+    for name in ("data", "unigram", "pretrain/tupe_r_tiny/seed1"):
+        finish(jobs[name], 1.0, {"unigram.json": json.dumps({"bits_per_token": 8.0}),
+                                 "train.log": valid_line(2, loss=5.0)})
+    # 1e-5: medians 60 (RTE), 40 (WNLI); 3e-5: 55 with a higher mean (an outlier), 45; the best of each
+    # run is 10 points above its last evaluation, which is the score
+    scores = {(1e-5, "RTE"): [58.0, 60.0, 61.0], (3e-5, "RTE"): [50.0, 55.0, 90.0],
+              (1e-5, "WNLI"): [40.0, 40.0, 40.0], (3e-5, "WNLI"): [45.0, 45.0, 45.0]}
+    for (lr, task), values in scores.items():
+        for seed, value in zip((1, 2, 3), values):
+            log = valid_line(1, loss=1.0, accuracy=value + 10) + valid_line(2, loss=1.0, accuracy=value)
+            finish(jobs[f"glue/tupe_r_tiny/seed1/{task}/lr{lr}/seed{seed}"], 1.0, {"run/train.log": log})
+    paths = write_report(config, list(jobs.values()), {name: (DONE, "") for name in jobs}, out)
+    with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
+        return json.load(f), g.read()
+
+
+def test_each_tasks_learning_rate_is_the_one_with_the_best_median_over_seeds(lr_grid_study):
+    rte = lr_grid_study[0]["archs"]["tupe_r_tiny"]["seeds"]["1"]["glue"]["RTE"]
+    assert rte["lr"] == 1e-5 and rte["median"] == 60.0 and rte["select"] == "median"
+    assert rte["by_lr"]["3e-05"]["median"] == 55.0 and rte["by_lr"]["3e-05"]["mean"] == 65.0
+    assert lr_grid_study[0]["archs"]["tupe_r_tiny"]["seeds"]["1"]["glue"]["WNLI"]["lr"] == 3e-5
+
+
+def test_the_last_evaluation_is_the_score_when_glue_checkpoint_is_last(lr_grid_study):
+    runs = lr_grid_study[0]["archs"]["tupe_r_tiny"]["glue"]["RTE"]["runs"]
+    assert sorted(run["score"] for run in runs) == [58.0, 60.0, 61.0]
+
+
+def test_wnli_is_left_out_of_the_glue_average(lr_grid_study):
+    text = lr_grid_study[1]
+    assert "WNLI left out as in the papers" in text
+    assert "| tupe_r_tiny | 60.0 (58.0–61.0), lr 1e-05 | 45.0 (45.0–45.0), lr 3e-05 | 60.0 |" in text

@@ -44,6 +44,7 @@ class Evaluations(NamedTuple):
     best: Optional[dict]  # the validation line with the best finite value; None: every one gave nan
     count: int
     nan_count: int
+    last: Optional[dict] = None  # the last validation line; None when it gave nan
 
     @property
     def failed(self):
@@ -70,4 +71,5 @@ def evaluations(log_path, metric):
         raise ValueError(f"{log_path}: no validation line reports {metric}")
     finite = [fields for fields in lines if not math.isnan(fields[metric])]
     best = max(finite, key=lambda fields: fields[metric]) if finite else None
-    return Evaluations(metric, best, len(lines), len(lines) - len(finite))
+    last = None if math.isnan(lines[-1][metric]) else lines[-1]
+    return Evaluations(metric, best, len(lines), len(lines) - len(finite), last)

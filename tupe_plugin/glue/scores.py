@@ -6,8 +6,9 @@ value of its metric over the ``valid on 'valid' subset`` lines of the log (every
 read by :mod:`tupe_plugin.fairseq_logs`: a ``nan`` value is a failed evaluation (e.g. STS-B's correlations
 of constant predictions), left out of the best value and counted; a run whose every evaluation is ``nan``
 is a failed run, left out of the mean and counted in its cell (``2 failed``). Both are listed on stderr.
-Runs of the same task and arch are different seeds; the table has one row per arch and one column per task,
-each cell ``mean ± sample std (n seeds)``, like Wang et al. 2021 Table 2::
+Runs of the same task, arch and learning rate are different seeds; the table has one row per arch (per arch
+and learning rate when an arch was run with several) and one column per task, each cell ``mean ± sample
+std (n seeds)``, like Wang et al. 2021 Table 2::
 
     tupe-collect-glue checkpoints/glue/*/*/seed*
 """
@@ -24,13 +25,14 @@ from tupe_plugin.fairseq_logs import Evaluations, evaluations
 
 
 class Run(NamedTuple):
-    """One fine-tuning run: its task, arch, seed and the evaluations of its metric."""
+    """One fine-tuning run: its task, arch, seed, learning rate and the evaluations of its metric."""
 
     task: str
     arch: str
     seed: int
     evaluations: Evaluations  # of the run's metric; its score is None for a failed run
     run_dir: str = ""
+    lr: str = None
 
     @property
     def metric(self):
@@ -54,17 +56,27 @@ def read_run(run_dir):
     missing = {"task", "arch", "seed", "metric"} - info.keys()
     if missing:
         raise ValueError(f"{info_path}: lacks {', '.join(sorted(missing))}")
-    return Run(info["task"], info["arch"], info["seed"], evaluations(log_path, info["metric"]), run_dir)
+    return Run(info["task"], info["arch"], info["seed"], evaluations(log_path, info["metric"]), run_dir,
+               info.get("lr"))
+
+
+def row_names(runs):
+    """The row of each run: its arch, or ``ARCH (lr LR)`` when the arch's runs have several learning
+    rates (runs of different learning rates are not seeds of one another)."""
+    lrs = defaultdict(set)
+    for run in runs:
+        lrs[run.arch].add(run.lr)
+    return [run.arch if len(lrs[run.arch]) == 1 else f"{run.arch} (lr {run.lr})" for run in runs]
 
 
 def markdown_table(runs):
     """Markdown table of ``runs`` (:class:`Run`); failed runs are counted in their cell, not averaged."""
     cells, failed, metrics = defaultdict(list), defaultdict(int), {}
-    for run in runs:
+    for row, run in zip(row_names(runs), runs):
         if run.evaluations.failed:
-            failed[run.arch, run.task] += 1
+            failed[row, run.task] += 1
         else:
-            cells[run.arch, run.task].append(run.score)
+            cells[row, run.task].append(run.score)
         metrics[run.task] = run.metric
     tasks = sorted(metrics)
     archs = sorted({arch for arch, _ in [*cells, *failed]})
@@ -91,7 +103,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="--save-dir of a tupe-finetune-glue run")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="--save-dir of a tupe-finetune-glue run")
     args = parser.parse_args(argv)
     try:
         runs = [read_run(d) for d in args.run_dirs]

@@ -3,7 +3,8 @@
 The one table of them. tupe-prepare-glue reads the files and columns, tupe-finetune-glue the classes,
 metric and epochs, the study the files and the metrics. Metrics are named as fairseq's ``sentence_prediction`` task logs them; each is maximised.
 The metrics and epochs are those of TUPE (Ke et al., arXiv 2006.15595) Table 1 and 2: Matthews
-correlation for CoLA, F1 for MRPC, Pearson and Spearman correlations for STS-B, accuracy elsewhere;
+correlation for CoLA, F1 (and accuracy) for MRPC and QQP, Pearson and Spearman correlations for STS-B,
+accuracy elsewhere;
 10 epochs, 5 for the large MNLI, QNLI and QQP.
 
 ``python -m tupe_plugin.glue.tasks`` lists the tasks; with TASKs, those tasks.
@@ -57,7 +58,8 @@ GLUE_TASKS = {task.name: task for task in (
     GlueTask("STS-B", "STS-B", input0=7, input1=8, label=-1, num_classes=1, epochs=10,
              metric="pearson_and_spearman", shown=("pearson", "spearman"),
              report_flags=("--report-pearson-and-spearman",)),
-    GlueTask("QQP", "QQP", input0=3, input1=4, label=5, num_classes=2, epochs=5),
+    GlueTask("QQP", "QQP", input0=3, input1=4, label=5, num_classes=2, epochs=5, metric="f1",
+             shown=("f1", "accuracy"), report_flags=("--report-acc-and-f1",)),
     GlueTask("MNLI", "MNLI", input0=8, input1=9, label=-1, num_classes=3, epochs=5,
              dev_file="dev_matched.tsv"),
     GlueTask("MNLI-mm", "MNLI", input0=8, input1=9, label=-1, num_classes=3, epochs=5,

@@ -46,7 +46,8 @@ DEFAULTS = {
         "dir": Required("the folder of the GLUE data, one folder per task (RTE/train.tsv, RTE/dev.tsv, ...); "
                         f"{GET_GLUE}; or set glue: null to skip GLUE"),
         "tasks": ["CoLA", "SST-2", "MRPC", "STS-B", "RTE"], "max_examples": None,
-        "max_epoch": 3, "seeds": [1, 2, 3], "lr": 2e-5, "batch_size": 32, "extra_args": [],
+        "max_epoch": 3, "seeds": [1, 2, 3], "lrs": [2e-5], "select": "median", "checkpoint": "best",
+        "batch_size": 32, "extra_args": [],
     },
     "squad": {
         "version": "1.1", "train": None,
@@ -65,6 +66,8 @@ LAUNCHERS = ("local", "submitit")
 SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
 DEVICES = ("auto", "cpu", "cuda")
 SQUAD_VERSIONS = ("1.1", "2.0")
+GLUE_SELECT = ("median", "mean")      # how each task's learning rate is chosen from glue.lrs, over seeds
+GLUE_CHECKPOINTS = ("best", "last")   # a run's score: its best evaluation, or its last (Wang et al.)
 
 
 class StudyConfigError(ValueError):
@@ -251,7 +254,13 @@ def _check_glue(glue, fail):
         _positive_int(glue, "glue", "max_examples", fail)
     for key in ("max_epoch", "batch_size"):
         _positive_int(glue, "glue", key, fail)
-    _positive_float(glue, "glue", "lr", fail)
+    lrs = glue["lrs"]
+    if (not isinstance(lrs, list) or not lrs or len(set(lrs)) != len(lrs) or not all(
+            isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 for lr in lrs)):
+        fail("glue.lrs", f"must be a non-empty list of distinct positive learning rates, got {lrs!r}")
+    for key, choices in (("select", GLUE_SELECT), ("checkpoint", GLUE_CHECKPOINTS)):
+        if glue[key] not in choices:
+            fail(f"glue.{key}", f"must be one of {', '.join(choices)}, got {glue[key]!r}")
     _string_list(glue, "glue", "extra_args", fail)
 
 

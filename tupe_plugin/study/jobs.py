@@ -8,7 +8,7 @@ report. Folders, under the study's ``--out``::
     data/                   corpus split, sentencepiece model, data-bin (shared by every arch)
     unigram/                the context-free baseline (unigram.json)
     pretrain/ARCH/seedP/           fairseq-train masked LM with seed P: checkpoints/, tensorboard/, train.log
-    glue/ARCH/seedP/TASK/seedS/    tupe-finetune-glue of that model with seed S: bin/, run/ (train.log)
+    glue/ARCH/seedP/TASK/lrL/seedS/  tupe-finetune-glue of that model, lr L, seed S: bin/, run/
     squad-data/                    train/dev split of the SQuAD dev articles (when no train file is given)
     squad/ARCH/seedP/              tupe-finetune-squad: bin/, run/ (predictions, eval.log)
     analysis/ARCH/seedP/           tupe-analyze: analysis/ (PNGs, positions.json)
@@ -117,8 +117,8 @@ def build_jobs(config, out, tools=Tools()):
         for task in glue["tasks"]:
             files = GLUE_TASKS[task].files(glue["dir"])
             digests = {split: file_digest(path) for split, path in files.items()}
-            jobs += [_glue_job(glue, model, task, digests, run_seed, out, tools)
-                     for run_seed in glue["seeds"] for model in models]
+            jobs += [_glue_job(glue, model, task, digests, lr, run_seed, out, tools)
+                     for run_seed in glue["seeds"] for lr in glue["lrs"] for model in models]
     if squad is not None:
         jobs += [_squad_job(squad, model, out, tools) for model in models]
     by_name = {}
@@ -229,21 +229,25 @@ def _finetuning_flags(tools, settings, **flags):
     return argv + (["--cpu"] if tools.cpu else []) + settings["extra_args"]
 
 
-def _glue_job(glue, model, task, digests, run_seed, out, tools):
-    """Fine-tune ``model`` on ``task`` with ``run_seed``; ``digests`` are the sha256 of the task's files,
-    by split."""
-    name = f"glue/{model.key}/{task}/seed{run_seed}"
+def glue_run_name(model, task, lr, run_seed):
+    return f"glue/{model.key}/{task}/lr{lr}/seed{run_seed}"
+
+
+def _glue_job(glue, model, task, digests, lr, run_seed, out, tools):
+    """Fine-tune ``model`` on ``task`` with learning rate ``lr`` and ``run_seed``; ``digests`` are the
+    sha256 of the task's files, by split."""
+    name = glue_run_name(model, task, lr, run_seed)
     folder = os.path.join(out, name)
     command = [tools.python, "-m", "tupe_plugin.glue.finetune", task, model.checkpoint(out),
                data_bin(out), *_finetuning_flags(
                    tools, glue, glue_dir=glue["dir"], bin_dir=os.path.join(folder, "bin"),
-                   save_dir=os.path.join(folder, "run"), seed=run_seed, lr=glue["lr"],
+                   save_dir=os.path.join(folder, "run"), seed=run_seed, lr=lr,
                    max_epoch=glue["max_epoch"], batch_size=glue["batch_size"],
                    max_examples=glue["max_examples"])]
-    settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "lr", "batch_size",
-                                           "extra_args")}
+    settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "batch_size", "extra_args")}
     return _job(out, name, "glue", [command], deps=[model.pretrain_job],
-                settings={"task": task, "seed": run_seed, "sha256": digests, **settings}, model=model)
+                settings={"task": task, "seed": run_seed, "lr": lr, "sha256": digests, **settings},
+                model=model)
 
 
 def _squad_split_job(squad, out, tools):

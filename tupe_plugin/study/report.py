@@ -16,7 +16,7 @@ import os
 import shlex
 
 from . import results, statistics
-from .jobs import Model
+from .jobs import Model, glue_run_name
 from ..glue.tasks import GLUE_TASKS
 from .runner import DONE, FAILED
 
@@ -80,19 +80,24 @@ def _model_entry(config, model, done, jobs, curve=None):
                                              _record(pretrain).get("seconds")))
     elif model.at is not None:
         entry["valid_loss"] = next((loss for update, loss in curve or [] if update == model.at), None)
-    if config["glue"] is not None:
-        for task in config["glue"]["tasks"]:
+    glue = config["glue"]
+    for task in glue["tasks"] if glue is not None else []:
+        by_lr = {}
+        for lr in glue["lrs"]:
             runs = []
-            for run_seed in config["glue"]["seeds"]:
-                name = f"glue/{model_key}/{task}/seed{run_seed}"
+            for run_seed in glue["seeds"]:
+                name = glue_run_name(model, task, lr, run_seed)
                 if name in done:
                     runs.append({**results.glue_run(os.path.join(done[name].folder, "run", "train.log"),
-                                                    task, run_seed), "pretrain_seed": seed})
+                                                    task, run_seed, glue["checkpoint"]),
+                                 "pretrain_seed": seed, "lr": lr})
                     if "failed" in runs[-1]:
                         jobs[name].update(status=FAILED, note=f"{runs[-1]['failed']}: a failed run, left "
                                           "out of the median")
             if runs:
-                entry["glue"][task] = results.glue_task(runs, task)
+                by_lr[lr] = results.glue_task(runs, task)
+        if by_lr:
+            entry["glue"][task] = results.chosen_lr(by_lr, glue["select"])
     squad = done.get(f"squad/{model_key}")
     if squad:
         entry["squad"] = results.squad_result(os.path.join(squad.folder, squad.log))
@@ -121,10 +126,13 @@ def _over_seeds(config, models):
     entry.update(tokens_per_second=first.get("tokens_per_second"),
                  updates_per_second=first.get("updates_per_second"),
                  seeds={str(seed): model for seed, model in models.items()})
-    entry["glue"] = {task: results.glue_task([run for m in models.values() for run in m["glue"].get(task, {})
-                                              .get("runs", [])], task)
-                     for task in (config["glue"] or {}).get("tasks", [])
-                     if any(task in m["glue"] for m in models.values())}
+    entry["glue"] = {}
+    for task in (config["glue"] or {}).get("tasks", []):
+        chosen = {seed: m["glue"][task] for seed, m in models.items() if task in m["glue"]}
+        if chosen:
+            runs = [run for result in chosen.values() for run in result["runs"]]
+            entry["glue"][task] = {**results.glue_task(runs, task),
+                                   "lr": {str(seed): result["lr"] for seed, result in chosen.items()}}
     entry["extrapolation"] = {}
     for length in (config["extrapolation"] or {}).get("lengths", []):
         found = [m["extrapolation"][str(length)] for m in models.values()
@@ -365,18 +373,22 @@ def _along_section(report, out):
 
 
 def _glue_section(report):
-    tasks = report["config"]["glue"]["tasks"]
-    seeds = report["config"]["glue"]["seeds"]
-    metrics = "; ".join(f"{task} {'/'.join(GLUE_TASKS[task].shown)} (best by {GLUE_TASKS[task].metric})"
-                        for task in tasks)
+    glue = report["config"]["glue"]
+    tasks, seeds, lrs = glue["tasks"], glue["seeds"], glue["lrs"]
+    averaged = [task for task in tasks if task != "WNLI"]
+    metrics = "; ".join(f"{task} {'/'.join(GLUE_TASKS[task].shown)} ({glue['checkpoint']} by "
+                        f"{GLUE_TASKS[task].metric})" for task in tasks)
+    which = "best evaluation" if glue["checkpoint"] == "best" else "last evaluation"
+    grid = (f" Each task's learning rate chosen from {lrs} by the {glue['select']} over the seeds (TUPE's "
+            "choice), shown in the cell." if len(lrs) > 1 else "")
     lines = ["## GLUE (dev)", "",
-             f"Median over fine-tuning seeds {seeds} of each run's best evaluation (min–max of the task's "
-             f"metric in brackets): {metrics}. Avg.: mean over tasks of the median of each task's metric. "
-             "A run whose every evaluation gave nan is a failed run, counted in its cell and left out of "
-             "the median.", "",
+             f"Median over fine-tuning seeds {seeds} of each run's {which} (min–max of the task's "
+             f"metric in brackets): {metrics}.{grid} Avg.: mean over tasks of the median of each task's "
+             "metric" + (", WNLI left out as in the papers" if "WNLI" in tasks else "") + ". A run whose "
+             "every evaluation gave nan is a failed run, counted in its cell and left out of the median.", "",
              "| arch | " + " | ".join(tasks) + " | Avg. |", "|---|" + "---|" * (len(tasks) + 1)]
     for arch, entry in report["archs"].items():
-        cells, medians = [], []
+        cells, medians = [], {}
         for task in tasks:
             result = entry["glue"].get(task)
             if result is None:
@@ -389,11 +401,14 @@ def _glue_section(report):
                 over = result.get("over_pretrain_seeds")
                 if over and over["std"] is not None:
                     cell += f", ± {over['std']:.1f} over pre-training seeds"
-                medians.append(result["median"])
+                if len(lrs) > 1:
+                    cell += ", lr " + "/".join(sorted({f"{lr:g}" for lr in result["lr"].values()}))
+                medians[task] = result["median"]
             if result["failed"]:
                 cell += f", {len(result['failed'])} failed"
             cells.append(cell)
-        average = _number(sum(medians) / len(medians), 1) if len(medians) == len(tasks) else "–"
+        complete = all(task in medians for task in averaged) and averaged
+        average = _number(sum(medians[t] for t in averaged) / len(averaged), 1) if complete else "–"
         lines.append(f"| {arch} | " + " | ".join(cells) + f" | {average} |")
     return lines + [""]
 

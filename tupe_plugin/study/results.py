@@ -42,16 +42,22 @@ def pretrain_result(log_path, seconds):
     }
 
 
-def glue_run(log_path, task, seed):
-    """The run's best validation line by the task's metric: ``{seed, score, metric: value, ...}``.
+def glue_run(log_path, task, seed, checkpoint="best"):
+    """The run's score: its best validation line by the task's metric (``checkpoint`` "best"), or its
+    last one ("last", as Wang et al. report GLUE): ``{seed, score, metric: value, ...}``.
 
-    A failed run (every evaluation gave nan) has score None and ``failed`` saying so.
+    A failed run (every evaluation gave nan; with "last", the last one did) has score None and
+    ``failed`` saying so.
     """
-    found = evaluations(log_path, GLUE_TASKS[task].metric)
-    run = {"seed": seed, "score": found.score, "evaluations": found.count, "nan_evaluations": found.nan_count}
-    if found.failed:
-        return {**run, "failed": found.nan_summary()}
-    return {**run, **{m: found.best.get(m) for m in GLUE_TASKS[task].shown}}
+    metric = GLUE_TASKS[task].metric
+    found = evaluations(log_path, metric)
+    line = found.best if checkpoint == "best" else found.last
+    run = {"seed": seed, "score": None if line is None else line[metric], "evaluations": found.count,
+           "nan_evaluations": found.nan_count}
+    if line is None:
+        last = "" if checkpoint == "best" else ", the last one included"
+        return {**run, "failed": found.nan_summary() + last}
+    return {**run, **{m: line.get(m) for m in GLUE_TASKS[task].shown}}
 
 
 def glue_task(runs, task):
@@ -63,11 +69,22 @@ def glue_task(runs, task):
     return {
         "metric": metric, "shown": list(shown),
         "median": statistics.median(scores) if scores else None,
+        "mean": statistics.fmean(scores) if scores else None,
         "min": min(scores, default=None), "max": max(scores, default=None),
         "medians": {m: statistics.median(run[m] for run in scored) if scored else None for m in shown},
         "runs": sorted(runs, key=lambda run: run["seed"]),
         "failed": sorted(run["seed"] for run in runs if run["score"] is None),
     }
+
+
+def chosen_lr(by_lr, select):
+    """The result of the learning rate whose runs have the best ``select`` ("median", TUPE's choice, or
+    "mean") over their seeds, with ``lr`` and every learning rate's summary in ``by_lr``."""
+    scored = {lr: result for lr, result in by_lr.items() if result[select] is not None}
+    chosen = max(scored, key=lambda lr: scored[lr][select]) if scored else next(iter(by_lr))
+    return {**by_lr[chosen], "lr": chosen, "select": select,
+            "by_lr": {str(lr): {key: result[key] for key in ("median", "mean", "min", "max", "failed")}
+                      for lr, result in by_lr.items()}}
 
 
 def squad_result(log_path):
