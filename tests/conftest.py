@@ -9,6 +9,7 @@ from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import tupe_plugin  # noqa: F401  (registers the model and archs)
+from tupe_plugin.fairseq_fixes import known_warnings
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.architectures import POSITION_PRESETS
 
@@ -101,6 +102,12 @@ def dictionary():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _known_warnings():
+    """fairseq's and torch's known-harmless warnings filtered as in a run (pytest resets the filters)."""
+    known_warnings.install()
 
 
 @pytest.fixture(scope="session")

@@ -69,6 +69,8 @@ def test_report_has_a_row_per_contender_ratios_and_target_verdicts(tmp_path, cap
     printed = capsys.readouterr().out
     assert printed.strip() == report["markdown"].strip()
     assert "Too few rounds (1 < 5)" in printed and "MISSED" not in printed and "| met |" not in printed
+    assert "| 16 | tupe_r | bert_a | step time ratio (T < 512) | 1.10 × |" in printed  # each row names both
+    assert "| 16 | tupe_r | tupe_r's own step | positional term share |" in printed
     for name in CONTENDERS:
         assert f"| {name} |" in printed
 

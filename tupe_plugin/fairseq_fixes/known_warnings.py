@@ -29,8 +29,14 @@ KNOWN_WARNINGS = (
      "fairseq's --amp optimizer builds the old name of torch.amp.GradScaler('cuda'), the same class"),
 )
 
-for category, message, _reason in KNOWN_WARNINGS:
-    warnings.filterwarnings("ignore", message=message, category=category)
 
+
+def install():
+    """Add the filters (again: ``warnings.catch_warnings``, as pytest enters for every test, drops them)."""
+    for category, message, _reason in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+
+
+install()
 if logging.getLogger().level == logging.DEBUG and os.environ.get("LOGLEVEL", "INFO").upper() != "DEBUG":
     logging.getLogger().setLevel(os.environ.get("LOGLEVEL", "INFO").upper())
