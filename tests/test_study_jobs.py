@@ -11,7 +11,7 @@ import pytest
 
 from tupe_plugin.study import state
 from tupe_plugin.study.config import StudyConfigError, check_config
-from tupe_plugin.study.jobs import Job, build_jobs
+from tupe_plugin.study.jobs import Job, Model, build_jobs
 from tupe_plugin.study.launchers import LocalLauncher
 from tupe_plugin.study.runner import DONE, FAILED, SKIPPED, run_jobs
 
@@ -221,3 +221,28 @@ def test_snapshot_links_fairseqs_checkpoint_of_that_update(tmp_path):
     assert (tmp_path / "checkpoint_at20.pt").read_bytes() == b"weights at 20"
     with pytest.raises(SystemExit, match="has no checkpoint of update 30"):
         snapshots.main(["--save-dir", str(tmp_path), "--at", "30"])
+
+
+def test_stages_train_one_after_the_other_from_the_previous_stages_checkpoint(config, tmp_path):
+    config = check_config({"archs": ["tupe_r_tiny"], "analysis": False, "pretrain": {"stages": [
+        {"tokens_per_sample": 64, "updates": 30}, {"tokens_per_sample": 128, "updates": 10}]}}, ARCHS)
+    assert (config["pretrain"]["updates"], config["pretrain"]["tokens_per_sample"]) == (40, 128)
+    jobs = {job.name: job for job in build_jobs(config, tmp_path)}
+    first, second = jobs["pretrain/tupe_r_tiny/seed1"].commands
+    flag = lambda command, name: command[command.index(name) + 1]  # noqa: E731
+    assert [flag(first, "--tokens-per-sample"), flag(second, "--tokens-per-sample")] == ["64", "128"]
+    assert flag(first, "--max-positions") == flag(second, "--max-positions") == "128"
+    assert [flag(first, "--max-update"), flag(second, "--max-update")] == ["30", "10"]
+    folder = tmp_path / "pretrain" / "tupe_r_tiny" / "seed1"
+    assert flag(second, "--finetune-from-model") == str(folder / "stage1" / "checkpoint_last.pt")
+    assert flag(second, "--save-dir") == str(folder / "checkpoints")
+    assert "--finetune-from-model" not in first
+    assert config["pretrain"]["evaluate_at"] == [30]  # the first stage's end is evaluated too
+    stage_end = Model("tupe_r_tiny", 1, 30, stage=1)
+    assert stage_end.checkpoint(tmp_path) == str(folder / "stage1" / "checkpoint_last.pt")
+
+
+def test_stages_give_the_updates_and_the_lengths(config):
+    with pytest.raises(StudyConfigError, match=r"key 'pretrain.updates': is given by pretrain.stages"):
+        check_config({"archs": ["tupe_r_tiny"], "pretrain": {"updates": 5, "stages": [
+            {"tokens_per_sample": 64, "updates": 30}, {"tokens_per_sample": 128, "updates": 10}]}}, ARCHS)

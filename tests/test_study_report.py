@@ -454,3 +454,20 @@ def test_wnli_is_left_out_of_the_glue_average(lr_grid_study):
     text = lr_grid_study[1]
     assert "WNLI left out as in the papers" in text
     assert "| tupe_r_tiny | 60.0 (58.0–61.0), lr 1e-05 | 45.0 (45.0–45.0), lr 3e-05 | 60.0 |" in text
+
+
+def test_a_staged_pretraining_curve_counts_updates_over_all_stages(tmp_path):
+    config = check_config({"archs": ["tupe_r_tiny"], "analysis": False, "pretrain": {"stages": [
+        {"tokens_per_sample": 64, "updates": 4}, {"tokens_per_sample": 128, "updates": 2}]}}, {"tupe_r_tiny"})
+    jobs = {job.name: job for job in build_jobs(config, tmp_path / "out")}
+    first, second = (" ".join(command) for command in jobs["pretrain/tupe_r_tiny/seed1"].commands)
+    log = (f"$ {first}\n" + valid_line(2, loss=9.0) + valid_line(4, loss=8.0)
+           + f"$ {second}\n" + valid_line(2, loss=7.5))  # the second stage counts from 0 again
+    for name in ("data", "unigram"):
+        finish(jobs[name], 1.0, {"unigram.json": json.dumps({"bits_per_token": 10.0})})
+    finish(jobs["pretrain/tupe_r_tiny/seed1"], 1.0, {"train.log": log})
+    paths = write_report(config, list(jobs.values()), {name: (DONE, "") for name in jobs}, tmp_path / "out")
+    with open(paths["json"], encoding="utf-8") as f:
+        entry = json.load(f)["archs"]["tupe_r_tiny"]
+    assert entry["valid_loss_curve"] == [[2, 9.0], [4, 8.0], [6, 7.5]]
+    assert entry["along_pretraining"]["4"]["valid_loss"] == 8.0

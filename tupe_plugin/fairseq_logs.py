@@ -25,10 +25,16 @@ def _fields(text, separator, joiner):
     return fields
 
 
+def valid_line_fields(line):
+    """The fields (name -> float) of a validation line, None for another line."""
+    match = VALID_LINE.search(line)
+    return _fields(match.group(1), " | ", " ") if match else None
+
+
 def valid_lines(log_path):
     """The fields (name -> float) of every validation line of a fairseq log, in order."""
     with open(log_path, encoding="utf-8", errors="replace") as f:
-        return [_fields(m.group(1), " | ", " ") for m in map(VALID_LINE.search, f) if m]
+        return [fields for fields in map(valid_line_fields, f) if fields is not None]
 
 
 def train_inner_lines(log_path):

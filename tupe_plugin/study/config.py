@@ -40,7 +40,8 @@ DEFAULTS = {
     "data": {"vocab_size": 8000},
     "pretrain": {
         "updates": 1000, "tokens_per_sample": 128, "batch_size": 16, "lr": 5e-4,
-        "warmup_updates": None, "seeds": [1], "validate_every": None, "evaluate_at": [], "extra_args": [],
+        "warmup_updates": None, "seeds": [1], "validate_every": None, "evaluate_at": [], "stages": None,
+        "extra_args": [],
     },
     "glue": {
         "dir": Required("the folder of the GLUE data, one folder per task (RTE/train.tsv, RTE/dev.tsv, ...); "
@@ -110,6 +111,8 @@ def check_config(raw, known_archs, source="config"):
     _positive_int(config["data"], "data", "vocab_size", fail, least=8)
 
     pretrain = config["pretrain"]
+    if pretrain["stages"] is not None:
+        _check_stages(pretrain, raw.get("pretrain") or {}, fail)
     for key in ("updates", "tokens_per_sample", "batch_size"):
         _positive_int(pretrain, "pretrain", key, fail)
     _seed_list(pretrain, "pretrain", fail)
@@ -120,7 +123,8 @@ def check_config(raw, known_archs, source="config"):
             _positive_int(pretrain, "pretrain", key, fail, least=0 if key == "warmup_updates" else 1)
     _positive_float(pretrain, "pretrain", "lr", fail)
     _string_list(pretrain, "pretrain", "extra_args", fail)
-    _check_evaluate_at(pretrain, fail)
+    if pretrain["stages"] is None:
+        _check_evaluate_at(pretrain, fail)
 
     if config["glue"] is not None:
         _check_glue(config["glue"], fail)
@@ -262,6 +266,37 @@ def _check_glue(glue, fail):
         if glue[key] not in choices:
             fail(f"glue.{key}", f"must be one of {', '.join(choices)}, got {glue[key]!r}")
     _string_list(glue, "glue", "extra_args", fail)
+
+
+def _check_stages(pretrain, raw_pretrain, fail):
+    """Staged sequence lengths (Wang et al.'s 128 then 512 tokens): the stages give the updates and the
+    lengths; ``pretrain.updates`` becomes their sum and ``tokens_per_sample`` the last stage's."""
+    stages = pretrain["stages"]
+    if not isinstance(stages, list) or len(stages) < 2 or not all(
+            isinstance(stage, dict) and set(stage) == {"tokens_per_sample", "updates"} for stage in stages):
+        fail("pretrain.stages", "must be a list of at least two {tokens_per_sample: N, updates: N} stages, "
+             f"e.g. [{{tokens_per_sample: 128, updates: 900}}, {{tokens_per_sample: 512, updates: 100}}]; "
+             f"got {stages!r}")
+    for i, stage in enumerate(stages):
+        for key in ("tokens_per_sample", "updates"):
+            least = 8 if key == "tokens_per_sample" else 1
+            _positive_int(stage, f"pretrain.stages[{i}]", key, fail, least=least)
+    given = [key for key in ("updates", "tokens_per_sample", "evaluate_at") if key in raw_pretrain]
+    if given:
+        fail(f"pretrain.{given[0]}", "is given by pretrain.stages (the updates add up, the last stage's "
+             "length is the model's, and each stage's end is evaluated): drop it")
+    pretrain["updates"] = sum(stage["updates"] for stage in stages)
+    pretrain["tokens_per_sample"] = stages[-1]["tokens_per_sample"]
+    pretrain["evaluate_at"] = stage_ends(pretrain)
+
+
+def stage_ends(pretrain):
+    """The updates at which a stage other than the last ends (each evaluated along pre-training)."""
+    ends, total = [], 0
+    for stage in (pretrain["stages"] or [])[:-1]:
+        total += stage["updates"]
+        ends.append(total)
+    return ends
 
 
 def _check_evaluate_at(pretrain, fail):

@@ -64,11 +64,12 @@ class Tools:
 @dataclass(frozen=True)
 class Model:
     """A pre-trained model the later jobs read: ``arch`` pre-trained with ``seed``, its last checkpoint
-    or (``at``) the one kept at that update (``pretrain.evaluate_at``)."""
+    or (``at``) the one kept at that update (``pretrain.evaluate_at``), or the last of ``stage``."""
 
     arch: str
     seed: int
     at: int = None
+    stage: int = None
 
     @property
     def key(self):
@@ -80,8 +81,33 @@ class Model:
         return f"pretrain/{self.arch}/seed{self.seed}"
 
     def checkpoint(self, out):
+        if self.stage is not None:
+            return os.path.join(out, self.pretrain_job, stage_dir(self.stage), "checkpoint_last.pt")
         folder = os.path.join(out, self.pretrain_job, "checkpoints")
         return os.path.join(folder, "checkpoint_last.pt" if self.at is None else snapshot_name(self.at))
+
+
+def stage_dir(stage):
+    """The --save-dir of a stage before the last (the last stage's is ``checkpoints``)."""
+    return f"stage{stage}"
+
+
+def stage_offsets(pretrain):
+    """``{--save-dir folder name: updates of the stages before it}``: each stage counts from 0."""
+    if not pretrain["stages"]:
+        return {}
+    ends = [0] + pretrain["evaluate_at"]
+    names = [stage_dir(number) for number in range(1, len(ends))] + ["checkpoints"]
+    return dict(zip(names, ends))
+
+
+def along_models(pretrain, model):
+    """The models of ``model``'s pre-training that are evaluated along it: the checkpoints of
+    ``evaluate_at``, or each stage's end but the last."""
+    if pretrain["stages"]:
+        return [Model(model.arch, model.seed, at, stage)
+                for stage, at in enumerate(pretrain["evaluate_at"], 1)]
+    return [Model(model.arch, model.seed, at) for at in pretrain["evaluate_at"]]
 
 
 def snapshot_name(update):
@@ -105,7 +131,7 @@ def build_jobs(config, out, tools=Tools()):
     pretrain = config["pretrain"]
     final = [Model(arch, seed) for seed in pretrain["seeds"] for arch in config["archs"]]
     # the checkpoints along pre-training get the evaluations of the final models but extrapolation
-    models = final + [Model(m.arch, m.seed, at) for at in pretrain["evaluate_at"] for m in final]
+    models = final + [along for model in final for along in along_models(pretrain, model)]
     jobs += [_pretrain_job(pretrain, model, out, tools) for model in final]
     if config["analysis"]:
         jobs += [_analysis_job(model, out, tools) for model in models]
@@ -152,6 +178,7 @@ def _data_job(config, out, tools):
          "--max-pieces", str(tokens - 2)],
         [tools.fairseq("preprocess"), "--only-source", "--trainpref", os.path.join(spm, "train.bpe"),
          "--validpref", os.path.join(spm, "valid.bpe"), "--testpref", os.path.join(spm, "test.bpe"),
+         "--srcdict", os.path.join(spm, "dict.txt"),  # every piece: fine-tuning text gets no <unk>
          "--destdir", data, "--workers", "2"],
         # the hub loader and the fine-tuning scripts look for the sentencepiece model here
         ["cp", os.path.join(spm, "spm.model"), os.path.join(data, "sentencepiece.bpe.model")],
@@ -172,9 +199,10 @@ def _unigram_job(out, tools):
     return _job(out, "unigram", "unigram", commands, deps=["data"])
 
 
-def pretrain_schedule(pretrain):
-    """Warm-up, validation/checkpoint interval and log interval of a pre-training run."""
-    updates = pretrain["updates"]
+def pretrain_schedule(pretrain, updates=None):
+    """Warm-up, validation/checkpoint interval and log interval of a pre-training run (of ``updates``,
+    by default the whole run's)."""
+    updates = pretrain["updates"] if updates is None else updates
     warmup = pretrain["warmup_updates"]
     interval = pretrain["validate_every"] or max(1, updates // 10)
     return {"warmup": updates // 10 if warmup is None else warmup, "interval": interval,
@@ -182,44 +210,64 @@ def pretrain_schedule(pretrain):
 
 
 def _pretrain_job(pretrain, model, out, tools):
-    """fairseq-train of ``model``; with ``evaluate_at``, the checkpoints of those updates are kept
-    (``--keep-interval-updates-pattern``) and named for the jobs that read them (:mod:`.snapshots`)."""
-    arch, seed, name = model.arch, model.seed, model.pretrain_job
-    folder = os.path.join(out, name)
-    schedule = pretrain_schedule(pretrain)
-    updates = pretrain["updates"]
+    """fairseq-train of ``model``. With ``evaluate_at``, the checkpoints of those updates are kept
+    (``--keep-interval-updates-pattern``) and named for the jobs that read them (:mod:`.snapshots`).
+    With ``stages``, one fairseq-train per stage in its own ``--save-dir``, each started from the
+    previous stage's last checkpoint (``--finetune-from-model``: a fresh optimizer and schedule for
+    the new length; a rerun resumes the stage it stopped in), learned tables sized for the last length."""
+    folder = os.path.join(out, model.pretrain_job)
+    stages = pretrain["stages"] or [{"tokens_per_sample": pretrain["tokens_per_sample"],
+                                     "updates": pretrain["updates"]}]
+    commands, start = [], None
+    for number, stage in enumerate(stages, 1):
+        last = number == len(stages)
+        save_dir = os.path.join(folder, "checkpoints" if last else stage_dir(number))
+        command = _fairseq_train(pretrain, model, stage, save_dir, out, tools)
+        if len(stages) > 1:
+            command += ["--max-positions", str(pretrain["tokens_per_sample"]),
+                        "--tensorboard-logdir", os.path.join(folder, "tensorboard", f"stage{number}")]
+        else:
+            command += ["--tensorboard-logdir", os.path.join(folder, "tensorboard")]
+        if start:
+            command += ["--finetune-from-model", start]
+        kept = [] if pretrain["stages"] else pretrain["evaluate_at"]
+        if kept:  # the checkpoints at multiples of the updates' gcd survive --keep-interval-updates 1
+            command += ["--keep-interval-updates-pattern", str(math.gcd(*kept))]
+        commands.append(command + pretrain["extra_args"])
+        if kept:
+            commands.append([tools.python, "-m", "tupe_plugin.study.snapshots", "--save-dir", save_dir,
+                             "--at", *map(str, kept)])
+        start = os.path.join(save_dir, "checkpoint_last.pt")
+    settings = {"arch": model.arch, "seed": model.seed,
+                **{k: v for k, v in pretrain.items() if k != "seeds"}}
+    return _job(out, model.pretrain_job, "pretrain", commands, deps=["data"], settings=settings,
+                resumable=True, log="train.log", model=model,
+                outputs=[model.checkpoint(out)] + [m.checkpoint(out) for m in along_models(pretrain, model)])
+
+
+def _fairseq_train(pretrain, model, stage, save_dir, out, tools):
+    """The masked-LM fairseq-train command of one stage (the whole run without stages)."""
+    schedule = pretrain_schedule(pretrain, stage["updates"])
     command = [
         tools.fairseq("train"), data_bin(out), "--user-dir", PLUGIN_DIR,
-        "--task", "masked_lm", "--criterion", "masked_lm", "--arch", arch,
-        "--sample-break-mode", "complete", "--tokens-per-sample", str(pretrain["tokens_per_sample"]),
+        "--task", "masked_lm", "--criterion", "masked_lm", "--arch", model.arch,
+        "--sample-break-mode", "complete", "--tokens-per-sample", str(stage["tokens_per_sample"]),
         "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--clip-norm", "1.0",
         "--lr", str(pretrain["lr"]), "--lr-scheduler", "polynomial_decay",
-        "--warmup-updates", str(schedule["warmup"]), "--total-num-update", str(updates),
-        "--max-update", str(updates), "--batch-size", str(pretrain["batch_size"]),
+        "--warmup-updates", str(schedule["warmup"]), "--total-num-update", str(stage["updates"]),
+        "--max-update", str(stage["updates"]), "--batch-size", str(pretrain["batch_size"]),
         "--log-format", "simple", "--log-interval", str(schedule["log_interval"]),
-        "--save-dir", os.path.join(folder, "checkpoints"),
-        "--tensorboard-logdir", os.path.join(folder, "tensorboard"),
+        "--save-dir", save_dir,
         "--no-epoch-checkpoints", "--save-interval-updates", str(schedule["interval"]),
         "--keep-interval-updates", "1", "--validate-interval-updates", str(schedule["interval"]),
-        "--seed", str(seed), "--num-workers", "0",
+        "--seed", str(model.seed), "--num-workers", "0",
     ]
     if tools.cpu:
         command.append("--cpu")
     if tools.distributed_world_size > 1:
         command += ["--distributed-world-size", str(tools.distributed_world_size),
                     "--distributed-port", "29671"]
-    kept = [Model(arch, seed, at) for at in pretrain["evaluate_at"]]
-    if kept:  # the checkpoints at multiples of the updates' gcd survive --keep-interval-updates 1
-        command += ["--keep-interval-updates-pattern", str(math.gcd(*pretrain["evaluate_at"]))]
-    commands = [command + pretrain["extra_args"]]
-    if kept:
-        commands.append([tools.python, "-m", "tupe_plugin.study.snapshots",
-                         "--save-dir", os.path.join(folder, "checkpoints"),
-                         "--at", *map(str, pretrain["evaluate_at"])])
-    settings = {"arch": arch, "seed": seed, **{k: v for k, v in pretrain.items() if k != "seeds"}}
-    return _job(out, name, "pretrain", commands, deps=["data"], settings=settings, resumable=True,
-                log="train.log", model=model,
-                outputs=[model.checkpoint(out)] + [m.checkpoint(out) for m in kept])
+    return command
 
 
 def _finetuning_flags(tools, settings, **flags):

@@ -16,7 +16,7 @@ import os
 import shlex
 
 from . import results, statistics
-from .jobs import Model, glue_run_name
+from .jobs import Model, along_models, glue_run_name, stage_offsets
 from ..glue.tasks import GLUE_TASKS
 from .runner import DONE, FAILED
 
@@ -49,10 +49,12 @@ def collect(config, jobs, outcome):
         models = {seed: _model_entry(config, Model(arch, seed), done, report["jobs"])
                   for seed in pretrain["seeds"]}
         entry = _over_seeds(config, models)
-        along = {at: _over_seeds(config, {
-            seed: _model_entry(config, Model(arch, seed, at), done, report["jobs"],
-                               models[seed]["valid_loss_curve"]) for seed in pretrain["seeds"]})
-            for at in pretrain["evaluate_at"]}
+        along = {}
+        for seed in pretrain["seeds"]:
+            for model in along_models(pretrain, Model(arch, seed)):
+                along.setdefault(model.at, {})[seed] = _model_entry(config, model, done, report["jobs"],
+                                                                    models[seed]["valid_loss_curve"])
+        along = {at: _over_seeds(config, by_seed) for at, by_seed in along.items()}
         along[pretrain["updates"]] = entry
         entry["along_pretraining"] = {
             str(at): {key: result[key] for key in ("valid_loss", "glue", "squad")}
@@ -77,7 +79,8 @@ def _model_entry(config, model, done, jobs, curve=None):
     pretrain = done.get(model.pretrain_job)
     if pretrain and model.at is None:
         entry.update(results.pretrain_result(os.path.join(pretrain.folder, pretrain.log),
-                                             _record(pretrain).get("seconds")))
+                                             _record(pretrain).get("seconds"),
+                                             stage_offsets(config["pretrain"])))
     elif model.at is not None:
         entry["valid_loss"] = next((loss for update, loss in curve or [] if update == model.at), None)
     glue = config["glue"]

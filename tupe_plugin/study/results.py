@@ -15,21 +15,38 @@ be checked against the logs line by line.
 """
 
 import json
+import os
 import re
 import statistics
 
-from ..fairseq_logs import evaluations, train_inner_lines, valid_lines
+from ..fairseq_logs import evaluations, train_inner_lines, valid_line_fields
 from ..glue.tasks import GLUE_TASKS
 
 # tupe-evaluate-squad's count line: "GOLD: 247 questions, 113 predicted (0 no answer) -> predictions.json"
 SQUAD_COUNTS = re.compile(r": (\d+) questions, (\d+) predicted \(")
 
 
-def pretrain_result(log_path, seconds):
-    """Validation curve, final loss and speed of one pre-training log."""
+def staged_valid_lines(log_path, offsets):
+    """The validation lines of a job log, ``num_updates`` counted over all stages: each stage's
+    fairseq-train counts from 0, and ``offsets`` maps a stage's ``--save-dir`` folder name to the updates
+    of the stages before it. The job's log names each command on a ``$ `` line before its output."""
+    found, offset = [], 0
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("$ ") and "--save-dir" in line:
+                save_dir = line.split("--save-dir", 1)[1].split()[0]
+                offset = offsets.get(os.path.basename(save_dir.rstrip("/'")), 0)
+            fields = valid_line_fields(line)
+            if fields is not None and "num_updates" in fields:
+                found.append({**fields, "num_updates": fields["num_updates"] + offset})
+    return found
+
+
+def pretrain_result(log_path, seconds, stage_offsets=None):
+    """Validation curve, final loss and speed of one pre-training log (of all its stages)."""
     by_update = {}
-    for fields in valid_lines(log_path):
-        if "loss" in fields and "num_updates" in fields:
+    for fields in staged_valid_lines(log_path, stage_offsets or {}):
+        if "loss" in fields:
             by_update[int(fields["num_updates"])] = fields["loss"]  # a resumed run repeats: keep the last
     curve = [[update, by_update[update]] for update in sorted(by_update)]
     inner = [f for f in train_inner_lines(log_path) if f.get("wps", 0) > 0]
