@@ -124,6 +124,7 @@ def expected_sections(preset):
         and not flags["rel_pos"].startswith("shaw-"),
         "t5_bias": flags["rel_pos"] == "t5",
         "alibi_bias": flags["rel_pos"] == "alibi",
+        "distance_bias": flags["rel_pos"] in ("kerple-log", "kerple-power", "sandwich", "fire"),
         "rotary_profile": flags["rotary"] != "none",
         "first_layer_position_correlation": flags["abs_pos"] != "none",
         "absolute_position_dot_products": flags["abs_pos"] != "none" or flags["untied_pos"] != "none",
@@ -226,9 +227,9 @@ def run_script(*argv):
 
 @pytest.mark.parametrize("arch, not_applicable", [
     ("tupe_r_tiny", {"first_layer_position_correlation", "relative_position_dot_products",
-                     "learned_frequencies", "alibi_bias", "rotary_profile"}),
+                     "learned_frequencies", "alibi_bias", "distance_bias", "rotary_profile"}),
     pytest.param("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias", "alibi_bias",
-                                                 "rotary_profile"},
+                                                 "distance_bias", "rotary_profile"},
                  marks=pytest.mark.slow),
 ])
 def test_script_writes_figures_json_and_table_for_a_trained_checkpoint(
@@ -273,3 +274,18 @@ def test_script_names_a_missing_checkpoint(tmp_path, capsys):
         run_script("--path", tmp_path / "missing.pt", "--out", tmp_path)
     error = capsys.readouterr().err
     assert "--path" in error and "missing.pt" in error
+
+
+def test_distance_bias_section_reports_kerples_learned_bias(tmp_path, no_drawing):
+    dictionary = make_dictionary()
+    model = build_model("bert_kerple_tiny", dictionary).eval()
+    bias = pm.positional_encoder(model).positional_term.relative_bias
+    with torch.no_grad():
+        bias.raw_r2.copy_(torch.tensor([-1.0, 0.0, 1.0, 2.0]))
+    context = AnalysisContext(model, dictionary, "bert_kerple_tiny", 12, str(tmp_path), window=4)
+    result = next(r for r in run_sections(context, POSITION_SECTIONS) if r.name == "distance_bias")
+    r1, r2 = (r.detach() for r in bias.coefficients())
+    for head, metrics in enumerate(result.metrics["heads"]):
+        expected = [-(r1[head] * math.log1p(r2[head] * m)).item() for m in range(12)]
+        assert metrics["bias_forward"] == pytest.approx(expected, rel=1e-5)
+        assert metrics["bias_backward"] == pytest.approx(expected, rel=1e-5)

@@ -58,7 +58,7 @@ def content_free_term(context):
     if term is None:
         return _not_applicable(
             context, name, title,
-            "has no content-free term: only --untied-pos tupe/four-term and --rel-pos t5 add one "
+            "has no content-free term: only --untied-pos tupe/four-term and the --rel-pos biases add one "
             "(Shaw vectors depend on the query)",
         )
     result = SectionResult(name, title)
@@ -93,6 +93,23 @@ def alibi_bias(context):
     applies = pm.position_config(context.model).alibi
     return _relative_bias_section(context, applies, "alibi_bias", "ALiBi bias -m_h |j - i| per head",
                                   "has no alibi bias")
+
+
+DISTANCE_BIAS_TITLES = {
+    "kerple-log": "KERPLE bias -r1_h log(1 + r2_h |j - i|) per head",
+    "kerple-power": "KERPLE bias -r1_h |j - i|^r2_h per head",
+    "sandwich": "Sandwich bias S (p_i . p_j - d'/2)",
+    "fire": "FIRE bias f(psi(|j - i|) / psi(max(L, T))) per head",
+}
+
+
+def distance_bias(context):
+    """KERPLE (Chi et al. 2022), Sandwich (Chi et al. 2023), FIRE (Li et al. 2023): the bias against the
+    offset j - i, per head (learned for KERPLE and FIRE)."""
+    rel_pos = pm.position_config(context.model).rel_pos
+    title = DISTANCE_BIAS_TITLES.get(rel_pos, "KERPLE / Sandwich / FIRE bias per head")
+    return _relative_bias_section(context, rel_pos in DISTANCE_BIAS_TITLES, "distance_bias", title,
+                                  "has no kerple, sandwich or fire bias")
 
 
 def _relative_bias_section(context, applies, name, title, missing):
@@ -296,6 +313,7 @@ POSITION_SECTIONS = (
     content_free_term,
     t5_bias,
     alibi_bias,
+    distance_bias,
     rotary_profile,
     first_layer_position_correlation,
     absolute_position_dot_products,
