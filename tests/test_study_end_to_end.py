@@ -199,15 +199,15 @@ def squad_study(tmp_path_factory, corpus):
 
 def test_squad_scores_in_the_report_are_those_of_the_job_evaluation(squad_study):
     out = squad_study
-    run = out / "squad" / "tupe_r_tiny" / "seed1" / "run"
+    run = out / "squad" / "tupe_r_tiny" / "seed1" / "v1.1" / "seed1" / "run"
     with open(run / "eval.log", encoding="utf-8") as f:
         logged = json.loads(next(line for line in f if line.startswith('{"exact_match"')))
     report = read_report(out)
-    assert report["jobs"]["squad/tupe_r_tiny/seed1"]["status"] == "done"
+    assert report["jobs"]["squad/tupe_r_tiny/seed1/v1.1/seed1"]["status"] == "done"
     squad = report["archs"]["tupe_r_tiny"]["squad"]
     assert {key: squad[key] for key in logged} == logged
     # the logged scores are those of the job's predictions against the held-out articles
-    with open(out / "squad-data" / "dev.json", encoding="utf-8") as f:
+    with open(out / "squad-data" / "v1.1" / "dev.json", encoding="utf-8") as f:
         dev = json.load(f)["data"]
     with open(run / "predictions.json", encoding="utf-8") as f:
         predictions = json.load(f)

@@ -69,7 +69,7 @@ def study(tmp_path_factory):
     jobs = {job.name: job for job in build_jobs(config, out)}
     finish(jobs["data"], 3.0, {})
     finish(jobs["unigram"], 1.0, {"unigram.json": json.dumps({"bits_per_token": 8.0})})
-    finish(jobs["squad-data"], 1.0, {})
+    finish(jobs["squad-data/v1.1"], 1.0, {})
     for arch in ARCHS:
         a, b, c, d = LOSSES[arch]
         log = (INNER.format(u=1, wps=0, ups=0) + INNER.format(u=2, wps=1000.0, ups=0.5)
@@ -84,7 +84,7 @@ def study(tmp_path_factory):
             mrpc = valid_line(1, accuracy=70.0, f1=80.0 + seed) + valid_line(2, accuracy=72.0 + seed, f1=79.0)
             finish(jobs[f"glue/{arch}/seed1/MRPC/lr2e-05/seed{seed}"], 10.0, {"run/train.log": mrpc})
         em = 10.0 if arch == "bert_a_tiny" else 12.5
-        finish(jobs[f"squad/{arch}/seed1"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
+        finish(jobs[f"squad/{arch}/seed1/v1.1/seed1"], 30.0, {"log.txt": '{"exact_match": 1.0, "f1": 2.0}\n'
                                                    "dev.json: 247 questions, 113 predicted (0 no answer) "
                                                    "-> p.json\n"
                                                    f'{{"exact_match": {em}, "f1": 20.25}}\n'})
@@ -160,8 +160,10 @@ def test_study_close_to_the_unigram_baseline_is_flagged(study, tmp_path):
 
 def test_squad_scores_are_the_last_evaluation_line(written):
     report, text, _ = written
-    assert report["archs"]["tupe_r_tiny"]["squad"] == {"exact_match": 12.5, "f1": 20.25, "questions": 247,
-                                                        "predicted": 113}
+    squad = report["archs"]["tupe_r_tiny"]["squad"]
+    assert {key: squad[key] for key in ("exact_match", "f1", "questions", "predicted")} == {
+        "exact_match": 12.5, "f1": 20.25, "questions": 247, "predicted": 113}
+    assert squad["std"] == {"exact_match": None, "f1": None} and len(squad["runs"]) == 1
     assert "| tupe_r_tiny | 12.5 | 20.2 | 113 / 247 |" in text and "every 5th article is dev" in text
 
 
@@ -471,3 +473,36 @@ def test_a_staged_pretraining_curve_counts_updates_over_all_stages(tmp_path):
         entry = json.load(f)["archs"]["tupe_r_tiny"]
     assert entry["valid_loss_curve"] == [[2, 9.0], [4, 8.0], [6, 7.5]]
     assert entry["along_pretraining"]["4"]["valid_loss"] == 8.0
+
+
+def test_two_squad_versions_and_seeds_give_mean_and_std_per_version(tmp_path):
+    squad_dir = tmp_path / "squad"
+    squad_dir.mkdir()
+    for version in ("1.1", "2.0"):
+        shutil.copy(test_data("squad", "dev-v1.1.head.json"), squad_dir / f"dev-v{version}.json")
+    config = check_config({"archs": ["tupe_r_tiny"], "analysis": False,
+                           "squad": {"versions": ["1.1", "2.0"], "seeds": [1, 2],
+                                     "dev": str(squad_dir / "dev-v{version}.json")}}, {"tupe_r_tiny"})
+    jobs = {job.name: job for job in build_jobs(config, tmp_path / "out")}
+    for name in ("data", "unigram", "squad-data/v1.1", "squad-data/v2.0", "pretrain/tupe_r_tiny/seed1"):
+        finish(jobs[name], 1.0, {"unigram.json": json.dumps({"bits_per_token": 8.0}),
+                                 "train.log": valid_line(2, loss=5.0)})
+    for version, key in (("1.1", "exact_match"), ("2.0", "exact")):
+        for seed, em in ((1, 40.0), (2, 50.0)):
+            finish(jobs[f"squad/tupe_r_tiny/seed1/v{version}/seed{seed}"], 1.0,
+                   {"log.txt": json.dumps({key: em, "f1": em + 10}) + "\n"})
+    paths = write_report(config, list(jobs.values()), {name: (DONE, "") for name in jobs}, tmp_path / "out")
+    with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
+        squad, text = json.load(f)["archs"]["tupe_r_tiny"]["squad"], g.read()
+    assert set(squad) == {"1.1", "2.0"} and squad["2.0"]["exact_match"] == 45.0
+    assert squad["1.1"]["std"]["f1"] == pytest.approx(7.0710678)
+    assert "| tupe_r_tiny | 45.0 ± 7.1 | 55.0 ± 7.1 | 45.0 ± 7.1 | 55.0 ± 7.1 | – |" in text
+
+
+def test_several_squad_versions_need_a_path_with_the_version(tmp_path):
+    from tupe_plugin.study.config import StudyConfigError
+
+    with pytest.raises(StudyConfigError, match=r"key 'squad.dev': names one file for the versions"):
+        check_config({"archs": ["tupe_r_tiny"], "squad": {"versions": ["1.1", "2.0"],
+                                                          "dev": test_data("squad", "dev-v1.1.head.json")}},
+                     {"tupe_r_tiny"})

@@ -51,10 +51,10 @@ DEFAULTS = {
         "batch_size": 32, "extra_args": [],
     },
     "squad": {
-        "version": "1.1", "train": None,
-        "dev": Required(f"the SQuAD dev file (dev-v1.1.json or dev-v2.0.json); {GET_SQUAD}; or set squad: "
-                        "null to skip SQuAD"),
-        "max_articles": None, "dev_every": 5, "max_epoch": 2, "seed": 1, "lr": 3e-5,
+        "versions": ["1.1"], "train": None,
+        "dev": Required(f"the SQuAD dev file (dev-v1.1.json or dev-v2.0.json; a path with {{version}} for "
+                        f"several versions); {GET_SQUAD}; or set squad: null to skip SQuAD"),
+        "max_articles": None, "dev_every": 5, "max_epoch": 2, "seeds": [1], "lr": 3e-5,
         "batch_size": 32, "max_seq_length": None, "extra_args": [],
     },
     "extrapolation": {"lengths": [64, 128, 256, 512], "batch_size": 8},
@@ -334,21 +334,36 @@ def _check_extrapolation(extrapolation, fail):
 
 
 def _check_squad(squad, fail):
-    squad["version"] = str(squad["version"])
-    if squad["version"] not in SQUAD_VERSIONS:
-        fail("squad.version", f"must be one of {', '.join(SQUAD_VERSIONS)}, got {squad['version']!r}")
-    squad["dev"] = _existing_file(squad["dev"], "squad.dev", fail,
-                                  f"a SQuAD JSON file (dev-v1.1.json); {GET_SQUAD}")
-    if squad["train"] is not None:
-        squad["train"] = _existing_file(squad["train"], "squad.train", fail,
-                                        f"a SQuAD JSON file (train-v1.1.json), or null to split dev; "
-                                        f"{GET_SQUAD}")
+    versions = squad["versions"]
+    if not isinstance(versions, list) or not versions or len(set(map(str, versions))) != len(versions):
+        fail("squad.versions", f"must be a non-empty list of SQuAD versions ({', '.join(SQUAD_VERSIONS)}), "
+             f"got {versions!r}")
+    squad["versions"] = [str(version) for version in versions]
+    for i, version in enumerate(squad["versions"]):
+        if version not in SQUAD_VERSIONS:
+            fail(f"squad.versions[{i}]", f"must be one of {', '.join(SQUAD_VERSIONS)}, got {version!r}")
+    _seed_list(squad, "squad", fail)
+    squad["files"] = {}
+    for version in squad["versions"]:
+        files = {}
+        for key, what in (("dev", "dev-v{version}.json"),
+                          ("train", "train-v{version}.json, or null to split dev")):
+            path = squad[key]
+            if path is None:
+                files[key] = None
+                continue
+            if len(squad["versions"]) > 1 and "{version}" not in str(path):
+                fail(f"squad.{key}", f"names one file for the versions {squad['versions']}: give a path with "
+                     "{version}, e.g. squad/" + f"{key}-v{{version}}.json")
+            files[key] = _existing_file(str(path).replace("{version}", version), f"squad.{key}", fail,
+                                        f"a SQuAD JSON file ({what.format(version=version)}); {GET_SQUAD}")
+        squad["files"][version] = files
     for key in ("max_articles", "max_seq_length"):
         if squad[key] is not None:
             _positive_int(squad, "squad", key, fail, least=2 if key == "max_articles" else 16)
     _positive_int(squad, "squad", "dev_every", fail, least=2)
-    for key in ("max_epoch", "batch_size", "seed"):
-        _positive_int(squad, "squad", key, fail, least=0 if key == "seed" else 1)
+    for key in ("max_epoch", "batch_size"):
+        _positive_int(squad, "squad", key, fail)
     _positive_float(squad, "squad", "lr", fail)
     _string_list(squad, "squad", "extra_args", fail)
 

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .report import mean  # noqa: E402
+from .report import first_squad, mean  # noqa: E402
 
 
 def loss_figure(report, path):
@@ -78,7 +78,7 @@ def along_figure(report, path):
     panels = [(task, lambda figures, task=task: (figures["glue"].get(task) or {}).get("median"))
               for task in (config["glue"] or {}).get("tasks", [])]
     if config["squad"] is not None:
-        panels.append(("SQuAD F1", lambda figures: (figures["squad"] or {}).get("f1")))
+        panels.append(("SQuAD F1", lambda figures: first_squad(figures["squad"]).get("f1")))
     panels.append(("valid loss (bits)", lambda figures: mean(figures["valid_loss"])))
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
     for ax, (title, value) in zip(axes[0], panels):

@@ -9,8 +9,8 @@ report. Folders, under the study's ``--out``::
     unigram/                the context-free baseline (unigram.json)
     pretrain/ARCH/seedP/           fairseq-train masked LM with seed P: checkpoints/, tensorboard/, train.log
     glue/ARCH/seedP/TASK/lrL/seedS/  tupe-finetune-glue of that model, lr L, seed S: bin/, run/
-    squad-data/                    train/dev split of the SQuAD dev articles (when no train file is given)
-    squad/ARCH/seedP/              tupe-finetune-squad: bin/, run/ (predictions, eval.log)
+    squad-data/vV/                 train/dev split of the SQuAD dev articles (when no train file is given)
+    squad/ARCH/seedP/vV/seedS/     tupe-finetune-squad, SQuAD vV, seed S: bin/, run/ (predictions, eval.log)
     analysis/ARCH/seedP/           tupe-analyze: analysis/ (PNGs, positions.json)
     extrapolation/ARCH/seedP/lenL/ the validation loss on inputs of up to L tokens (extrapolation.json)
 
@@ -124,8 +124,9 @@ def build_jobs(config, out, tools=Tools()):
     out = os.path.abspath(out)
     jobs = [_data_job(config, out, tools), _unigram_job(out, tools)]
     squad = config["squad"]
-    if squad is not None and squad["train"] is None:
-        jobs.append(_squad_split_job(squad, out, tools))
+    if squad is not None:
+        jobs += [_squad_split_job(squad, version, out, tools) for version in squad["versions"]
+                 if squad["files"][version]["train"] is None]
     # Pre-training and analysis of every arch first: the loss curves against the baseline and the
     # position analysis are the comparison's core, and a stopped study reports them for all archs.
     pretrain = config["pretrain"]
@@ -146,7 +147,8 @@ def build_jobs(config, out, tools=Tools()):
             jobs += [_glue_job(glue, model, task, digests, lr, run_seed, out, tools)
                      for run_seed in glue["seeds"] for lr in glue["lrs"] for model in models]
     if squad is not None:
-        jobs += [_squad_job(squad, model, out, tools) for model in models]
+        jobs += [_squad_job(squad, model, version, run_seed, out, tools) for version in squad["versions"]
+                 for run_seed in squad["seeds"] for model in models]
     by_name = {}
     for job in jobs:
         job.fingerprint = _fingerprint(job, by_name)
@@ -298,39 +300,48 @@ def _glue_job(glue, model, task, digests, lr, run_seed, out, tools):
                 model=model)
 
 
-def _squad_split_job(squad, out, tools):
-    command = [tools.python, "-m", "tupe_plugin.study.squad_split", "--dev", squad["dev"],
-               "--dev-every", str(squad["dev_every"]), "--out", os.path.join(out, "squad-data")]
+def _squad_split_job(squad, version, out, tools):
+    dev = squad["files"][version]["dev"]
+    command = [tools.python, "-m", "tupe_plugin.study.squad_split", "--dev", dev,
+               "--dev-every", str(squad["dev_every"]),
+               "--out", os.path.join(out, "squad-data", f"v{version}")]
     if squad["max_articles"]:
         command += ["--max-articles", str(squad["max_articles"])]
-    settings = {"dev": squad["dev"], "sha256": file_digest(squad["dev"]),
-                "dev_every": squad["dev_every"], "max_articles": squad["max_articles"]}
-    return _job(out, "squad-data", "squad-data", [command], settings=settings)
+    settings = {"dev": dev, "sha256": file_digest(dev), "dev_every": squad["dev_every"],
+                "max_articles": squad["max_articles"]}
+    return _job(out, f"squad-data/v{version}", "squad-data", [command], settings=settings)
 
 
-def squad_files(squad, out):
-    """The (train, dev) SQuAD JSON files the fine-tuning jobs read."""
-    if squad["train"] is None:
-        folder = os.path.join(out, "squad-data")
+def squad_files(squad, version, out):
+    """The (train, dev) SQuAD JSON files the fine-tuning jobs of ``version`` read."""
+    files = squad["files"][version]
+    if files["train"] is None:
+        folder = os.path.join(out, "squad-data", f"v{version}")
         return os.path.join(folder, "train.json"), os.path.join(folder, "dev.json")
-    return squad["train"], squad["dev"]
+    return files["train"], files["dev"]
 
 
-def _squad_job(squad, model, out, tools):
-    name = f"squad/{model.key}"
+def squad_run_name(model, version, run_seed):
+    return f"squad/{model.key}/v{version}/seed{run_seed}"
+
+
+def _squad_job(squad, model, version, run_seed, out, tools):
+    name = squad_run_name(model, version, run_seed)
     folder = os.path.join(out, name)
-    train, dev = squad_files(squad, out)
-    given = squad["train"] is not None
+    train, dev = squad_files(squad, version, out)
+    given = squad["files"][version]["train"] is not None
     # the tool fits the stride and the question length to the window (tupe-prepare-squad's defaults)
-    command = [tools.python, "-m", "tupe_plugin.squad.finetune", squad["version"],
+    command = [tools.python, "-m", "tupe_plugin.squad.finetune", version,
                model.checkpoint(out), data_bin(out), *_finetuning_flags(
                    tools, squad, train_file=train, valid_file=dev, bin_dir=os.path.join(folder, "bin"),
-                   save_dir=os.path.join(folder, "run"), seed=squad["seed"], lr=squad["lr"],
+                   save_dir=os.path.join(folder, "run"), seed=run_seed, lr=squad["lr"],
                    max_epoch=squad["max_epoch"], batch_size=squad["batch_size"],
                    max_seq_length=squad["max_seq_length"],
                    max_articles=squad["max_articles"] if given else None)]
-    deps = [model.pretrain_job] + ([] if given else ["squad-data"])
-    settings = dict(squad)
+    deps = [model.pretrain_job] + ([] if given else [f"squad-data/v{version}"])
+    settings = {key: squad[key] for key in ("lr", "max_epoch", "batch_size", "max_seq_length", "extra_args",
+                                            "max_articles", "dev_every")}
+    settings.update(version=version, seed=run_seed, train=train, dev=dev)
     if given:
         settings.update(train_sha256=file_digest(train), dev_sha256=file_digest(dev))
     return _job(out, name, "squad", [command], deps=deps, settings=settings, model=model)

@@ -16,7 +16,7 @@ import os
 import shlex
 
 from . import results, statistics
-from .jobs import Model, along_models, glue_run_name, stage_offsets
+from .jobs import Model, along_models, glue_run_name, squad_run_name, stage_offsets
 from ..glue.tasks import GLUE_TASKS
 from .runner import DONE, FAILED
 
@@ -101,9 +101,15 @@ def _model_entry(config, model, done, jobs, curve=None):
                 by_lr[lr] = results.glue_task(runs, task)
         if by_lr:
             entry["glue"][task] = results.chosen_lr(by_lr, glue["select"])
-    squad = done.get(f"squad/{model_key}")
-    if squad:
-        entry["squad"] = results.squad_result(os.path.join(squad.folder, squad.log))
+    if config["squad"] is not None:
+        entry["squad"] = {}
+        for version in config["squad"]["versions"]:
+            runs = [{**results.squad_result(os.path.join(done[name].folder, done[name].log)),
+                     "seed": run_seed, "pretrain_seed": seed}
+                    for run_seed in config["squad"]["seeds"]
+                    for name in [squad_run_name(model, version, run_seed)] if name in done]
+            if runs:
+                entry["squad"][version] = results.squad_runs(runs)
     analysis = done.get(f"analysis/{model_key}")
     if analysis:
         entry["analysis"] = results.analysis_result(os.path.join(analysis.folder, "analysis",
@@ -116,6 +122,29 @@ def _model_entry(config, model, done, jobs, curve=None):
     return entry
 
 
+def first_squad(squad):
+    """The figures of the study's first SQuAD version in an arch's ``squad`` entry ({} when none)."""
+    if not squad:
+        return {}
+    return squad if "f1" in squad else next(iter(squad.values()))
+
+
+def _squad_entry(config, models):
+    """An arch's SQuAD figures over its models' runs: the one version's (EM, F1, ...) when the study has
+    one, else ``{version: figures}``; None without SQuAD or any finished run."""
+    if config["squad"] is None:
+        return None
+    by_version = {}
+    for version in config["squad"]["versions"]:
+        runs = [run for m in models.values()
+                for run in ((m["squad"] or {}).get(version) or {}).get("runs", [])]
+        if runs:
+            by_version[version] = results.squad_runs(runs)
+    if len(config["squad"]["versions"]) == 1:
+        return next(iter(by_version.values()), None)
+    return by_version or None
+
+
 def _valid_losses(entry):
     return {int(seed): model["valid_loss"] for seed, model in entry["seeds"].items()}
 
@@ -125,7 +154,8 @@ def _over_seeds(config, models):
     with several, each figure's spread over the seeds (:func:`statistics.spread`) and the curve of the
     mean. ``seeds`` keeps every model's own numbers."""
     first = next(iter(models.values()))
-    entry = {key: first[key] for key in ("valid_loss", "valid_loss_curve", "seconds", "squad", "analysis")}
+    entry = {key: first[key] for key in ("valid_loss", "valid_loss_curve", "seconds", "analysis")}
+    entry["squad"] = _squad_entry(config, models)
     entry.update(tokens_per_second=first.get("tokens_per_second"),
                  updates_per_second=first.get("updates_per_second"),
                  seeds={str(seed): model for seed, model in models.items()})
@@ -366,7 +396,8 @@ def _along_section(report, out):
         rows += [(task, [_number((along[u]["glue"].get(task) or {}).get("median"), 1) for u in updates])
                  for task in tasks]
         if config["squad"] is not None:
-            rows.append(("SQuAD F1", [_number((along[u]["squad"] or {}).get("f1"), 1) for u in updates]))
+            rows.append(("SQuAD F1", [_number(first_squad(along[u]["squad"]).get("f1"), 1)
+                                      for u in updates]))
         lines += [f"| {arch} | {name} | " + " | ".join(cells) + " |" for name, cells in rows]
     lines.append("")
     figure = report["figures"].get("along_pretraining")
@@ -423,23 +454,36 @@ def _ordinal(n):
 
 def _squad_section(report):
     squad = report["config"]["squad"]
-    if squad["train"] is None:
-        first = f" (first {squad['max_articles']} articles)" if squad["max_articles"] else ""
-        source = (f"fine-tuned on a split of the articles of {squad['dev']}{first}: "
-                  f"every {_ordinal(squad['dev_every'])} article is dev, the others train, so these scores "
-                  "are not comparable with published SQuAD dev scores")
-    else:
-        source = f"fine-tuned on {squad['train']}, evaluated on {squad['dev']}"
-    lines = [f"## SQuAD v{squad['version']}", "",
-             f"EM / F1, {source}. Questions tupe-prepare-squad skipped (too long for the fine-tuning "
-             "window) have no prediction and count as wrong: the last column says how many were "
-             "predicted.", "",
-             "| arch | EM | F1 | predicted / questions |", "|---|---|---|---|"]
+    versions = squad["versions"]
+    sources = []
+    for version in versions:
+        files = squad["files"][version]
+        if files["train"] is None:
+            first = f" (first {squad['max_articles']} articles)" if squad["max_articles"] else ""
+            sources.append(f"v{version} fine-tuned on a split of the articles of {files['dev']}{first}: "
+                           f"every {_ordinal(squad['dev_every'])} article is dev, the others train, so these "
+                           "scores are not comparable with published SQuAD dev scores")
+        else:
+            sources.append(f"v{version} fine-tuned on {files['train']}, evaluated on {files['dev']}")
+    seeds = squad["seeds"]
+    over = f"; mean ± std over the fine-tuning seeds {seeds}" if len(seeds) > 1 else ""
+    lines = [f"## SQuAD {', '.join('v' + v for v in versions)}", "",
+             f"EM / F1 ({'; '.join(sources)}){over}. Questions tupe-prepare-squad skipped (too long for the "
+             "fine-tuning window) have no prediction and count as wrong: the predicted column says how many "
+             "were predicted.", "",
+             "| arch | " + " | ".join(f"v{v} EM | v{v} F1" for v in versions) + " | predicted / questions |",
+             "|---|" + "---|---|" * len(versions) + "---|"]
     for arch, entry in report["archs"].items():
-        result = entry["squad"] or {}
-        coverage = (f"{result['predicted']} / {result['questions']}" if "questions" in result else "–")
-        lines.append(f"| {arch} | {_number(result.get('exact_match'), 1)} | {_number(result.get('f1'), 1)} "
-                     f"| {coverage} |")
+        by_version = entry["squad"] if len(versions) > 1 else {versions[0]: entry["squad"]}
+        cells, coverage = [], "–"
+        for version in versions:
+            result = (by_version or {}).get(version) or {}
+            for key in ("exact_match", "f1"):
+                std = (result.get("std") or {}).get(key)
+                cells.append(_number(result.get(key), 1) + (f" ± {std:.1f}" if std is not None else ""))
+            if "questions" in result and coverage == "–":
+                coverage = f"{result['predicted']} / {result['questions']}"
+        lines.append(f"| {arch} | " + " | ".join(cells) + f" | {coverage} |")
     return lines + [""]
 
 

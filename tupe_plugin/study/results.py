@@ -104,6 +104,19 @@ def chosen_lr(by_lr, select):
                       for lr, result in by_lr.items()}}
 
 
+def squad_runs(runs):
+    """The SQuAD figure of several fine-tuning runs (seeds): the mean EM and F1 with their sample std
+    (Wang et al. Table 3: mean ± std over five runs), each run's numbers in ``runs``."""
+    if not runs:
+        return None
+    std = {key: statistics.stdev(run[key] for run in runs) if len(runs) > 1 else None
+           for key in ("exact_match", "f1")}
+    return {"exact_match": statistics.fmean(run["exact_match"] for run in runs),
+            "f1": statistics.fmean(run["f1"] for run in runs), "std": std,
+            **{key: runs[0][key] for key in ("predicted", "questions") if key in runs[0]},
+            "runs": sorted(runs, key=lambda run: (run.get("pretrain_seed", 0), run["seed"]))}
+
+
 def squad_result(log_path):
     """EM and F1 of the last score line of the log (v1.1's ``exact_match`` or v2.0's ``exact``), and
     how many of the dev questions got a prediction (``questions``, ``predicted``; the others were
