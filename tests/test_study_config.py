@@ -52,7 +52,7 @@ def test_glue_section_takes_defaults_for_missing_keys(tmp_path, archs):
     glue = {"dir": GLUE_DIR, "tasks": ["RTE"]}
     config = load_config(write(tmp_path, {"archs": ["tupe_r_tiny"], "glue": glue}), archs)
     assert config["glue"]["seeds"] == [1, 2, 3] and config["glue"]["dir"] == os.path.abspath(GLUE_DIR)
-    assert config["glue"]["max_epoch"] == 3 and config["glue"]["lrs"] == [2e-5]
+    assert config["glue"]["max_epoch"] is None and config["glue"]["lrs"] == [2e-5]  # the tasks' epochs
 
 
 def test_glue_section_without_dir_says_where_to_get_glue(tmp_path, archs):
@@ -200,3 +200,25 @@ def test_unknown_submitit_parameter_stops_the_cli_naming_the_launcher(tmp_path, 
     assert caught.value.code == 2
     assert "key 'launcher': submitit refuses the executor parameters" in capsys.readouterr().err
     assert not (tmp_path / "out" / "data").exists()
+
+
+PAPER_CONFIGS = ["tupe-table2", "wang-table2", "modern"]
+
+
+@pytest.mark.parametrize("name", [n + size for n in PAPER_CONFIGS for size in ("", "-tiny")])
+def test_paper_protocol_configs_pass_the_config_check(name, archs, tmp_path, monkeypatch):
+    """Each config with the files it names laid out as their official sources lay them out."""
+    from tupe_plugin.glue.tasks import GLUE_TASKS
+
+    for task in GLUE_TASKS.values():
+        for path in task.files(str(tmp_path / "glue_data")).values():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            shutil.copy(test_data("glue", "RTE", "dev.tsv"), path)
+    (tmp_path / "squad").mkdir()
+    for version in ("1.1", "2.0"):
+        for split in ("train", "dev"):
+            shutil.copy(test_data("squad", "dev-v1.1.head.json"), tmp_path / "squad" / f"{split}-v{version}.json")
+    (tmp_path / "wiki-books.txt").write_text("a paragraph\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    config = load_config(os.path.join(REPO, "examples", f"{name}.yaml"), archs)
+    assert config["archs"] and config["pretrain"]["updates"] > 0

@@ -248,3 +248,24 @@ def test_seeds_and_extrapolation_study_reports_intervals_and_each_length(tmp_pat
     assert all(rope["along_pretraining"][u]["glue"]["RTE"]["median"] is not None for u in ("2", "4"))
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "## Length extrapolation" in text and "95% interval" in text and "## Along pre-training" in text
+
+
+@pytest.mark.parametrize("name", ["tupe-table2-tiny", "wang-table2-tiny", "modern-tiny"])
+def test_the_tiny_twin_of_each_paper_protocol_runs_end_to_end(name, tmp_path):
+    """examples/NAME.yaml as written, its GLUE and SQuAD data the repository's excerpts."""
+    with open(os.path.join(REPO, "examples", f"{name}.yaml"), encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    config["glue"]["dir"] = test_data("glue")
+    if config.get("squad"):
+        config["squad"]["dev"] = test_data("squad", "dev-v1.1.head.json")
+    out = tmp_path / "out"
+    run_study(write_config(tmp_path, config), out)
+    report = read_report(out)
+    assert all(job["status"] == "done" for job in report["jobs"].values())
+    for arch in config["archs"]:
+        entry = report["archs"][arch]
+        assert entry["valid_loss"] is not None and entry["glue"]
+        if config["pretrain"].get("evaluate_at") or config["pretrain"].get("stages"):
+            assert len(entry["along_pretraining"]) == 2
+        if config.get("extrapolation"):
+            assert set(entry["extrapolation"]) == {str(n) for n in config["extrapolation"]["lengths"]}

@@ -47,7 +47,7 @@ DEFAULTS = {
         "dir": Required("the folder of the GLUE data, one folder per task (RTE/train.tsv, RTE/dev.tsv, ...); "
                         f"{GET_GLUE}; or set glue: null to skip GLUE"),
         "tasks": ["CoLA", "SST-2", "MRPC", "STS-B", "RTE"], "max_examples": None,
-        "max_epoch": 3, "seeds": [1, 2, 3], "lrs": [2e-5], "select": "median", "checkpoint": "best",
+        "max_epoch": None, "seeds": [1, 2, 3], "lrs": [2e-5], "select": "median", "checkpoint": "best",
         "batch_size": 32, "extra_args": [],
     },
     "squad": {
@@ -256,8 +256,9 @@ def _check_glue(glue, fail):
     _seed_list(glue, "glue", fail)
     if glue["max_examples"] is not None:
         _positive_int(glue, "glue", "max_examples", fail)
-    for key in ("max_epoch", "batch_size"):
-        _positive_int(glue, "glue", key, fail)
+    if glue["max_epoch"] is not None:  # null: each task's epochs (TUPE: 10, 5 for MNLI, QNLI, QQP)
+        _positive_int(glue, "glue", "max_epoch", fail)
+    _positive_int(glue, "glue", "batch_size", fail)
     lrs = glue["lrs"]
     if (not isinstance(lrs, list) or not lrs or len(set(lrs)) != len(lrs) or not all(
             isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 for lr in lrs)):
