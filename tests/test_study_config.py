@@ -203,9 +203,10 @@ def test_unknown_submitit_parameter_stops_the_cli_naming_the_launcher(tmp_path, 
 
 
 PAPER_CONFIGS = ["tupe-table2", "wang-table2", "modern"]
+OTHER_CONFIGS = ["study-tiny-seeds"]
 
 
-@pytest.mark.parametrize("name", [n + size for n in PAPER_CONFIGS for size in ("", "-tiny")])
+@pytest.mark.parametrize("name", [n + size for n in PAPER_CONFIGS for size in ("", "-tiny")] + OTHER_CONFIGS)
 def test_paper_protocol_configs_pass_the_config_check(name, archs, tmp_path, monkeypatch):
     """Each config with the files it names laid out as their official sources lay them out."""
     from tupe_plugin.glue.tasks import GLUE_TASKS
