@@ -87,3 +87,55 @@ def test_attention_maps_do_not_change_the_features(preset, dictionary):
         with_maps, extra = model(tokens, features_only=True, need_attn=True)
     torch.testing.assert_close(with_maps, plain, atol=1e-5, rtol=1e-5)
     assert len(extra["attn"]) == 2
+
+
+@pytest.mark.parametrize("config, device, requested, expected", [
+    (TUPE_R, "cuda", "auto", (torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION,)),
+    (TUPE_A, "cuda", "auto", None),
+    (TUPE_R, "cpu", "auto", None),
+    (TUPE_A, "cuda", "cudnn", (torch.nn.attention.SDPBackend.CUDNN_ATTENTION,)),
+    (TUPE_R, "cpu", "math", (torch.nn.attention.SDPBackend.MATH,)),
+])
+def test_a_learned_bias_on_cuda_takes_the_memory_efficient_kernel_unless_another_is_asked(
+        config, device, requested, expected):
+    assert attention_kernels.sdpa_backends(device, config, requested) == expected
+
+
+def _sdpa_calls(monkeypatch):
+    """(mask dtype, query dtype, allowed backends) of every SDPA call."""
+    calls = []
+    original, kernel = attention_kernels.F.scaled_dot_product_attention, attention_kernels.sdpa_kernel
+
+    def recording(q, k, v, attn_mask=None, **kwargs):
+        mask = None if attn_mask is None else attn_mask.dtype
+        calls.append((mask, q.dtype, allowed[-1] if allowed else None))
+        return original(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    allowed = []
+
+    def recording_kernel(backends):
+        allowed.append(tuple(backends))
+        return kernel(backends)
+
+    monkeypatch.setattr(attention_kernels.F, "scaled_dot_product_attention", recording)
+    monkeypatch.setattr(attention_kernels, "sdpa_kernel", recording_kernel)
+    return calls
+
+
+def test_under_autocast_the_mask_reaches_sdpa_in_the_querys_dtype(dictionary, monkeypatch):
+    model = build_model("tupe_r_tiny", dictionary).eval()
+    tokens = random_tokens(dictionary, [20, 15])
+    calls = _sdpa_calls(monkeypatch)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        features = model(tokens, features_only=True)[0]
+    assert calls and all(mask == q == torch.bfloat16 for mask, q, _ in calls)
+    assert torch.isfinite(features).all()
+
+
+def test_attention_backend_flag_reaches_every_layers_sdpa_call(dictionary, monkeypatch):
+    model = build_model("tupe_r_tiny", dictionary, attention_backend="math").eval()
+    calls = _sdpa_calls(monkeypatch)
+    with torch.no_grad():
+        model(random_tokens(dictionary, [20, 15]), features_only=True)
+    assert len(calls) == 2 and all(backends == (torch.nn.attention.SDPBackend.MATH,)
+                                   for _, _, backends in calls)

@@ -14,6 +14,7 @@ import os
 
 from fairseq.utils import safe_getattr, safe_hasattr
 
+from ..modules.attention_kernels import SDPA_BACKENDS
 from ..modules.position_config import PositionFlagError, option
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
@@ -39,6 +40,14 @@ def add_args(parser):
         "--no-layernorm-embedding",
         action="store_true",
         help="no LayerNorm on the input embeddings (the presets use one, as BERT does)",
+    )
+    parser.add_argument(
+        "--attention-backend",
+        choices=("auto", *SDPA_BACKENDS),
+        default="auto",
+        help="the scaled_dot_product_attention kernel on CUDA: auto (default) lets torch choose, but "
+        "for layers with a learned bias, which take the memory-efficient kernel (it returns the bias "
+        "gradient); efficient, flash, cudnn or math to force one",
     )
     parser.add_argument(
         "--allow-skipped-data",

@@ -34,10 +34,12 @@ when the mask is shared). At most ``CHUNK_LOGITS`` logits live at a time, and th
 (B, H, T, T) activations.
 """
 
+import contextlib
 import enum
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention_dropout import keep_mask, keep_probability
 
@@ -117,6 +119,33 @@ def choose_path(device, dropout, need_weights, config, seq_len):
     return AttentionPath.SDPA
 
 
+# --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below)
+SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+
+
+def sdpa_backends(device, config, requested="auto"):
+    """The SDPA kernels a forward may use (None: torch chooses). ``requested`` (``--attention-backend``)
+    names one; by default, on CUDA, a learned dense bias takes the memory-efficient kernel: it returns
+    the bias gradient, where cuDNN's backward can return NaN for masked rows at T % 128 == 64
+    (pytorch#196678) and flash takes no bias at all."""
+    if requested != "auto":
+        return (SDPA_BACKENDS[requested],)
+    if torch.device(device).type == "cuda" and config.learned_dense_bias:
+        return (SDPBackend.EFFICIENT_ATTENTION,)
+    return None
+
+
+def sdpa_mask(mask, dtype):
+    """``mask`` as SDPA takes it with queries of ``dtype``: an additive float mask in that dtype (under
+    autocast the mask is built in the hidden states' float32 while q is bf16/fp16, and recent cuDNN
+    kernels misread a mask of another dtype, pytorch#191612), its most negative values clamped to the
+    dtype's so that padding stays finite."""
+    if mask is None or mask.dtype == torch.bool or mask.dtype == dtype:
+        return mask
+    return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
+
+
 def fold_untied_term(path, config):
     """Whether TUPE's untied term is multiplied out into the dense bias for ``path``: always on the
     explicit path (its matmuls would otherwise run on heads of 2 d_h + 2), and wherever the T5 bias
@@ -124,12 +153,13 @@ def fold_untied_term(path, config):
     return path is AttentionPath.EXPLICIT or config.t5_bias
 
 
-def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None):
+def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
     learned dense bias on BIASED_FLASH, see :func:`choose_path`); ``value_table`` / ``value_index`` add
-    Shaw value vectors ``sum_j alpha_ij a_{j-i}`` (explicit path only).
+    Shaw value vectors ``sum_j alpha_ij a_{j-i}`` (explicit path only); ``backends`` are the SDPA
+    kernels allowed (:func:`sdpa_backends`; None: torch chooses).
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
@@ -137,7 +167,9 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
         raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
     if path is AttentionPath.BIASED_FLASH:
         return BiasedFlashAttention.apply(q, k, v, mask, scale), None
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+    with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask(mask, q.dtype), dropout_p=dropout,
+                                             scale=scale)
     return out, None
 
 

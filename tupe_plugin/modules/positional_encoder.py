@@ -4,7 +4,7 @@ from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
 from .absolute_position import build_absolute_position
-from .attention_kernels import choose_path
+from .attention_kernels import choose_path, sdpa_backends
 from .encoder_layer import PositionalEncoderLayer
 from .position_config import PositionConfig
 from .positional_term import SharedPositionalTerm
@@ -27,6 +27,7 @@ class PositionalTransformerEncoder(nn.Module):
         self.padding_idx = embed_tokens.padding_idx
         self.max_positions = args.max_positions
         self.attention_dropout = args.attention_dropout
+        self.attention_backend = getattr(args, "attention_backend", "auto")
         self.embed_tokens = embed_tokens
         self.embed_positions = build_absolute_position(self.config)
         self.layernorm_embedding = LayerNorm(embed_dim) if args.layernorm_embedding else None
@@ -95,7 +96,9 @@ class PositionalTransformerEncoder(nn.Module):
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         dropout = self.attention_dropout if self.training else 0.0  # in effect, for every layer
         path = choose_path(x.device, dropout, need_attn, self.config, src_tokens.size(1))
-        term = self.positional_term.build(src_tokens.size(1), path, padding_mask, x.dtype, dropout=dropout)
+        backends = sdpa_backends(x.device, self.config, self.attention_backend)
+        term = self.positional_term.build(src_tokens.size(1), path, padding_mask, x.dtype, dropout=dropout,
+                                          backends=backends)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
         for layer in self.layers:

@@ -37,8 +37,8 @@ from .untied_position import build_untied_position
 class PositionalTerm:
     """What every layer's attention adds to its logits; tensors are per head, shape (H, T, .).
 
-    ``path`` and ``dropout`` are the attention path of this forward and the attention dropout in
-    effect (0 in evaluation), decided once for all layers.
+    ``path``, ``dropout`` and ``backends`` are the attention path of this forward, the attention
+    dropout in effect (0 in evaluation) and the SDPA kernels allowed, decided once for all layers.
     """
 
     scale: float
@@ -55,6 +55,7 @@ class PositionalTerm:
     path: AttentionPath = AttentionPath.SDPA
     dropout: float = 0.0
     attn_mask: Optional[torch.Tensor] = None
+    backends: Optional[tuple] = None  # the SDPA kernels allowed (attention_kernels.sdpa_backends)
 
     def dense(self):
         """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw terms excluded."""
@@ -127,7 +128,7 @@ class SharedPositionalTerm(nn.Module):
         parts = (self.untied_position, self.relative_bias, self.cls_reset, self.rotary, self.shaw)
         return [encoding for encoding in parts if encoding is not None]
 
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0):
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0, backends=None):
         """The term every layer of this forward consumes on ``path`` with attention ``dropout``: the
         untied factors folded or not (:func:`~.attention_kernels.fold_untied_term`), the mask with key
         padding built once.
@@ -137,7 +138,8 @@ class SharedPositionalTerm(nn.Module):
         term = self.content_free(seq_len)
         if fold_untied_term(path, self.config):
             term = term.folded()
-        return replace(term, path=path, dropout=dropout, attn_mask=term.attention_mask(key_padding_mask, dtype))
+        return replace(term, path=path, dropout=dropout, backends=backends,
+                       attn_mask=term.attention_mask(key_padding_mask, dtype))
 
     def content_free(self, seq_len):
         """The unfolded term for positions 0..seq_len-1, no mask (for :meth:`build` and the analysis)."""

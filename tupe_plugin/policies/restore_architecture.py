@@ -29,7 +29,7 @@ from .scope import is_plugin_arch
 
 logger = logging.getLogger(__name__)
 
-# Regularisation, pruning and memory flags and the classification-head settings: a fine-tuning command
+# Regularisation, pruning, memory and kernel flags and the classification-head settings: a fine-tuning
 # may give them other values than pre-training (the model's weights keep their meaning). When the command
 # does not give them they are carried like the rest. --max-positions may change too: a learned position
 # table refuses another length by itself (checkpoint_guards), relative and sinusoidal encodings accept it.
@@ -37,6 +37,7 @@ MAY_CHANGE_AT_FINE_TUNING = (
     "dropout", "attention_dropout", "activation_dropout", "pooler_dropout", "pooler_activation_fn",
     "encoder_layerdrop", "encoder_layers_to_keep", "spectral_norm_classification_head",
     "max_positions", "checkpoint_activations", "offload_activations", "min_params_to_wrap",
+    "attention_backend",
 )
 
 # Flags that initialise a new model or load the hub; the loaded weights replace what they do.
