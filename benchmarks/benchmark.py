@@ -4,8 +4,10 @@ plain reference attention, in one process, interleaved round-robin.
 Every contender is built through fairseq's registry (``--task masked_lm --criterion masked_lm``,
 ``--arch``), gets the same random batch of the given shape (15 % of the tokens masked) and is timed
 over full training steps: forward, masked-LM loss, backward, fairseq's Adam step. Contenders run in
-turn, in a rotated order every round, so that load on a shared machine hits all of them alike; the
-tables report medians and ratios to a baseline, and the performance targets with their verdicts.
+turn, in a rotated order every round, so that load on a shared machine hits all of them alike. Ratios to
+a baseline are paired within each round (``benchmarks/paired.py``): the median of the per-round ratios
+with their min-max, wall time and the process's CPU time (steadier on a shared machine) side by side,
+the baseline's drift from its first round to its last, and the performance targets with their verdicts.
 
 Contenders (``--contenders``):
 
@@ -49,6 +51,7 @@ from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmarks import paired  # noqa: E402
 from tupe_plugin.models.architectures import SIZES  # noqa: E402
 from tupe_plugin.modules.attention_kernels import AttentionPath, choose_path  # noqa: E402
 from tupe_plugin.modules.positional_term import PositionalTerm  # noqa: E402
@@ -83,7 +86,6 @@ TARGETS = [
     ("peak memory", "bert_alibi", "bert_a", 1.02, LONG),
 ]
 POSITIONAL_TERM_SHARE_BOUND = 0.02
-MIN_ROUNDS_FOR_VERDICTS = 5
 MASK_FRACTION = 0.15
 
 
@@ -102,7 +104,7 @@ def parse_args(argv=None):
                         "(right padding); 0 = full rows, as masked_lm's blocks are")
     parser.add_argument("--vocab", type=int, default=32000, help="dictionary size")
     parser.add_argument("--rounds", type=int, default=5,
-                        help=f"round-robin rounds (met/missed verdicts need {MIN_ROUNDS_FOR_VERDICTS} or more)")
+                        help=f"round-robin rounds (verdicts need {paired.MIN_REPETITIONS} or more)")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per contender per round")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per contender first")
     parser.add_argument("--dropout", type=float, default=0.1, help="--dropout of every contender")
@@ -221,7 +223,7 @@ class PlainPositionalTerm(WrappedPositionalTerm):
     """The shared term's interface (``build``), straightforwardly: the dense (H, T, T) content-free
     logits plus padding, materialised per batch row, whatever the path."""
 
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0):
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0, backends=None):
         term = self.content_free(seq_len)
         bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
@@ -260,8 +262,9 @@ class AlwaysSdpaPositionalTerm(WrappedPositionalTerm):
     """The shared term, built for the SDPA path whatever the device and dropout (its math fallback
     included): the plugin's attention before kernels were chosen per forward."""
 
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0):
-        return self.shared.build(seq_len, AttentionPath.SDPA, key_padding_mask, dtype, dropout=dropout)
+    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0, backends=None):
+        return self.shared.build(seq_len, AttentionPath.SDPA, key_padding_mask, dtype, dropout=dropout,
+                                 backends=backends)
 
 
 def make_always_sdpa(model):
@@ -325,6 +328,7 @@ class Contender:
         )
         self.scaler = torch.amp.GradScaler(enabled=args.fp16)
         self.times = []
+        self.cpu_times = []
 
     def step(self, sample):
         self.optimizer.zero_grad()
@@ -341,10 +345,11 @@ class Contender:
 
     def timed_step(self, sample):
         synchronize(self.device)
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         self.step(sample)
         synchronize(self.device)
         self.times.append(time.perf_counter() - start)
+        self.cpu_times.append(time.process_time() - cpu_start)
 
     def held_bytes(self):
         """Bytes of parameters and optimizer state held between steps."""
@@ -492,6 +497,9 @@ def measure_shape(args, seq_len, batch, data_dir, log):
         term = contender.positional_term_seconds(sample, repeats=max(10, args.rounds))
         results[contender.name] = {
             "step_seconds": contender.times,
+            "cpu_step_seconds": contender.cpu_times,
+            "round_seconds": per_round(contender.times, args.steps),
+            "round_cpu_seconds": per_round(contender.cpu_times, args.steps),
             "median_step_seconds": step,
             "tokens_per_second": batch * seq_len / step,
             "positional_term_seconds": term,
@@ -510,6 +518,11 @@ def measure_shape(args, seq_len, batch, data_dir, log):
     return results
 
 
+def per_round(times, steps):
+    """The median step of each round (a round's ``steps`` timings are consecutive)."""
+    return [statistics.median(times[i:i + steps]) for i in range(0, len(times), steps)]
+
+
 def move(sample, device):
     if device == "cpu":
         return sample
@@ -517,38 +530,57 @@ def move(sample, device):
             v.to(device) if torch.is_tensor(v) else v for k, v in sample.items()}
 
 
-def ratio(results, name, reference, key):
+def memory_ratio(results, name, reference):
+    """Peak memory of ``name`` over ``reference``'s (one measurement each), or None."""
     if name not in results or reference not in results:
         return None
-    value, base = results[name][key], results[reference][key]
+    value, base = results[name]["peak_bytes"], results[reference]["peak_bytes"]
     return None if value is None or base is None else value / base
 
 
+def paired_ratio(results, name, reference, key="round_seconds"):
+    """:func:`paired.summary` of ``name``'s per-round times over ``reference``'s, or None."""
+    if name not in results or reference not in results:
+        return None
+    return paired.summary(paired.ratios(results[name][key], results[reference][key]))
+
+
+def single_verdict(value, bound):
+    """Met or missed, for a measure taken once (peak memory) or outside the rounds (positional term)."""
+    return paired.MET if value <= bound else paired.MISSED
+
+
 def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHARE_BOUND):
-    """The targets' rows for runs at ``attention_dropout``; ``met`` is None (no verdict) from fewer than
-    MIN_ROUNDS_FOR_VERDICTS rounds."""
+    """The targets' rows for runs at ``attention_dropout``: step times paired per round (``ratio`` is
+    their median, with ``min`` and ``max``); ``verdict`` is None from fewer than paired.MIN_REPETITIONS
+    rounds."""
     rows = []
     for shape in shapes:
         results, seq_len = shape["results"], shape["seq_len"]
         for what, name, reference, bound, (applies, when) in TARGETS:
             if applies is not None and not applies(seq_len, attention_dropout):
                 continue
-            key = "median_step_seconds" if what == "step time" else "peak_bytes"
-            value = ratio(results, name, reference, key)
-            if value is not None:
-                rows.append({"seq_len": seq_len, "target": f"{name} {what} / {reference}", "contender": name,
-                             "reference": reference, "measure": f"{what} ratio ({when})", "unit": "x",
-                             "bound": bound, "ratio": value, "met": value <= bound})
+            row = {"seq_len": seq_len, "target": f"{name} {what} / {reference}", "contender": name,
+                   "reference": reference, "measure": f"{what} ratio ({when})", "unit": "x", "bound": bound}
+            if what == "step time":
+                stats = paired_ratio(results, name, reference)
+                if stats is not None:
+                    rows.append({**row, **stats, "ratio": stats["median"],
+                                 "verdict": paired.verdict(stats["ratios"], bound)})
+            else:
+                value = memory_ratio(results, name, reference)
+                if value is not None:
+                    rows.append({**row, "ratio": value, "verdict": single_verdict(value, bound)})
         for name, result in results.items():
             share = result["positional_term_share"]
             if share is not None and preset_of(name) == name and name != "bert_a":
                 rows.append({"seq_len": seq_len, "target": f"{name} positional term / step",
                              "contender": name, "reference": f"{name}'s own step",
                              "measure": "positional term share", "unit": "%", "bound": bound_share,
-                             "ratio": share, "met": share <= bound_share})
-    if rounds < MIN_ROUNDS_FOR_VERDICTS:
+                             "ratio": share, "verdict": single_verdict(share, bound_share)})
+    if rounds < paired.MIN_REPETITIONS:
         for row in rows:
-            row["met"] = None
+            row["verdict"] = None
     return rows
 
 
@@ -563,32 +595,37 @@ def markdown(report):
     lines = []
     for shape in report["shapes"]:
         lines += [f"T = {shape['seq_len']}, B = {shape['batch']}", "",
-                  "| contender | attention path | step (ms, median [min–max]) | tokens/s | peak memory (MiB) "
-                  f"| step / {baseline} | memory / {baseline} | positional term (% of step) |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "| contender | attention path | step (ms, median [min–max]) | CPU (ms, median) | tokens/s "
+                  f"| peak memory (MiB) | step / {baseline} (paired) | CPU / {baseline} (paired) "
+                  f"| memory / {baseline} | positional term (% of step) |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         results = shape["results"]
         for name, r in results.items():
-            time_ratio = ratio(results, name, baseline, "median_step_seconds")
-            mem_ratio = ratio(results, name, baseline, "peak_bytes")
+            step = paired_ratio(results, name, baseline)
+            cpu = paired_ratio(results, name, baseline, "round_cpu_seconds")
             lines.append(
-                f"| {name} | {r['attention_path']} | {spread(r['step_seconds'])} | {r['tokens_per_second']:.0f} "
-                f"| {fmt(r['peak_bytes'], 2 ** -20, '.0f')} | {fmt(time_ratio, 1, '.3f')} "
-                f"| {fmt(mem_ratio, 1, '.3f')} | {fmt(r['positional_term_share'], 100, '.2f')} |")
-        lines.append("")
+                f"| {name} | {r['attention_path']} | {spread(r['step_seconds'])} "
+                f"| {1e3 * statistics.median(r['cpu_step_seconds']):.1f} | {r['tokens_per_second']:.0f} "
+                f"| {fmt(r['peak_bytes'], 2 ** -20, '.0f')} | {paired.cell(step)} | {paired.cell(cpu)} "
+                f"| {fmt(memory_ratio(results, name, baseline), 1, '.3f')} "
+                f"| {fmt(r['positional_term_share'], 100, '.2f')} |")
+        drift = paired.drift(results[baseline]["round_seconds"])
+        lines += ["", f"Drift: {baseline}'s step, last round / first: {drift:.3f} ×.", ""]
     rounds = report["settings"]["rounds"]
-    if rounds < MIN_ROUNDS_FOR_VERDICTS:
-        lines += [f"Too few rounds ({rounds} < {MIN_ROUNDS_FOR_VERDICTS}): the ratios below carry no "
-                  "met/missed verdict; rerun with --rounds 5 or more on a quiet machine.", ""]
+    if rounds < paired.MIN_REPETITIONS:
+        lines += [f"Too few rounds ({rounds} < {paired.MIN_REPETITIONS}): the ratios below carry no "
+                  "verdict; rerun with --rounds 5 or more on a quiet machine.", ""]
     lines += ["| T | contender | reference | measure | bound | measured | verdict |",
               "|---:|---|---|---|---:|---:|---|"]
     for row in report["targets"]:
-        verdict = "–" if row["met"] is None else "met" if row["met"] else "MISSED"
         if row["unit"] == "%":
             bound, measured = f"{100 * row['bound']:.2f} %", f"{100 * row['ratio']:.2f} %"
+        elif "ratios" in row:
+            bound, measured = f"{row['bound']:.2f} ×", f"{paired.cell(row)} ×"
         else:
             bound, measured = f"{row['bound']:.2f} ×", f"{row['ratio']:.3f} ×"
         lines.append(f"| {row['seq_len']} | {row['contender']} | {row['reference']} | {row['measure']} "
-                     f"| {bound} | {measured} | {verdict} |")
+                     f"| {bound} | {measured} | {paired.verdict_cell(row['verdict'])} |")
     return "\n".join(lines) + "\n"
 
 

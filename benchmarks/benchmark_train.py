@@ -3,22 +3,24 @@
 
 ``benchmarks/benchmark.py`` times one training step in one process; this times what users run. For
 each repetition every contender runs ``fairseq-train`` for ``--updates`` updates on the same binarized data
-(``--sample-break-mode none``, so every batch is full), contenders in a rotated order (repetition r
-starts with contender r), one process at a time. The words/s of a run is the median of the ``wps``
-that fairseq logs for each update after the first ``--skip`` (start-up and warm-up); a contender's
-figure is the median over repetitions, with the spread (min-max) beside it. Order and drift effects
-on a shared machine are of the size of the differences measured: rotate, repeat, and read the spread.
+(``--sample-break-mode none``, so every batch is full), contenders back to back in a rotated order
+(repetition r starts with contender r), one process at a time. The words/s of a run is the median of the
+``wps`` that fairseq logs for each update after the first ``--skip`` (start-up and warm-up); beside it the
+run's CPU time (user + system of the process, steadier than wall time on a shared machine) and wall time.
+Ratios to the baseline are paired within each repetition (``benchmarks/paired.py``): their median with
+min-max, and the baseline's drift from its first repetition to its last.
 
-    python benchmarks/benchmark_train.py DATA-BIN --contenders roberta bert_a tupe_r --repetitions 3
+    python benchmarks/benchmark_train.py DATA-BIN --contenders roberta bert_a tupe_r --repetitions 5
 
 Targets (attention dropout 0.1, the presets' setting): ``tupe_r`` at most 1.02 x ``bert_a``'s time per
-word, and ``bert_a`` at most 0.90 x fairseq's ``roberta``; verdicts need 3 repetitions or more.
+word, and ``bert_a`` at most 0.90 x fairseq's ``roberta``; verdicts need 5 repetitions or more.
 """
 
 import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,9 +28,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmarks import paired  # noqa: E402
 from tupe_plugin.models.architectures import POSITION_PRESETS, SIZES  # noqa: E402
 
-MIN_REPETITIONS_FOR_VERDICTS = 3
 # (contender, reference, bound on time per word = reference's words/s over the contender's)
 TARGETS = [("tupe_r", "bert_a", 1.02), ("bert_a", "roberta", 0.90)]
 WPS = re.compile(r"train_inner .*?wps=([0-9.]+)")
@@ -46,7 +48,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=4, metavar="B")
     parser.add_argument("--updates", type=int, default=12, help="fairseq-train updates per run")
     parser.add_argument("--skip", type=int, default=2, help="first updates left out of the median")
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--repetitions", type=int, default=paired.MIN_REPETITIONS,
+                        help=f"verdicts need {paired.MIN_REPETITIONS} or more")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--attention-dropout", type=float, default=0.1)
     parser.add_argument("--json", default="benchmark_train.json", help="where to write the results")
@@ -83,57 +86,78 @@ def command(args, contender):
     ]
 
 
-def words_per_second(args, contender):
-    """Median wps fairseq logged after the first ``--skip`` updates of one run."""
+def run(args, contender):
+    """One ``fairseq-train`` run: median wps after the first ``--skip`` updates, the process's CPU
+    seconds (user + system) and wall seconds, and the command."""
     argv = [str(a) for a in command(args, contender)]
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     values = [float(v) for v in WPS.findall(proc.stdout)]
     if proc.returncode != 0 or len(values) < args.updates:
         raise SystemExit(f"fairseq-train for {contender} failed (exit {proc.returncode}, "
                          f"{len(values)} updates logged):\n{proc.stdout[-3000:]}\ncommand: {' '.join(argv)}")
-    return statistics.median(values[args.skip:]), " ".join(argv)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wps": statistics.median(values[args.skip:]), "cpu": cpu, "wall": wall}, " ".join(argv)
 
 
-def report(args, runs):
-    baseline = statistics.median(runs[args.baseline])
-    rows = ["| contender | words/s (median [min–max]) | time per word / " + args.baseline + " |",
-            "|---|---:|---:|"]
+def spread(values, spec):
+    low, high = format(min(values), spec), format(max(values), spec)
+    return f"{format(statistics.median(values), spec)} [{low}–{high}]"
+
+
+def report(args, runs, cpu_seconds, wall_seconds):
+    """Markdown tables and the verdicts: ratios of time per word (and of CPU time per run) paired
+    within each repetition."""
+    per_word = {name: [1 / wps for wps in values] for name, values in runs.items()}
+    base = args.baseline
+    rows = ["| contender | words/s (median [min–max]) | CPU s per run | wall s per run "
+            f"| time per word / {base} (paired) | CPU time / {base} (paired) |",
+            "|---|---:|---:|---:|---:|---:|"]
     for name, values in runs.items():
-        rows.append(f"| {name} | {statistics.median(values):.0f} [{min(values):.0f}–{max(values):.0f}] "
-                    f"| {baseline / statistics.median(values):.3f} |")
+        word = paired.summary(paired.ratios(per_word[name], per_word[base]))
+        cpu = paired.summary(paired.ratios(cpu_seconds[name], cpu_seconds[base]))
+        rows.append(f"| {name} | {spread(values, '.0f')} | {spread(cpu_seconds[name], '.1f')} "
+                    f"| {spread(wall_seconds[name], '.1f')} | {paired.cell(word)} | {paired.cell(cpu)} |")
+    rows += ["", f"Drift: {base}'s time per word, last repetition / first: "
+             f"{paired.drift(per_word[base]):.3f} ×."]
     verdicts = []
     for name, reference, bound in TARGETS:
         if name in runs and reference in runs:
-            value = statistics.median(runs[reference]) / statistics.median(runs[name])
-            met = None if args.repetitions < MIN_REPETITIONS_FOR_VERDICTS else value <= bound
+            values = paired.ratios(per_word[name], per_word[reference])
             verdicts.append({"target": f"{name} time per word / {reference}", "bound": bound,
-                             "ratio": value, "met": met})
-    if args.repetitions < MIN_REPETITIONS_FOR_VERDICTS:
-        rows += ["", f"Too few repetitions ({args.repetitions} < {MIN_REPETITIONS_FOR_VERDICTS}): "
-                 "no met/missed verdict."]
-    rows += ["", "| target | bound | measured | verdict |", "|---|---:|---:|---|"]
+                             **paired.summary(values), "verdict": paired.verdict(values, bound)})
+    if args.repetitions < paired.MIN_REPETITIONS:
+        rows += ["", f"Too few repetitions ({args.repetitions} < {paired.MIN_REPETITIONS}): "
+                 "no verdict."]
+    rows += ["", "| target | bound | measured (paired median [min–max]) | verdict |", "|---|---:|---:|---|"]
     for v in verdicts:
-        verdict = "–" if v["met"] is None else "met" if v["met"] else "MISSED"
-        rows.append(f"| {v['target']} | {v['bound']:.2f} × | {v['ratio']:.3f} × | {verdict} |")
+        rows.append(f"| {v['target']} | {v['bound']:.2f} × | {paired.cell(v)} × "
+                    f"| {paired.verdict_cell(v['verdict'])} |")
     return "\n".join(rows) + "\n", verdicts
 
 
 def main(argv=None):
     args = parse_args(argv)
     runs = {name: [] for name in args.contenders}
+    cpu_seconds = {name: [] for name in args.contenders}
+    wall_seconds = {name: [] for name in args.contenders}
     commands = {}
     started = time.time()
     for repetition in range(args.repetitions):
         shift = repetition % len(args.contenders)
         for name in args.contenders[shift:] + args.contenders[:shift]:
-            wps, commands[name] = words_per_second(args, name)
-            runs[name].append(wps)
-            print(f"repetition {repetition + 1}/{args.repetitions}: {name} {wps:.0f} words/s "
-                  f"({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
-    markdown, verdicts = report(args, runs)
-    result = {"settings": vars(args), "words_per_second": runs, "targets": verdicts,
-              "commands": commands, "load_average": os.getloadavg(), "markdown": markdown}
+            measured, commands[name] = run(args, name)
+            runs[name].append(measured["wps"])
+            cpu_seconds[name].append(measured["cpu"])
+            wall_seconds[name].append(measured["wall"])
+            print(f"repetition {repetition + 1}/{args.repetitions}: {name} {measured['wps']:.0f} words/s, "
+                  f"{measured['cpu']:.1f} s CPU ({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
+    markdown, verdicts = report(args, runs, cpu_seconds, wall_seconds)
+    result = {"settings": vars(args), "words_per_second": runs, "cpu_seconds": cpu_seconds,
+              "wall_seconds": wall_seconds, "targets": verdicts, "commands": commands,
+              "load_average": os.getloadavg(), "markdown": markdown}
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(markdown)

@@ -1,10 +1,12 @@
 """benchmarks/benchmark.py: its contenders compute the plugin's function, its report has the promised
 structure (tiny size, one repetition; the times themselves are not checked)."""
 
+import argparse
 import copy
 import importlib.util
 import json
 import os
+import statistics
 import sys
 
 import pytest
@@ -61,7 +63,7 @@ def test_report_has_a_row_per_contender_ratios_and_target_verdicts(tmp_path, cap
         assert (result["positional_term_share"] is None) == (name == "roberta")
     assert shape["results"]["bert_a"]["parameters"] == shape["results"]["roberta"]["parameters"] \
         - 2 * 128
-    assert all(row["met"] is None for row in report["targets"])
+    assert all(row["verdict"] is None for row in report["targets"])
     targets = {row["target"] for row in report["targets"]}
     assert {"bert_a step time / roberta", "tupe_r step time / bert_a",
             "tupe_r step time / plain_tupe_r", "tupe_r peak memory / bert_a",
@@ -77,14 +79,79 @@ def test_report_has_a_row_per_contender_ratios_and_target_verdicts(tmp_path, cap
 
 def test_verdicts_need_five_rounds():
     shape = {"seq_len": 512, "results": {
-        "bert_a": {"median_step_seconds": 1.0, "peak_bytes": 10, "positional_term_share": 0.0},
-        "tupe_r": {"median_step_seconds": 1.2, "peak_bytes": 10, "positional_term_share": 0.01},
+        "bert_a": {"round_seconds": [1.0] * 5, "peak_bytes": 10, "positional_term_share": 0.0},
+        "tupe_r": {"round_seconds": [1.2] * 5, "peak_bytes": 10, "positional_term_share": 0.01},
     }}
-    assert {row["met"] for row in benchmark.verdicts([shape], rounds=4, attention_dropout=0.1)} == {None}
+    assert {row["verdict"] for row in benchmark.verdicts([shape], rounds=4, attention_dropout=0.1)} == {None}
     rows = {row["target"]: row for row in benchmark.verdicts([shape], rounds=5, attention_dropout=0.1)}
-    assert rows["tupe_r step time / bert_a"]["met"] is False
-    assert rows["tupe_r positional term / step"]["met"] is True
+    assert rows["tupe_r step time / bert_a"]["verdict"] == "missed"
+    assert rows["tupe_r positional term / step"]["verdict"] == "met"
     assert rows["tupe_r positional term / step"]["unit"] == "%"
+
+
+# A drifting machine: the reference's time per word grows 20 % over five repetitions; the contender's
+# ratio to it, paired within each repetition, is 1.06 in the three fast repetitions and under 1 in the slow
+# ones. Separate medians (1.014) meet the 1.02 bound; the paired median (1.06) misses it.
+DRIFTING_REFERENCE = [1.00, 1.05, 1.10, 1.15, 1.20]
+DRIFTING_RATIOS = [1.06, 1.06, 1.06, 0.97, 1.00]
+
+
+def _train_report(reference_costs, ratios):
+    args = argparse.Namespace(baseline="bert_a", repetitions=len(ratios))
+    runs = {"bert_a": [1000 / cost for cost in reference_costs],
+            "tupe_r": [1000 / (cost * k) for cost, k in zip(reference_costs, ratios)]}
+    cpu = {"bert_a": [10.0] * len(ratios), "tupe_r": [11.0] * len(ratios)}
+    wall = {name: [20.0] * len(ratios) for name in runs}
+    return benchmark_train.report(args, runs, cpu, wall)
+
+
+def test_paired_ratios_miss_what_separate_medians_of_a_drifting_series_meet():
+    markdown, (row,) = _train_report(DRIFTING_REFERENCE, DRIFTING_RATIOS)
+    tupe_r = [cost * k for cost, k in zip(DRIFTING_REFERENCE, DRIFTING_RATIOS)]
+    separate = statistics.median(tupe_r) / statistics.median(DRIFTING_REFERENCE)
+    assert separate == pytest.approx(1.014, abs=1e-3) and separate <= row["bound"] == 1.02
+    assert (row["median"], row["min"], row["max"]) == pytest.approx((1.06, 0.97, 1.06))
+    assert row["verdict"] == "missed"
+    assert "| tupe_r time per word / bert_a | 1.02 × | 1.060 [0.970–1.060] × | MISSED |" in markdown
+
+
+def test_a_range_over_the_bound_with_the_median_within_is_inside_the_noise():
+    ratios = [1.00, 1.01, 1.01, 1.04, 0.99]
+    assert benchmark.paired.verdict(ratios, 1.02) == "inside the noise"
+    assert benchmark.paired.verdict(ratios, 1.04) == "met"
+    shape = {"seq_len": 512, "results": {
+        "bert_a": {"round_seconds": DRIFTING_REFERENCE, "peak_bytes": 10, "positional_term_share": None},
+        "tupe_r": {"round_seconds": [c * k for c, k in zip(DRIFTING_REFERENCE, ratios)], "peak_bytes": 10,
+                   "positional_term_share": None},
+    }}
+    rows = {row["bound"]: row for row in benchmark.verdicts([shape], rounds=5, attention_dropout=0.0)
+            if row["target"] == "tupe_r step time / bert_a"}
+    assert {bound: row["verdict"] for bound, row in rows.items()} == {1.05: "met", 1.03: "inside the noise"}
+    report = {"settings": {"baseline": "bert_a", "rounds": 5}, "shapes": [], "targets": [rows[1.03]]}
+    assert "| 1.03 × | 1.010 [0.990–1.040] × | inside the noise |" in benchmark.markdown(report)
+    _, (row,) = _train_report(DRIFTING_REFERENCE, ratios)
+    assert row["verdict"] == "inside the noise"
+
+
+def test_fewer_than_five_repetitions_give_no_verdict():
+    assert benchmark.paired.verdict([1.5] * 4, 1.02) is None
+    markdown, (row,) = _train_report(DRIFTING_REFERENCE[:4], DRIFTING_RATIOS[:4])
+    assert row["verdict"] is None and row["median"] == pytest.approx(1.06)
+    assert "Too few repetitions (4 < 5): no verdict." in markdown
+    assert "| 1.02 × | 1.060 [0.970–1.060] × | – |" in markdown
+
+
+def test_drift_is_the_references_last_repetition_over_its_first():
+    assert benchmark.paired.drift(DRIFTING_REFERENCE) == pytest.approx(1.2)
+    markdown, _ = _train_report(DRIFTING_REFERENCE, DRIFTING_RATIOS)
+    assert "Drift: bert_a's time per word, last repetition / first: 1.200 ×." in markdown
+    assert "| tupe_r | 896 [833–943] | 11.0 [11.0–11.0] | 20.0 [20.0–20.0] | 1.060 [0.970–1.060] " \
+        "| 1.100 [1.100–1.100] |" in markdown  # CPU time beside wall time, paired too
+
+
+def test_paired_ratios_need_as_many_repetitions_as_the_reference():
+    with pytest.raises(ValueError, match="4 repetitions against the reference's 5"):
+        benchmark.paired.ratios([1.0] * 4, [1.0] * 5)
 
 
 @pytest.mark.parametrize("attention_dropout, bounds", [
@@ -94,7 +161,7 @@ def test_verdicts_need_five_rounds():
            ("bert_a", "roberta"): [1.02, 0.90]}),
 ])
 def test_step_time_bounds_depend_on_attention_dropout(attention_dropout, bounds):
-    results = {name: {"median_step_seconds": 1.0, "peak_bytes": 10, "positional_term_share": None}
+    results = {name: {"round_seconds": [1.0] * 5, "peak_bytes": 10, "positional_term_share": None}
                for name in ("roberta", "bert_a", "tupe_r", "plain_tupe_r")}
     rows = benchmark.verdicts([{"seq_len": 512, "results": results}], 5, attention_dropout)
     for (name, reference), expected in bounds.items():
@@ -123,9 +190,11 @@ def test_fairseq_train_mode_reports_words_per_second_of_every_run(wikitext_bin, 
         "--repetitions", "1", "--json", str(path),
     ])
     assert json.loads(path.read_text())["words_per_second"] == result["words_per_second"]
-    assert {name: len(runs) for name, runs in result["words_per_second"].items()} == {"bert_a": 1, "tupe_r": 1}
+    assert {name: len(runs) for name, runs in result["words_per_second"].items()} == {
+        "bert_a": 1, "tupe_r": 1}
     assert all(wps > 0 for runs in result["words_per_second"].values() for wps in runs)
-    assert [row["met"] for row in result["targets"]] == [None]
+    assert [row["verdict"] for row in result["targets"]] == [None]
+    assert len(result["cpu_seconds"]["tupe_r"]) == 1 and result["cpu_seconds"]["tupe_r"][0] > 0
     assert "Too few repetitions" in capsys.readouterr().out
     assert "--arch tupe_r_tiny" in result["commands"]["tupe_r"]
 
