@@ -140,3 +140,21 @@ def test_no_stale_counts_or_internal_references():
         assert OUTSIDE_THE_CLONE not in text, rel(page)
         assert not re.search(r"\bseed 00\d\b", text), f"{rel(page)}: cite papers by authors, title and arXiv id"
         assert not re.search(r"lists \d+ cases", text), f"{rel(page)}: a count that goes stale"
+
+
+def test_readme_speed_paragraph_quotes_the_benchmark_summary():
+    """docs/benchmarks.md opens with its summary table (met and missed targets, a command for each); the
+    README's Speed section links it and names the misses."""
+    with open(os.path.join(REPO, "docs", "benchmarks.md"), encoding="utf-8") as f:
+        page = f.read()
+    summary = page.split("## Summary\n", 1)[1].split("\n## ", 1)[0]
+    headings = ("## Summary\n", "## Current results", "## Appendix: superseded")
+    order = [page.index(heading) for heading in headings]
+    assert order == sorted(order), "the summary first, the superseded measurements last"
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows and all("`make bench" in row for row in rows), "every target with its command"
+    assert any("**missed**" in row for row in rows) and any("| met |" in row for row in rows)
+    with open(README, encoding="utf-8") as f:
+        speed = f.read().split("\n## Speed\n", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/benchmarks.md#summary)" in speed
+    assert "Missed" in speed and "1.051 ×" in speed
