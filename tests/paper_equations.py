@@ -4,7 +4,8 @@ Nothing here calls the plugin's attention, positional-term, bucket or sinusoid c
 model's parameters and loops over heads, computing each logit term of TUPE Eq. 3-11 (and the
 §4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
 Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair,
-the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair and RoPE's rotation as 2x2 blocks.
+the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair and RoPE's rotation as 2x2 blocks (its angles
+scaled for longer inputs as --rotary-scaling says).
 """
 
 import math
@@ -125,12 +126,27 @@ def fire_bias(module, head, i, j, seq_len, signed):
     return second.weight[head] @ hidden + second.bias[head]
 
 
-def rotated(x, frequencies):
+def rope_angles(config, frequencies, t):
+    """RoPE's angles theta_k t of the pairs k at position t (Su et al. 2021), as --rotary-scaling scales
+    them by F: linear = theta_k (t / F) (position interpolation, Chen et al. 2023); ntk = theta'_k t with
+    theta'_k = base'^(-2k/d), base' = base F^(d/(d-2)) (NTK-aware, YaRN §3)."""
+    factor = config.rotary_scaling_factor
+    if config.rotary_scaling == "linear":
+        return frequencies * (t / factor)
+    if config.rotary_scaling == "ntk":
+        d = 2 * len(frequencies)
+        base = config.rotary_base * factor ** (d / (d - 2))
+        return torch.tensor([base ** (-2 * k / d) for k in range(d // 2)]) * t
+    return frequencies * t
+
+
+def rotated(x, config, frequencies):
     """RoPE (Su et al. 2021): x (B, T, d) at position t times the block-diagonal matrix of the 2x2
-    rotations by the angles frequencies[k] * t, one block per pair (2k, 2k+1)."""
+    rotations by the angles :func:`rope_angles` of t, one block per pair (2k, 2k+1)."""
     rows = []
     for t in range(x.size(1)):
-        cos, sin = torch.cos(frequencies * t), torch.sin(frequencies * t)
+        angles = rope_angles(config, frequencies, t)
+        cos, sin = torch.cos(angles), torch.sin(angles)
         blocks = [torch.stack([torch.stack([c, -s]), torch.stack([s, c])]) for c, s in zip(cos, sin)]
         rows.append(x[:, t] @ torch.block_diag(*blocks).t())
     return torch.stack(rows, 1)
@@ -228,7 +244,7 @@ def attention_layer(encoder, layer, x, padding_mask):
         v = x @ w[2 * embed_dim :][rows].t() + b[2 * embed_dim :][rows]
         if encoder.config.rotary_applies:
             frequencies = term.rotary.sinusoid.frequencies
-            q, k = rotated(q, frequencies), rotated(k, frequencies)
+            q, k = rotated(q, encoder.config, frequencies), rotated(k, encoder.config, frequencies)
         if encoder.config.four_term:
             untied = term.untied_position
             p = layer_norm(untied.embed_positions.weight[:seq_len], untied.layer_norm)

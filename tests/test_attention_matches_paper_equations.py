@@ -22,6 +22,10 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_fire", {"cls_reset": "paper"}),
     ("tupe_r", {"rel_pos": "kerple-log"}),
     ("tupe_a", {"rel_pos": "fire"}),
+    # RoPE's angles scaled for longer inputs (--rotary-scaling)
+    ("bert_rope", {"rotary_scaling": "linear", "rotary_scaling_factor": 4.0}),
+    ("bert_lrope", {"rotary_scaling": "linear", "rotary_scaling_factor": 2.5}),
+    ("tupe_rope", {"rotary_scaling": "ntk", "rotary_scaling_factor": 4.0}),
 ]
 
 

@@ -59,11 +59,12 @@ def relative_bias_by_distance(model, seq_len):
 @torch.no_grad()
 def rotary_offset_matrix(model, seq_len):
     """(T, T): psi(j - i) = (2 / d_h) sum_k cos(theta_k (j - i)), the expected RoPE logit
-    q_i . R_{j-i} q_j of identical, isotropic content (1 at offset 0), or None without RoPE."""
+    q_i . R_{j-i} q_j of identical, isotropic content (1 at offset 0), or None without RoPE. theta_k is
+    the angle per position the model rotates by, scaled as --rotary-scaling says."""
     rotary = positional_encoder(model).positional_term.rotary
     if rotary is None:
         return None
-    frequencies = rotary.sinusoid.frequencies.detach().double().cpu()
+    frequencies = rotary.angles(rotary.sinusoid.frequencies.new_ones(())).detach().double().cpu()
     positions = torch.arange(seq_len, dtype=torch.float64)
     offsets = positions[None, :] - positions[:, None]
     return torch.cos(offsets[..., None] * frequencies).mean(-1)

@@ -34,6 +34,7 @@ REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX 
 UNTIED_CHOICES = ("none", "tupe", "four-term")
 CLS_RESET_CHOICES = ("none", "paper", "release")
 ROTARY_CHOICES = ("none", "fixed", "learnable")
+ROTARY_SCALING_CHOICES = ("none", "linear", "ntk")
 
 # What a preset leaves unset: TUPE-R (the base architecture of the model).
 DEFAULTS = dict(
@@ -48,6 +49,8 @@ DEFAULTS = dict(
     untied_proj_bias=False,
     rotary="none",
     rotary_base=10000.0,
+    rotary_scaling="none",
+    rotary_scaling_factor=1.0,
     alibi_asymmetric=False,
     alibi_learned_slopes=False,
     sandwich_dim=128,
@@ -105,6 +108,15 @@ class PositionConfig:
         "position; learnable = the d_h/2 frequencies are parameters initialised at the fixed ones",
     )
     rotary_base: float = _flag(10000.0, metavar="B", help="RoPE's frequency base (default 10000)")
+    rotary_scaling: str = _flag(
+        "none", choices=ROTARY_SCALING_CHOICES,
+        help="RoPE's angles scaled for inputs longer than in training, by --rotary-scaling-factor F (may be "
+        "set when validating or fine-tuning a checkpoint trained without it): linear = position "
+        "interpolation, position p rotated as p/F (Chen et al. 2023); ntk = NTK-aware scaling of the fixed "
+        "base, base * F^(d_h/(d_h-2)) (bloc97 2023; YaRN, Peng et al. 2023, §3)",
+    )
+    rotary_scaling_factor: float = _flag(1.0, metavar="F", help="the factor F > 1 of --rotary-scaling, e.g. "
+                                         "the evaluation length over the training length")
     rel_pos_buckets: int = _flag(32, metavar="N", help="T5 buckets (both directions)")
     rel_pos_max_distance: int = _flag(128, metavar="N",
                                       help="T5 distance beyond which all offsets share the last bucket")
@@ -261,7 +273,7 @@ class PositionConfig:
         errors = []
         for flag, choices in (("abs_pos", ABS_POS_CHOICES), ("rel_pos", REL_POS_CHOICES),
                               ("untied_pos", UNTIED_CHOICES), ("cls_reset", CLS_RESET_CHOICES),
-                              ("rotary", ROTARY_CHOICES)):
+                              ("rotary", ROTARY_CHOICES), ("rotary_scaling", ROTARY_SCALING_CHOICES)):
             if getattr(self, flag) not in choices:
                 errors.append(f"{option(flag)} must be one of {', '.join(choices)}, got {getattr(self, flag)}")
         if errors:
@@ -317,10 +329,31 @@ class PositionConfig:
         if self.sandwich and self.sandwich_scale <= 0:
             errors.append(f"--sandwich-scale must be > 0, got {self.sandwich_scale}")
         errors += self._rotary_and_alibi_errors()
+        errors += self._rotary_scaling_errors()
         if self.absolute is not None and not self.learned_absolute_table and self.embed_dim % 2:
             errors.append(f"--abs-pos {self.abs_pos} needs an even --encoder-embed-dim, got {self.embed_dim}")
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
+
+    def _rotary_scaling_errors(self):
+        scaling, factor = self.rotary_scaling, self.rotary_scaling_factor
+        if scaling == "none":
+            return [] if factor == 1 else [f"--rotary-scaling-factor {factor} with --rotary-scaling none "
+                                           "scales nothing; add --rotary-scaling linear (or ntk)"]
+        errors = []
+        if not self.rotary_applies:
+            errors.append(f"--rotary-scaling {scaling} scales RoPE's angles and --rotary is none; add "
+                          "--rotary fixed (or learnable) or drop --rotary-scaling")
+        if not 1 < factor < math.inf:
+            errors.append(f"--rotary-scaling {scaling} needs --rotary-scaling-factor F > 1 (finite), e.g. "
+                          f"the evaluation length over the training length; got {factor}")
+        if scaling == "ntk" and self.learnable_rotary_frequencies:
+            errors.append("--rotary-scaling ntk changes RoPE's fixed base and --rotary learnable has learned "
+                          "frequencies, no base; use --rotary-scaling linear (positions divided by F)")
+        elif scaling == "ntk" and self.rotary_applies and self.head_dim == 2:
+            errors.append("--rotary-scaling ntk needs a head dimension > 2: base^(d_h/(d_h-2)) is undefined "
+                          "at d_h = 2; use --rotary-scaling linear")
+        return errors
 
     def _rotary_and_alibi_errors(self):
         errors = []

@@ -6,18 +6,46 @@ key at j by theta_k j, so that q_i . k_j depends on j - i only; theta_k = base^(
 The cos/sin tables are computed once per forward and shared by all layers. ``learnable=True`` makes
 the d_h/2 frequencies parameters initialised at theta_k (the learnable sinusoids of Wang, Shang, Lioma,
 Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT", ICLR 2021, applied to rotation).
+
+Two scalings for inputs longer than in training (``--rotary-scaling``, by a factor F > 1), which change
+the angles only, never a parameter or a buffer (a checkpoint trained without them loads unchanged):
+
+- ``linear``: position interpolation (Chen et al., "Extending Context Window of Large Language Models via
+  Positional Interpolation", arXiv 2306.15595): position p is rotated as p / F. With learnable
+  frequencies too: the learned theta_k are kept, the positions divided.
+- ``ntk``: NTK-aware scaling (bloc97 2023, as in Peng et al., "YaRN: Efficient Context Window Extension
+  of Large Language Models", arXiv 2309.00071, §3): theta_k = base'^(-2k/d_h) with
+  base' = base F^(d_h/(d_h-2)), so the lowest frequency is divided by F and the highest kept. A change
+  of the fixed base: learnable frequencies have none (refused by
+  :class:`~.position_config.PositionConfig`).
 """
 
 import torch
 from torch import nn
 
-from .sinusoid import Sinusoid
+from .sinusoid import Sinusoid, initial_frequencies
+
+
+def ntk_base(base, factor, head_dim):
+    """NTK-aware base' = base F^(d/(d-2)) (YaRN §3), d the rotary dimension (d > 2)."""
+    return base * factor ** (head_dim / (head_dim - 2))
 
 
 class RotaryPosition(nn.Module):
-    def __init__(self, head_dim, base=10000.0, learnable=False):
+    def __init__(self, head_dim, base=10000.0, learnable=False, scaling="none", factor=1.0):
         super().__init__()
         self.sinusoid = Sinusoid(head_dim, learnable, base)
+        self.scaling, self.factor = scaling, factor
+
+    def angles(self, positions):
+        """positions (...,) -> (..., d_h / 2) float32 angles theta_k p, with the scaling applied."""
+        if self.scaling == "linear":
+            return self.sinusoid.angles(positions.float() / self.factor)
+        if self.scaling == "ntk":
+            head_dim = self.sinusoid.dim
+            frequencies = initial_frequencies(head_dim, ntk_base(self.sinusoid.base, self.factor, head_dim))
+            return positions.float()[..., None] * frequencies.to(positions.device)
+        return self.sinusoid.angles(positions)
 
     def forward(self, seq_len):
         """(cos, sin) of the angles theta_k t for t = 0..T-1, each (T, d_h / 2), in the frequencies' dtype.
@@ -27,7 +55,7 @@ class RotaryPosition(nn.Module):
         rotation. Only the finished tables are cast, as :meth:`.Sinusoid.forward` does.
         """
         frequencies = self.sinusoid.frequencies
-        angles = self.sinusoid.angles(torch.arange(seq_len, device=frequencies.device))
+        angles = self.angles(torch.arange(seq_len, device=frequencies.device))
         return angles.cos().to(frequencies.dtype), angles.sin().to(frequencies.dtype)
 
     def contribute(self, term, seq_len):
@@ -46,4 +74,5 @@ def build_rotary(config):
     """The RoPE tables of a :class:`~.position_config.PositionConfig`, or None."""
     if not config.rotary_applies:
         return None
-    return RotaryPosition(config.head_dim, config.rotary_base, config.learnable_rotary_frequencies)
+    return RotaryPosition(config.head_dim, config.rotary_base, config.learnable_rotary_frequencies,
+                          config.rotary_scaling, config.rotary_scaling_factor)

@@ -33,11 +33,12 @@ logger = logging.getLogger(__name__)
 # may give them other values than pre-training (the model's weights keep their meaning). When the command
 # does not give them they are carried like the rest. --max-positions may change too: a learned position
 # table refuses another length by itself (checkpoint_guards), relative and sinusoidal encodings accept it.
+# So may RoPE's scaling for longer inputs (--rotary-scaling, its factor): it changes the angles, no weight.
 MAY_CHANGE_AT_FINE_TUNING = (
     "dropout", "attention_dropout", "activation_dropout", "pooler_dropout", "pooler_activation_fn",
     "encoder_layerdrop", "encoder_layers_to_keep", "spectral_norm_classification_head",
     "max_positions", "checkpoint_activations", "offload_activations", "min_params_to_wrap",
-    "attention_backend",
+    "attention_backend", "rotary_scaling", "rotary_scaling_factor",
 )
 
 # Flags that initialise a new model or load the hub; the loaded weights replace what they do.
@@ -157,8 +158,8 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
         raise ArchitectureMismatchError(
             f"{path} does not fit this command: {'; '.join(refused)}. The weights would load into another "
             f"architecture: fine-tune with --arch {saved_arch} and without these flags (settings not given "
-            "are carried from the checkpoint; only dropout, layerdrop, pooler and --max-positions flags may "
-            "differ)"
+            "are carried from the checkpoint; only dropout, layerdrop, pooler, --max-positions and "
+            "--rotary-scaling flags may differ)"
         )
     for setting, value in carried.items():
         carry_setting(model_cfg, setting, value)
