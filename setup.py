@@ -12,6 +12,7 @@ COMMANDS = {
     "tupe-finetune-squad": "tupe_plugin.squad.finetune",
     "tupe-evaluate-squad": "tupe_plugin.squad.evaluate",
     "tupe-convert-official": "tupe_plugin.conversion.cli",
+    "tupe-convert-hf": "tupe_plugin.conversion.hf_cli",
     "tupe-build-corpus": "tupe_plugin.corpus.build",
     "tupe-train-spm": "tupe_plugin.corpus.train_spm",
     "tupe-show-progress": "tupe_plugin.progress",
@@ -40,7 +41,9 @@ setup(
         "analysis": ["matplotlib"],
         # tupe-study: the analysis and report figures, fairseq-train's tensorboard logs, the submitit launcher
         "study": ["matplotlib", "tensorboard", "submitit"],
-        "test": ["pytest", "hypothesis"],
+        # the tests of tupe-convert-hf compare with transformers' BERT and RoBERTa; transformers is also
+        # what fairseq's --bpe bert imports to encode text for a converted BERT
+        "test": ["pytest", "hypothesis", "transformers>=5,<6"],
     },
     entry_points={
         "console_scripts": [f"{name} = {module}:main" for name, module in COMMANDS.items()],

@@ -77,6 +77,7 @@ RELEASE_DEFAULTS = dict(activation_fn="gelu", dropout=0.1, attention_dropout=0.1
 CHECKPOINT_NAME = "model.pt"
 PICKLE_PROTOCOL_OPCODE = b"\x80"  # the first byte of torch.save's files before torch 1.6
 NO_RELATIVE = "none"
+OUTPUT_NAMES = (CHECKPOINT_NAME, "dict.txt")
 
 
 class ReleaseCheckpointError(UserError, ValueError):
@@ -375,11 +376,12 @@ def check_inputs_outside(out_dir, checkpoint, dict_path):
         )
 
 
-def check_output_folder(out_dir, force=False):
-    """Refuse ``out_dir`` when it is a file, or holds model.pt / dict.txt and ``force`` is off."""
+def check_output_folder(out_dir, force=False, names=OUTPUT_NAMES):
+    """Refuse ``out_dir`` when it is a file, or holds one of ``names`` (model.pt, dict.txt) and ``force``
+    is off."""
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise ReleaseCheckpointError(f"--out {out_dir} is a file; give a folder")
-    existing = [name for name in (CHECKPOINT_NAME, "dict.txt")
+    existing = [name for name in names
                 if os.path.lexists(os.path.join(out_dir, name))]
     if existing and not force:
         raise ReleaseCheckpointError(
@@ -433,7 +435,7 @@ def convert(checkpoint, dict_path, out_dir, allow_pickle=False, force=False):
                             "release_special_symbols": specials},
         }
         torch.save(state, os.path.join(folder, CHECKPOINT_NAME))
-        _move_into_place(folder, out_dir, force)
+        move_into_place(folder, out_dir, force)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     target = os.path.join(out_dir, CHECKPOINT_NAME)
@@ -445,10 +447,12 @@ def convert(checkpoint, dict_path, out_dir, allow_pickle=False, force=False):
     return target
 
 
-def _move_into_place(folder, out_dir, force):
+def move_into_place(folder, out_dir, force, names=OUTPUT_NAMES):
+    """Move ``names`` from ``folder`` into ``out_dir`` (renamed into place when it does not exist yet)."""
     if not os.path.lexists(out_dir):
         os.rename(folder, out_dir)
         return
-    check_output_folder(out_dir, force)  # again: the folder may have changed during the conversion
-    for name in ("dict.txt", CHECKPOINT_NAME):  # model.pt last: it is what marks a finished conversion
+    check_output_folder(out_dir, force, names)  # again: the folder may have changed during the conversion
+    # model.pt last: it is what marks a finished conversion
+    for name in sorted(names, key=lambda name: name == CHECKPOINT_NAME):
         os.replace(os.path.join(folder, name), os.path.join(out_dir, name))
