@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from cli import logged_losses, run_fairseq_steps
 from fairseq import checkpoint_utils
 from safetensors.torch import load_file, save_file
 
@@ -224,6 +225,26 @@ def test_pytorch_model_bin_of_bert_base_layout_converts_to_the_same_weights(bert
     ours = torch.load(tmp_path / "out" / "model.pt", weights_only=False)["model"]
     reference = torch.load(root / "out" / "model.pt", weights_only=False)["model"]
     assert ours.keys() == reference.keys() and all(torch.equal(ours[k], reference[k]) for k in ours)
+
+
+@pytest.mark.slow
+def test_fairseq_validate_runs_on_the_converted_checkpoint_over_data_binarized_with_its_dict(bert, tmp_path):
+    _, root = bert
+    words = BERT_TOKENS[7:]  # WordPiece tokens, as --bpe bert writes them
+    generator = torch.Generator().manual_seed(0)
+    lines = [" ".join(words[i] for i in torch.randint(len(words), (int(n),), generator=generator))
+             for n in torch.randint(5, 15, (200,), generator=generator)]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(lines) + "\n")
+    outputs = run_fairseq_steps(
+        ("preprocess", ["--only-source", "--trainpref", text, "--validpref", text, "--srcdict",
+                        root / "out" / "dict.txt", "--destdir", tmp_path / "bin", "--workers", 1]),
+        ("validate", [tmp_path / "bin", "--user-dir", "tupe_plugin", "--path", root / "out" / "model.pt",
+                      "--task", "masked_lm", "--tokens-per-sample", BERT_MAX_POSITIONS, "--batch-size", 8,
+                      "--cpu"]),
+    )
+    (loss,) = logged_losses(outputs[1], "valid")
+    assert 0 < loss < 100
 
 
 # ---------------------------------------------------------------- refusals
