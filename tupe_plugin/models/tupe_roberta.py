@@ -2,7 +2,7 @@
 
 Only what differs from ``RobertaModel`` is here, each part delegated to its module: the flags (the
 position group declared by :class:`~tupe_plugin.modules.position_config.PositionConfig`, the others by
-:mod:`.model_flags` and :mod:`.embedding_init`), the encoder stack
+:mod:`.model_flags`, :mod:`.embedding_init` and :mod:`.checkpoint_init`), the encoder stack
 (:class:`~tupe_plugin.modules.positional_encoder.PositionalTransformerEncoder`), attention maps for
 analysis (``need_attn``), span heads (:mod:`.span_head`), the checkpoint checks
 (:mod:`.checkpoint_guards`) and sentencepiece hub loading (:mod:`.hub`). Classification heads, the tied
@@ -22,7 +22,7 @@ from ..modules import position_config
 from ..modules.embedding_diagnosis import log_diagnosis
 from ..modules.position_config import PositionConfig
 from ..modules.positional_encoder import PositionalTransformerEncoder
-from . import embedding_init, hub, model_flags
+from . import checkpoint_init, embedding_init, hub, model_flags, stock_roberta
 from .checkpoint_guards import check_checkpoint, check_checkpoint_matches, check_dictionary_fingerprint
 from .span_head import SpanHeadsMixin
 from .task_checks import check_num_classes
@@ -47,6 +47,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
         PositionConfig.add_args(parser.add_argument_group("position encodings (tupe_plugin)"))
         model_flags.add_args(parser)
         embedding_init.add_args(parser.add_argument_group("pre-trained embeddings (tupe_plugin, Kang et al.)"))
+        checkpoint_init.add_args(parser.add_argument_group("a pre-trained start (tupe_plugin, Wang et al.)"))
 
     @classmethod
     def build_model(cls, args, task):
@@ -60,6 +61,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             model_flags.check_model_flags(args)
             model = cls(args, TupeRobertaEncoder(args, dictionary))
             if not args.embed_init_applied:  # a new model, not one rebuilt for a checkpoint's weights
+                checkpoint_init.initialize_from_flags(model, args, dictionary)
                 model.embed_init_coverage = embedding_init.initialize_from_flags(model, args, dictionary)
                 log_diagnosis(model, dictionary)
                 args.embed_init_applied = True
@@ -96,10 +98,13 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         """RoBERTa's upgrades (span heads kept like classification heads), after the checks of
-        :mod:`.checkpoint_guards`; logs when loaded weights replace a --embed-init-path init."""
+        :mod:`.checkpoint_guards`; fairseq's own RoBERTa weights renamed first (:mod:`.stock_roberta`);
+        logs when loaded weights replace a --embed-init-path init."""
         prefix = name + "." if name else ""
         if self.embed_init_coverage is not None:
             logger.info("the loaded checkpoint's weights replace the --embed-init-path initialisation")
+        if stock_roberta.is_stock_roberta(state_dict, prefix):
+            stock_roberta.to_plugin_names(state_dict, prefix, self.encoder.sentence_encoder.padding_idx)
         check_checkpoint(self, state_dict, prefix)
         super().upgrade_state_dict_named(state_dict, name)
         check_checkpoint_matches(self.state_dict(), state_dict, prefix, safe_getattr(self.args, "arch", "?"))
@@ -154,4 +159,5 @@ def base_architecture(args):
     position_config.set_defaults(args)
     model_flags.set_defaults(args)
     embedding_init.set_defaults(args)
+    checkpoint_init.set_defaults(args)
     roberta_base_architecture(args)

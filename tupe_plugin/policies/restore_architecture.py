@@ -17,6 +17,7 @@ weights replace that initialisation.
 
 import argparse
 import logging
+import zipfile
 
 import torch
 
@@ -45,6 +46,7 @@ MAY_CHANGE_AT_FINE_TUNING = (
 NOT_CARRIED = (
     "embed_init_path", "embed_init_dict", "embed_init_standardize", "embed_init_project",
     "load_checkpoint_heads", "allow_skipped_data",
+    "init_from_checkpoint", "init_extra_positions", "init_untied_from_absolute",
 )
 
 # Recorded by the plugin in its checkpoints, not flags: carried, never given on the command line.
@@ -87,7 +89,8 @@ def saved_model_config(path):
     """The ``cfg.model`` (or legacy ``args``) a checkpoint was trained with, read without its tensors."""
     verify_checkpoint(path)
     try:
-        state = torch.load(path, map_location="cpu", mmap=True)
+        # mmap needs torch's zip format; the released fairseq RoBERTa files are in the legacy one
+        state = torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path))
     except Exception as err:
         raise_if_unreadable(path, err)
         raise
@@ -159,7 +162,8 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
             f"{path} does not fit this command: {'; '.join(refused)}. The weights would load into another "
             f"architecture: fine-tune with --arch {saved_arch} and without these flags (settings not given "
             "are carried from the checkpoint; only dropout, layerdrop, pooler, --max-positions and "
-            "--rotary-scaling flags may differ)"
+            "--rotary-scaling flags may differ), or, to swap the position encoding and continue "
+            f"pre-training, start a new run with --init-from-checkpoint {path} instead of --restore-file"
         )
     for setting, value in carried.items():
         carry_setting(model_cfg, setting, value)

@@ -7,9 +7,11 @@ spawned worker imports the plugin inside it) so that the same checks run for ``f
 ``fairseq-hydra-train`` and every worker of a multi-process run. For a plugin architecture, in order:
 
 1. training flags that cannot train (:mod:`.training_flag_checks`);
-2. a missing ``--restore-file``, and the checkpoint's architecture carried into a fine-tuning
+2. ``--init-from-checkpoint`` beside another flag that loads weights, and a rerun of such a run that
+   resumes from its own checkpoint (:mod:`.swap_resume`);
+3. a missing ``--restore-file``, and the checkpoint's architecture carried into a fine-tuning
    command line (:mod:`.restore_architecture`);
-3. the save-dir lock, on the first process of the run (:mod:`.save_dir_lock`).
+4. the save-dir lock, on the first process of the run (:mod:`.save_dir_lock`).
 
 Runs of other models are left exactly as fairseq runs them.
 """
@@ -23,12 +25,14 @@ from fairseq.distributed import utils as distributed_utils
 from .restore_architecture import prepare_training
 from .save_dir_lock import lock_for_run
 from .scope import enter_run
+from .swap_resume import prepare_swap
 from .training_flag_checks import check_training_flags
 
 
 def before_training(cfg):
     """The plugin's checks of a fairseq-train config ``cfg`` of one of its architectures."""
     check_training_flags(cfg)
+    prepare_swap(cfg)
     prepare_training(cfg, sys.argv[1:])
     if not cfg.checkpoint.no_save and distributed_utils.is_master(cfg.distributed_training):
         lock_for_run(cfg.checkpoint.save_dir)
