@@ -17,7 +17,7 @@ def run(pretrained_dir, tmp_path, length):
 
 def test_a_learned_table_has_no_loss_beyond_its_positions_and_says_why(pretrained_dir, tmp_path):
     checkpoint = pretrained_dir / "checkpoints" / "checkpoint_last.pt"
-    max_positions, learned = extrapolation.trained_model(checkpoint)
+    max_positions, learned, _ = extrapolation.trained_model(checkpoint)
     assert learned  # TUPE-R's untied table
     result = run(pretrained_dir, tmp_path, 2 * max_positions)
     assert result == {"length": 2 * max_positions, "max_positions": max_positions, "loss": None,
@@ -26,7 +26,7 @@ def test_a_learned_table_has_no_loss_beyond_its_positions_and_says_why(pretraine
 
 @pytest.mark.slow
 def test_a_length_the_model_reaches_gets_fairseq_validates_loss(pretrained_dir, tmp_path):
-    max_positions, _ = extrapolation.trained_model(pretrained_dir / "checkpoints" / "checkpoint_last.pt")
+    max_positions, _, _ = extrapolation.trained_model(pretrained_dir / "checkpoints" / "checkpoint_last.pt")
     result = run(pretrained_dir, tmp_path, max_positions)
     assert result["reason"] is None and 0 < result["loss"] < 20
     assert "valid on 'valid' subset" in (tmp_path / f"len{max_positions}" / "validate.log").read_text()

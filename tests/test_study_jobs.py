@@ -76,7 +76,7 @@ def test_added_pretraining_seed_adds_that_models_jobs_and_changes_none(config, t
 
 
 def test_added_extrapolation_length_adds_only_its_jobs(config, tmp_path):
-    config["extrapolation"] = {"lengths": [64, 128], "batch_size": 8}
+    config["extrapolation"] = {"lengths": [64, 128], "batch_size": 8, "rotary_scalings": []}
     before = fingerprints(config, tmp_path)
     config["extrapolation"]["lengths"] = [64, 128, 256]
     added = {f"extrapolation/{a}/seed1/len256" for a in ARCHS}
@@ -246,3 +246,12 @@ def test_stages_give_the_updates_and_the_lengths(config):
     with pytest.raises(StudyConfigError, match=r"key 'pretrain.updates': is given by pretrain.stages"):
         check_config({"archs": ["tupe_r_tiny"], "pretrain": {"updates": 5, "stages": [
             {"tokens_per_sample": 64, "updates": 30}, {"tokens_per_sample": 128, "updates": 10}]}}, ARCHS)
+
+
+def test_a_rope_scaling_is_an_extrapolation_job_of_its_own_beside_the_unscaled_one(config, tmp_path):
+    config["extrapolation"] = {"lengths": [256], "batch_size": 8,
+                               "rotary_scalings": [{"scaling": "linear", "factor": 4}]}
+    jobs = {job.name: job for job in build_jobs(config, tmp_path)}
+    scaled = jobs["extrapolation/tupe_r_tiny/seed1/len256-linear4"]
+    assert scaled.commands[0][-5:] == ["--rotary-scaling", "linear", "--rotary-scaling-factor", "4", "--cpu"]
+    assert "--rotary-scaling" not in jobs["extrapolation/tupe_r_tiny/seed1/len256"].commands[0]

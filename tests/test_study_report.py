@@ -201,7 +201,8 @@ def test_figures_are_written_and_linked(written):
 
 def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):
     config, jobs, outcome, _ = study
-    outcome = {**outcome, "glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2": (FAILED, "exit status 1; log: somewhere")}
+    failed = (FAILED, "exit status 1; log: somewhere")
+    outcome = {**outcome, "glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2": failed}
     report = json.loads(open(write_report(config, jobs, outcome, tmp_path)["json"]).read())
     assert [run["seed"] for run in report["archs"]["tupe_r_tiny"]["glue"]["RTE"]["runs"]] == [1, 3]
     assert report["jobs"]["glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2"]["status"] == FAILED
@@ -312,7 +313,8 @@ def test_study_with_a_failed_glue_run_exits_with_1_and_names_it(tmp_path, monkey
     config.write_text(f"archs: [bert_a_tiny]\nanalysis: false\nglue: {{dir: {test_data('glue')}, "
                       "tasks: [STS-B], seeds: [1]}\n", encoding="utf-8")
     assert cli.main([str(config), "--out", str(tmp_path / "out")]) == 1
-    assert ("tupe-study: glue/bert_a_tiny/seed1/STS-B/lr2e-05/seed1: failed: 1 of 1 evaluations of pearson_and_spearman "
+    assert ("tupe-study: glue/bert_a_tiny/seed1/STS-B/lr2e-05/seed1: failed: 1 of 1 evaluations of "
+            "pearson_and_spearman "
             "gave nan") in capsys.readouterr().err
 
 
@@ -324,8 +326,11 @@ SEED_LOSSES = {"bert_a_tiny": {1: 6.0, 2: 6.4, 3: 5.8}, "bert_rope_tiny": {1: 5.
 def seeds_study(tmp_path_factory):
     """Two archs, three pre-training seeds, extrapolation to 64 and 256 tokens (trained at 64)."""
     tmp_path = tmp_path_factory.mktemp("seeds")
-    config = check_config({"archs": list(SEED_LOSSES), "pretrain": {"seeds": [1, 2, 3], "tokens_per_sample": 64},
-                           "extrapolation": {"lengths": [64, 256]}, "analysis": False}, set(SEED_LOSSES))
+    ntk = {"scaling": "ntk", "factor": 4}
+    config = check_config({"archs": list(SEED_LOSSES),
+                           "pretrain": {"seeds": [1, 2, 3], "tokens_per_sample": 64},
+                           "extrapolation": {"lengths": [64, 256], "rotary_scalings": [ntk]},
+                           "analysis": False}, set(SEED_LOSSES))
     out = tmp_path / "out"
     jobs = {job.name: job for job in build_jobs(config, out)}
     finish(jobs["data"], 3.0, {})
@@ -336,10 +341,16 @@ def seeds_study(tmp_path_factory):
             finish(jobs[f"pretrain/{arch}/seed{seed}"], 100.0 + seed, {"train.log": log})
             for length in (64, 256):
                 learned = arch == "bert_a_tiny" and length > 64
-                result = {"length": length, "max_positions": 64, "loss": None if learned else loss + length / 64,
+                result = {"length": length, "max_positions": 64,
+                          "loss": None if learned else loss + length / 64,
                           "reason": "table of 64 positions" if learned else None}
                 finish(jobs[f"extrapolation/{arch}/seed{seed}/len{length}"], 1.0,
                        {"extrapolation.json": json.dumps(result)})
+                rope = arch == "bert_rope_tiny"
+                scaled = {**result, "loss": loss + 1 if rope else None,
+                          "reason": None if rope else "no RoPE to scale"}
+                finish(jobs[f"extrapolation/{arch}/seed{seed}/len{length}-ntk4"], 1.0,
+                       {"extrapolation.json": json.dumps(scaled)})
     paths = write_report(config, list(jobs.values()), {name: (DONE, "") for name in jobs}, out)
     with open(paths["json"], encoding="utf-8") as f, open(paths["md"], encoding="utf-8") as g:
         return json.load(f), g.read(), paths
@@ -386,8 +397,10 @@ def along_study(tmp_path_factory):
     """One arch, two pre-training seeds, RTE fine-tuned from the checkpoint of update 2 and the last (4)."""
     tmp_path = tmp_path_factory.mktemp("along")
     config = check_config({"archs": ["tupe_r_tiny"], "analysis": False,
-                           "pretrain": {"seeds": [1, 2], "updates": 4, "validate_every": 2, "evaluate_at": [2]},
-                           "glue": {"dir": test_data("glue"), "tasks": ["RTE"], "seeds": [1]}}, {"tupe_r_tiny"})
+                           "pretrain": {"seeds": [1, 2], "updates": 4, "validate_every": 2,
+                                        "evaluate_at": [2]},
+                           "glue": {"dir": test_data("glue"), "tasks": ["RTE"], "seeds": [1]}},
+                          {"tupe_r_tiny"})
     out = tmp_path / "out"
     jobs = {job.name: job for job in build_jobs(config, out)}
     for name in ("data", "unigram"):
@@ -506,3 +519,13 @@ def test_several_squad_versions_need_a_path_with_the_version(tmp_path):
         check_config({"archs": ["tupe_r_tiny"], "squad": {"versions": ["1.1", "2.0"],
                                                           "dev": test_data("squad", "dev-v1.1.head.json")}},
                      {"tupe_r_tiny"})
+
+
+def test_a_rope_scaling_is_a_row_of_its_own_and_models_without_rope_say_why(seeds_study):
+    report, text, _ = seeds_study
+    assert report["archs"]["bert_rope_tiny"]["extrapolation_scaled"]["ntk x4"]["256"]["loss"] == \
+        pytest.approx(6.6)
+    unscaled = report["archs"]["bert_a_tiny"]["extrapolation_scaled"]["ntk x4"]["256"]
+    assert unscaled["reason"] == "no RoPE to scale"
+    assert "| bert_rope_tiny (ntk x4) | 6.600 ± 0.100 | 6.600 ± 0.100 |" in text
+    assert "bert_a_tiny (ntk x4)" not in text

@@ -57,7 +57,7 @@ DEFAULTS = {
         "max_articles": None, "dev_every": 5, "max_epoch": 2, "seeds": [1], "lr": 3e-5,
         "batch_size": 32, "max_seq_length": None, "extra_args": [],
     },
-    "extrapolation": {"lengths": [64, 128, 256, 512], "batch_size": 8},
+    "extrapolation": {"lengths": [64, 128, 256, 512], "batch_size": 8, "rotary_scalings": []},
     "analysis": True,
     "report": {"min_margin_bits": 1.0, "reference": None},
     "launcher": {"name": "local"},
@@ -332,6 +332,14 @@ def _check_extrapolation(extrapolation, fail):
         fail("extrapolation.lengths", f"must be a non-empty list of distinct lengths of at least 8 tokens, "
              f"got {lengths!r}")
     _positive_int(extrapolation, "extrapolation", "batch_size", fail)
+    scalings = extrapolation["rotary_scalings"]
+    if not isinstance(scalings, list) or not all(
+            isinstance(s, dict) and set(s) == {"scaling", "factor"} and s["scaling"] in ("linear", "ntk")
+            and isinstance(s["factor"], (int, float)) and not isinstance(s["factor"], bool)
+            and s["factor"] > 1
+            for s in scalings):
+        fail("extrapolation.rotary_scalings", "must be a list of {scaling: linear or ntk, factor: F > 1}, "
+             f"e.g. [{{scaling: linear, factor: 4}}]; got {scalings!r}")
 
 
 def _check_squad(squad, fail):

@@ -6,7 +6,10 @@ ends (``--sample-break-mode none --tokens-per-sample L``: every input but the la
 the model rebuilt for that length (``--model-overrides "{'max_positions': L}"``). A model with a
 learned position table (``--abs-pos learned``, TUPE's untied table) has no position beyond its table:
 for a longer ``L`` no number is given, and the result says why (``table of N positions``) instead of
-leaving the row out.
+leaving the row out. ``--rotary-scaling linear|ntk --rotary-scaling-factor F`` validates a RoPE model
+with that evaluation-time scaling of its angles (position interpolation, Chen et al. 2023, arXiv
+2306.15595; NTK-aware base scaling) as a row of its own; a model without RoPE gets ``no RoPE to
+scale`` (and learnable RoPE, which has no base, ``ntk needs RoPE's fixed base``).
 
     python -m tupe_plugin.study.extrapolation --path CKPT --data DATA_BIN --length 256 --out FILE.json
 
@@ -26,21 +29,24 @@ from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
 
 
 def trained_model(path):
-    """``(max_positions, learned table)`` of a plugin checkpoint."""
+    """``(max_positions, learned table, its PositionConfig)`` of a plugin checkpoint."""
     import tupe_plugin  # noqa: F401  (registers the model; lets torch read fairseq checkpoints)
     from fairseq.checkpoint_utils import load_checkpoint_to_cpu
 
     from ..modules.position_config import PositionConfig
 
     model = load_checkpoint_to_cpu(path)["cfg"]["model"]
-    return model.max_positions, PositionConfig.from_args(model).learned_tables
+    config = PositionConfig.from_args(model)
+    return model.max_positions, config.learned_tables, config
 
 
-def validate(path, data, length, batch_size, cpu, log_path):
-    """The validation loss (bits) of fairseq-validate at ``length``, its output in ``log_path``."""
+def validate(path, data, length, batch_size, cpu, log_path, overrides=None):
+    """The validation loss (bits) of fairseq-validate at ``length`` (with the model ``overrides``), its
+    output in ``log_path``."""
+    overrides = {"max_positions": length, **(overrides or {})}
     command = [fairseq_tool("validate"), data, "--user-dir", PLUGIN_DIR, "--path", path,
                "--task", "masked_lm", "--criterion", "masked_lm", "--sample-break-mode", "none",
-               "--tokens-per-sample", str(length), "--model-overrides", f"{{'max_positions': {length}}}",
+               "--tokens-per-sample", str(length), "--model-overrides", repr(overrides),
                "--batch-size", str(batch_size), "--num-workers", "0", *(["--cpu"] if cpu else [])]
     with open(log_path, "w", encoding="utf-8") as log:
         returncode = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT,
@@ -60,19 +66,33 @@ def main(argv=None):
     parser.add_argument("--length", type=int, required=True, help="longest input, in tokens")
     parser.add_argument("--batch-size", type=int, default=8, help="default 8")
     parser.add_argument("--out", required=True, help="the result, a JSON file")
+    parser.add_argument("--rotary-scaling", choices=("linear", "ntk"), help="RoPE's evaluation-time scaling")
+    parser.add_argument("--rotary-scaling-factor", type=float, default=None, help="its factor F > 1")
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args(argv)
     if args.length < 8:
         parser.error(f"--length must be at least 8, got {args.length}")
-    trained, learned_table = trained_model(args.path)
+    if (args.rotary_scaling is None) != (args.rotary_scaling_factor is None):
+        parser.error("give --rotary-scaling and --rotary-scaling-factor together")
+    trained, learned_table, config = trained_model(args.path)
     result = {"length": args.length, "max_positions": trained, "loss": None, "reason": None}
+    overrides = {}
+    if args.rotary_scaling:
+        result["rotary_scaling"] = {"scaling": args.rotary_scaling, "factor": args.rotary_scaling_factor}
+        overrides = {"rotary_scaling": args.rotary_scaling,
+                     "rotary_scaling_factor": args.rotary_scaling_factor}
     folder = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(folder, exist_ok=True)
     if learned_table and args.length > trained:
         result["reason"] = f"table of {trained} positions"
+    elif args.rotary_scaling and not config.rotary_applies:
+        result["reason"] = "no RoPE to scale"
+    elif args.rotary_scaling == "ntk" and config.learnable_rotary_frequencies:
+        result["reason"] = "ntk needs RoPE's fixed base"
     else:
         log_path = os.path.join(folder, "validate.log")
-        result["loss"] = validate(args.path, args.data, args.length, args.batch_size, args.cpu, log_path)
+        result["loss"] = validate(args.path, args.data, args.length, args.batch_size, args.cpu, log_path,
+                                  overrides)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result))

@@ -12,7 +12,8 @@ report. Folders, under the study's ``--out``::
     squad-data/vV/                 train/dev split of the SQuAD dev articles (when no train file is given)
     squad/ARCH/seedP/vV/seedS/     tupe-finetune-squad, SQuAD vV, seed S: bin/, run/ (predictions, eval.log)
     analysis/ARCH/seedP/           tupe-analyze: analysis/ (PNGs, positions.json)
-    extrapolation/ARCH/seedP/lenL/ the validation loss on inputs of up to L tokens (extrapolation.json)
+    extrapolation/ARCH/seedP/lenL/ the validation loss on blocks of L tokens (extrapolation.json); with a
+                                   RoPE scaling, lenL-linear4/ and the like
 
 A job's fingerprint hashes the settings it depends on and its dependencies' fingerprints, so a
 changed setting invalidates that job and the jobs built on it, and nothing else. The input files
@@ -137,8 +138,10 @@ def build_jobs(config, out, tools=Tools()):
     if config["analysis"]:
         jobs += [_analysis_job(model, out, tools) for model in models]
     if config["extrapolation"] is not None:
-        jobs += [_extrapolation_job(config["extrapolation"], model, length, out, tools)
-                 for model in final for length in config["extrapolation"]["lengths"]]
+        extrapolation = config["extrapolation"]
+        jobs += [_extrapolation_job(extrapolation, model, length, scaling, out, tools)
+                 for model in final for length in extrapolation["lengths"]
+                 for scaling in [None, *extrapolation["rotary_scalings"]]]
     glue = config["glue"]
     if glue is not None:
         for task in glue["tasks"]:
@@ -355,14 +358,28 @@ def _analysis_job(model, out, tools):
     return _job(out, name, "analysis", [command], deps=[model.pretrain_job], model=model)
 
 
-def _extrapolation_job(extrapolation, model, length, out, tools):
-    """The validation masked-LM loss of ``model`` on blocks of ``length`` tokens."""
-    name = f"extrapolation/{model.key}/len{length}"
+def scaling_name(scaling):
+    """``linear4``: a RoPE scaling's part of a job name (None: the unscaled model's)."""
+    return None if scaling is None else f"{scaling['scaling']}{scaling['factor']:g}"
+
+
+def extrapolation_name(model, length, scaling=None):
+    return f"extrapolation/{model.key}/len{length}" + (f"-{scaling_name(scaling)}" if scaling else "")
+
+
+def _extrapolation_job(extrapolation, model, length, scaling, out, tools):
+    """The validation loss of ``model`` on blocks of ``length`` tokens (with RoPE ``scaling``)."""
+    name = extrapolation_name(model, length, scaling)
     command = [tools.python, "-m", "tupe_plugin.study.extrapolation",
                "--path", model.checkpoint(out), "--data", data_bin(out),
                "--length", str(length), "--batch-size", str(extrapolation["batch_size"]),
                "--out", os.path.join(out, name, "extrapolation.json")]
+    if scaling:
+        command += ["--rotary-scaling", scaling["scaling"],
+                    "--rotary-scaling-factor", str(scaling["factor"])]
     if tools.cpu:
         command.append("--cpu")
     return _job(out, name, "extrapolation", [command], deps=[model.pretrain_job],
-                settings={"length": length, "batch_size": extrapolation["batch_size"]}, model=model)
+                settings={"length": length, "batch_size": extrapolation["batch_size"],
+                          "rotary_scaling": scaling},
+                model=model)

@@ -16,7 +16,7 @@ import os
 import shlex
 
 from . import results, statistics
-from .jobs import Model, along_models, glue_run_name, squad_run_name, stage_offsets
+from .jobs import Model, along_models, extrapolation_name, glue_run_name, squad_run_name, stage_offsets
 from ..glue.tasks import GLUE_TASKS
 from .runner import DONE, FAILED
 
@@ -114,12 +114,22 @@ def _model_entry(config, model, done, jobs, curve=None):
     if analysis:
         entry["analysis"] = results.analysis_result(os.path.join(analysis.folder, "analysis",
                                                                  "positions.json"))
-    for length in (config["extrapolation"] or {}).get("lengths", []):
-        job = done.get(f"extrapolation/{model_key}/len{length}")
-        if job:
-            entry["extrapolation"][str(length)] = results.extrapolation_result(
-                os.path.join(job.folder, "extrapolation.json"))
+    entry["extrapolation_scaled"] = {}
+    extrapolation = config["extrapolation"] or {"lengths": [], "rotary_scalings": []}
+    for scaling in [None, *extrapolation["rotary_scalings"]]:
+        found = entry["extrapolation"] if scaling is None else \
+            entry["extrapolation_scaled"].setdefault(scaling_label(scaling), {})
+        for length in extrapolation["lengths"]:
+            job = done.get(extrapolation_name(model, length, scaling))
+            if job:
+                found[str(length)] = results.extrapolation_result(
+                    os.path.join(job.folder, "extrapolation.json"))
     return entry
+
+
+def scaling_label(scaling):
+    """``linear x4``: a RoPE scaling's name in the report."""
+    return f"{scaling['scaling']} x{scaling['factor']:g}"
 
 
 def first_squad(squad):
@@ -166,15 +176,14 @@ def _over_seeds(config, models):
             runs = [run for result in chosen.values() for run in result["runs"]]
             entry["glue"][task] = {**results.glue_task(runs, task),
                                    "lr": {str(seed): result["lr"] for seed, result in chosen.items()}}
-    entry["extrapolation"] = {}
-    for length in (config["extrapolation"] or {}).get("lengths", []):
-        found = [m["extrapolation"][str(length)] for m in models.values()
-                 if str(length) in m["extrapolation"]]
-        losses = statistics.spread([r["loss"] for r in found])
-        reasons = sorted({r["reason"] for r in found if r["reason"]})
-        entry["extrapolation"][str(length)] = {
-            "loss": losses["mean"] if losses else None, "std": losses["std"] if losses else None,
-            "reason": "; ".join(reasons) or (None if found else "not run")}
+    extrapolation = config["extrapolation"] or {"lengths": [], "rotary_scalings": []}
+    entry["extrapolation"] = _extrapolation_over_seeds(extrapolation["lengths"],
+                                                       [m["extrapolation"] for m in models.values()])
+    entry["extrapolation_scaled"] = {
+        scaling_label(scaling): _extrapolation_over_seeds(
+            extrapolation["lengths"],
+            [m["extrapolation_scaled"].get(scaling_label(scaling), {}) for m in models.values()])
+        for scaling in extrapolation["rotary_scalings"]}
     if len(models) > 1:
         entry["valid_loss"] = statistics.spread([m["valid_loss"] for m in models.values()])
         entry["valid_loss_curve"] = _mean_curve([m["valid_loss_curve"] for m in models.values()])
@@ -184,6 +193,19 @@ def _over_seeds(config, models):
                 [m["glue"][task]["median"] for m in models.values() if task in m["glue"]])
         entry["seconds"] = statistics.spread([m["seconds"] for m in models.values()])
     return entry
+
+
+def _extrapolation_over_seeds(lengths, by_seed):
+    """``{LENGTH: {"loss" (mean over seeds), "std", "reason"}}`` from each seed's results."""
+    summary = {}
+    for length in lengths:
+        found = [results_of[str(length)] for results_of in by_seed if str(length) in results_of]
+        losses = statistics.spread([r["loss"] for r in found])
+        reasons = sorted({r["reason"] for r in found if r["reason"]})
+        summary[str(length)] = {"loss": losses["mean"] if losses else None,
+                                "std": losses["std"] if losses else None,
+                                "reason": "; ".join(reasons) or (None if found else "not run")}
+    return summary
 
 
 def _by_update(curves):
@@ -362,15 +384,20 @@ def _extrapolation_section(report, out):
              "| arch | " + " | ".join(f"L = {n}" + (" (trained)" if int(n) == trained else "")
                                       for n in lengths) + " |", "|---|" + "---|" * len(lengths)]
     for arch, entry in report["archs"].items():
-        cells = []
-        for n in lengths:
-            result = entry["extrapolation"].get(n) or {"loss": None, "std": None, "reason": "not run"}
-            if result["loss"] is None:
-                cells.append(f"n/a: {result['reason']}")
-            else:
-                std = f" ± {result['std']:.3f}" if result["std"] is not None else ""
-                cells.append(f"{result['loss']:.3f}{std}")
-        lines.append(f"| {arch} | " + " | ".join(cells) + " |")
+        rows = [(arch, entry["extrapolation"])]
+        rows += [(f"{arch} ({label})", by_length)
+                 for label, by_length in entry["extrapolation_scaled"].items()
+                 if any(r["loss"] is not None for r in by_length.values())]
+        for name, by_length in rows:
+            cells = []
+            for n in lengths:
+                result = by_length.get(n) or {"loss": None, "std": None, "reason": "not run"}
+                if result["loss"] is None:
+                    cells.append(f"n/a: {result['reason']}")
+                else:
+                    std = f" ± {result['std']:.3f}" if result["std"] is not None else ""
+                    cells.append(f"{result['loss']:.3f}{std}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
     figure = report["figures"].get("extrapolation")
     if figure:
