@@ -269,3 +269,23 @@ def test_the_tiny_twin_of_each_paper_protocol_runs_end_to_end(name, tmp_path):
             assert len(entry["along_pretraining"]) == 2
         if config.get("extrapolation"):
             assert set(entry["extrapolation"]) == {str(n) for n in config["extrapolation"]["lengths"]}
+
+
+def test_init_from_study_swaps_each_encoding_into_the_same_pretrained_model(tmp_path):
+    """examples/wang-continue-tiny.yaml after examples/study-quick.yaml (without GLUE), end to end."""
+    with open(os.path.join(REPO, "examples", "study-quick.yaml"), encoding="utf-8") as f:
+        quick = yaml.safe_load(f)
+    quick.update(archs=["bert_a_tiny"], glue=None, analysis=False)
+    run_study(write_config(tmp_path, quick), tmp_path / "study-quick")
+    with open(os.path.join(REPO, "examples", "wang-continue-tiny.yaml"), encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    config["pretrain"]["init_from"] = str(tmp_path / config["pretrain"]["init_from"])
+    out = tmp_path / "wang-continue"
+    reuse_data(tmp_path / "study-quick", out)
+    folder = tmp_path / "continue"
+    folder.mkdir()
+    run_study(write_config(folder, config), out)
+    report = read_report(out)
+    assert all(entry["valid_loss"] is not None for entry in report["archs"].values())
+    log = (out / "pretrain" / "tupe_r_tiny" / "seed1" / "train.log").read_text(encoding="utf-8")
+    assert "--init-from-checkpoint" in log and "copied" in log

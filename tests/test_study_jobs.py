@@ -255,3 +255,18 @@ def test_a_rope_scaling_is_an_extrapolation_job_of_its_own_beside_the_unscaled_o
     scaled = jobs["extrapolation/tupe_r_tiny/seed1/len256-linear4"]
     assert scaled.commands[0][-5:] == ["--rotary-scaling", "linear", "--rotary-scaling-factor", "4", "--cpu"]
     assert "--rotary-scaling" not in jobs["extrapolation/tupe_r_tiny/seed1/len256"].commands[0]
+
+
+def test_init_from_starts_every_architecture_from_the_same_checkpoint(tmp_path):
+    start = tmp_path / "start.pt"
+    start.write_bytes(b"a checkpoint")
+    config = check_config({"archs": ["bert_a_tiny", "tupe_r_tiny"], "analysis": False,
+                           "pretrain": {"init_from": str(start)}}, ARCHS)
+    jobs = build_jobs(config, tmp_path / "out")
+    for arch in ("bert_a_tiny", "tupe_r_tiny"):
+        command = next(job for job in jobs if job.name == f"pretrain/{arch}/seed1").commands[0]
+        assert command[command.index("--init-from-checkpoint") + 1] == str(start)
+    before = fingerprints(config, tmp_path / "out")
+    start.write_bytes(b"another checkpoint")
+    assert {n for n in changed(before, fingerprints(config, tmp_path / "out"))} == {
+        "pretrain/bert_a_tiny/seed1", "pretrain/tupe_r_tiny/seed1"}

@@ -41,7 +41,7 @@ DEFAULTS = {
     "pretrain": {
         "updates": 1000, "tokens_per_sample": 128, "batch_size": 16, "lr": 5e-4,
         "warmup_updates": None, "seeds": [1], "validate_every": None, "evaluate_at": [], "stages": None,
-        "extra_args": [],
+        "init_from": None, "extra_args": [],
     },
     "glue": {
         "dir": Required("the folder of the GLUE data, one folder per task (RTE/train.tsv, RTE/dev.tsv, ...); "
@@ -123,6 +123,11 @@ def check_config(raw, known_archs, source="config"):
             _positive_int(pretrain, "pretrain", key, fail, least=0 if key == "warmup_updates" else 1)
     _positive_float(pretrain, "pretrain", "lr", fail)
     _string_list(pretrain, "pretrain", "extra_args", fail)
+    if pretrain["init_from"] is not None:
+        pretrain["init_from"] = _existing_file(
+            pretrain["init_from"], "pretrain.init_from", fail,
+            "a pre-trained checkpoint (a plugin or fairseq RoBERTa model.pt, or tupe-convert-hf's) whose "
+            "words and layers every architecture starts from")
     if pretrain["stages"] is None:
         _check_evaluate_at(pretrain, fail)
 

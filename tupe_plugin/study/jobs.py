@@ -217,9 +217,12 @@ def pretrain_schedule(pretrain, updates=None):
 def _pretrain_job(pretrain, model, out, tools):
     """fairseq-train of ``model``. With ``evaluate_at``, the checkpoints of those updates are kept
     (``--keep-interval-updates-pattern``) and named for the jobs that read them (:mod:`.snapshots`).
-    With ``stages``, one fairseq-train per stage in its own ``--save-dir``, each started from the
-    previous stage's last checkpoint (``--finetune-from-model``: a fresh optimizer and schedule for
-    the new length; a rerun resumes the stage it stopped in), learned tables sized for the last length."""
+    With ``init_from``, the first fairseq-train starts from that checkpoint's words and layers with this
+    architecture's position encoding (``--init-from-checkpoint``: Wang et al.'s protocol, the unswapped
+    architecture continued as the control). With ``stages``, one fairseq-train per stage in its own
+    ``--save-dir``, each started from the previous stage's last checkpoint (``--finetune-from-model``: a
+    fresh optimizer and schedule for the new length; a rerun resumes the stage it stopped in), learned
+    tables sized for the last length."""
     folder = os.path.join(out, model.pretrain_job)
     stages = pretrain["stages"] or [{"tokens_per_sample": pretrain["tokens_per_sample"],
                                      "updates": pretrain["updates"]}]
@@ -235,6 +238,8 @@ def _pretrain_job(pretrain, model, out, tools):
             command += ["--tensorboard-logdir", os.path.join(folder, "tensorboard")]
         if start:
             command += ["--finetune-from-model", start]
+        elif pretrain["init_from"]:  # the words and layers of a pre-trained model, this arch's encoding
+            command += ["--init-from-checkpoint", pretrain["init_from"]]
         kept = [] if pretrain["stages"] else pretrain["evaluate_at"]
         if kept:  # the checkpoints at multiples of the updates' gcd survive --keep-interval-updates 1
             command += ["--keep-interval-updates-pattern", str(math.gcd(*kept))]
@@ -245,6 +250,8 @@ def _pretrain_job(pretrain, model, out, tools):
         start = os.path.join(save_dir, "checkpoint_last.pt")
     settings = {"arch": model.arch, "seed": model.seed,
                 **{k: v for k, v in pretrain.items() if k != "seeds"}}
+    if pretrain["init_from"]:
+        settings["init_from_sha256"] = file_digest(pretrain["init_from"])
     return _job(out, model.pretrain_job, "pretrain", commands, deps=["data"], settings=settings,
                 resumable=True, log="train.log", model=model,
                 outputs=[model.checkpoint(out)] + [m.checkpoint(out) for m in along_models(pretrain, model)])
