@@ -43,7 +43,8 @@ import struct
 
 import torch
 
-from tupe_plugin.conversion.official_tupe import CHECKPOINT_NAME, check_output_folder, move_into_place
+from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
+                                                  move_into_place)
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
 from tupe_plugin.prepared_folder import make_sibling_folder
@@ -483,7 +484,6 @@ def convert(hf_dir, out_dir, arch=None, force=False):
     """
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
 
     out_dir = os.path.abspath(out_dir)
     check_out_is_not_the_model(out_dir, hf_dir)
@@ -530,19 +530,7 @@ def convert(hf_dir, out_dir, arch=None, force=False):
                            "a probe batch the MLM logits move by up to %.3g (largest logit %.3g); continued "
                            "training adapts to it", eps, FAIRSEQ_LAYER_NORM_EPS, drift, largest)
         cfg.task.data = out_dir
-        state = {
-            "args": None,
-            "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-            "model": model.state_dict(),
-            "criterion": None,
-            "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "none",
-                                   "lr_scheduler_state": {}, "num_updates": 0}],
-            "task_state": {},
-            "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": False,
-                                               "version": 2},
-                            "converted_from": os.path.abspath(hf_dir),
-                            "hf_token_ids": order},
-        }
+        state = converted_state(cfg, model, hf_dir, hf_token_ids=order)
         torch.save(state, os.path.join(folder, CHECKPOINT_NAME))
         move_into_place(folder, out_dir, force, names)
     finally:

@@ -399,7 +399,6 @@ def convert(checkpoint, dict_path, out_dir, allow_pickle=False, force=False):
     """
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
 
     out_dir = os.path.abspath(out_dir)
     check_inputs_outside(out_dir, checkpoint, dict_path)
@@ -421,19 +420,7 @@ def convert(checkpoint, dict_path, out_dir, allow_pickle=False, force=False):
         register_release_heads(model, release)
         model.load_state_dict(map_state_dict(release, model), strict=True)
         cfg.task.data = out_dir
-        state = {
-            "args": None,
-            "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-            "model": model.state_dict(),
-            "criterion": None,
-            "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "none",
-                                   "lr_scheduler_state": {}, "num_updates": 0}],
-            "task_state": {},
-            "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": False,
-                                               "version": 2},
-                            "converted_from": os.path.abspath(checkpoint),
-                            "release_special_symbols": specials},
-        }
+        state = converted_state(cfg, model, checkpoint, release_special_symbols=specials)
         torch.save(state, os.path.join(folder, CHECKPOINT_NAME))
         move_into_place(folder, out_dir, force)
     finally:
@@ -445,6 +432,25 @@ def convert(checkpoint, dict_path, out_dir, allow_pickle=False, force=False):
     logger.info("wrote %s (%s, %d tensors) and %s", target, train_args.arch, len(state["model"]),
                 os.path.join(out_dir, "dict.txt"))
     return target
+
+
+def converted_state(cfg, model, source, **extra_state):
+    """A fairseq checkpoint of a converted ``model`` and its ``cfg``: no optimizer state, a fresh data
+    position, ``converted_from`` (the absolute ``source``) and ``extra_state`` in its extra state."""
+    from omegaconf import OmegaConf
+
+    return {
+        "args": None,
+        "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+        "model": model.state_dict(),
+        "criterion": None,
+        "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "none",
+                               "lr_scheduler_state": {}, "num_updates": 0}],
+        "task_state": {},
+        "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": False,
+                                           "version": 2},
+                        "converted_from": os.path.abspath(source), **extra_state},
+    }
 
 
 def move_into_place(folder, out_dir, force, names=OUTPUT_NAMES):

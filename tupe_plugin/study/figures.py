@@ -31,6 +31,11 @@ def loss_figure(report, path):
                    label="unigram baseline")
     ax.set_xlabel("updates")
     ax.set_ylabel("validation MLM loss (bits)")
+    return _saved(fig, ax, path)
+
+
+def _saved(fig, ax, path):
+    """Legend and grid on ``ax``, ``fig`` written to ``path`` and closed; the path."""
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -61,12 +66,7 @@ def extrapolation_figure(report, path):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("longest input (tokens)")
     ax.set_ylabel("validation MLM loss (bits)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _saved(fig, ax, path)
 
 
 def along_figure(report, path):

@@ -356,10 +356,13 @@ def _pretrain_section(report, out):
                          "the context, so differences between position encodings mean little. Pre-train "
                          "longer or on more text.")
         lines.append("")
-    figure = report["figures"].get("loss")
-    if figure:
-        lines += [f"![validation loss against updates]({os.path.relpath(figure, out)})", ""]
-    return lines
+    return lines + _figure(report, "loss", "validation loss against updates", out)
+
+
+def _figure(report, name, text, out):
+    """The markdown lines of figure ``name`` (a link relative to ``out``), none when it was not drawn."""
+    figure = report["figures"].get(name)
+    return [f"![{text}]({os.path.relpath(figure, out)})", ""] if figure else []
 
 
 def _versus_note(report):
@@ -399,10 +402,7 @@ def _extrapolation_section(report, out):
                     cells.append(f"{result['loss']:.3f}{std}")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
-    figure = report["figures"].get("extrapolation")
-    if figure:
-        lines += [f"![validation loss against input length]({os.path.relpath(figure, out)})", ""]
-    return lines
+    return lines + _figure(report, "extrapolation", "validation loss against input length", out)
 
 
 def _along_section(report, out):
@@ -427,10 +427,7 @@ def _along_section(report, out):
                                       for u in updates]))
         lines += [f"| {arch} | {name} | " + " | ".join(cells) + " |" for name, cells in rows]
     lines.append("")
-    figure = report["figures"].get("along_pretraining")
-    if figure:
-        lines += [f"![scores against pre-training updates]({os.path.relpath(figure, out)})", ""]
-    return lines
+    return lines + _figure(report, "along_pretraining", "scores against pre-training updates", out)
 
 
 def _glue_section(report):
