@@ -95,9 +95,14 @@ def test_interrupted_command_is_stopped_with_what_it_started(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while alive(pid):
-        assert time.monotonic() < deadline, f"the command's child {pid} outlived the interruption"
+    wait_until(lambda: not alive(pid), 10, f"the command's child {pid} outlived the interruption")
+
+
+def wait_until(condition, seconds, failure):
+    """Poll ``condition`` until it holds; fail with ``failure`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, failure
         time.sleep(0.1)
 
 
@@ -116,17 +121,11 @@ def test_a_killed_study_takes_its_running_command_with_it(tmp_path):
         "import sys; from tupe_plugin.study.launchers import run_commands; "
         f"run_commands([['bash', '-c', 'echo $$ > {pid_file}; exec sleep 60']], {{}}, sys.argv[1])"),
         str(tmp_path / "log.txt")])
-    deadline = time.monotonic() + 120
-    while not (pid_file.is_file() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline, "the command never started"
-        time.sleep(0.1)
+    wait_until(lambda: pid_file.is_file() and pid_file.read_text().strip(), 120, "the command never started")
     study.kill()  # SIGKILL: no handler of the study runs
     study.wait()
     pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while alive(pid):
-        assert time.monotonic() < deadline, f"the command {pid} outlived its killed study"
-        time.sleep(0.1)
+    wait_until(lambda: not alive(pid), 10, f"the command {pid} outlived its killed study")
 
 
 def test_a_rerun_stops_what_a_killed_study_left_in_the_jobs_folder(tmp_path):
