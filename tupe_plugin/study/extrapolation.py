@@ -9,7 +9,7 @@ for a longer ``L`` no number is given, and the result says why (``table of N pos
 leaving the row out. ``--rotary-scaling linear|ntk --rotary-scaling-factor F`` validates a RoPE model
 with that evaluation-time scaling of its angles (position interpolation, Chen et al. 2023, arXiv
 2306.15595; NTK-aware base scaling) as a row of its own; a model without RoPE gets ``no RoPE to
-scale`` (and learnable RoPE, which has no base, ``ntk needs RoPE's fixed base``).
+scale`` as the position config words it (and learnable RoPE, which has no base, its refusal of ntk).
 
     python -m tupe_plugin.study.extrapolation --path CKPT --data DATA_BIN --length 256 --out FILE.json
 
@@ -19,6 +19,7 @@ or why there is no loss)}``; ``validate.log`` beside it is fairseq-validate's ou
 
 import argparse
 import json
+from dataclasses import replace
 import os
 import subprocess
 import sys
@@ -38,6 +39,18 @@ def trained_model(path):
     model = load_checkpoint_to_cpu(path)["cfg"]["model"]
     config = PositionConfig.from_args(model)
     return model.max_positions, config.learned_tables, config
+
+
+def scaling_refused(config, overrides):
+    """Why the model's position config refuses the RoPE scaling ``overrides`` (its message: no RoPE to
+    scale, ntk on learnable frequencies, ...), or None."""
+    from ..modules.position_config import PositionFlagError
+
+    try:
+        replace(config, **overrides).check()
+    except PositionFlagError as error:
+        return str(error).splitlines()[-1].strip()
+    return None
 
 
 def validate(path, data, length, batch_size, cpu, log_path, overrides=None):
@@ -85,10 +98,8 @@ def main(argv=None):
     os.makedirs(folder, exist_ok=True)
     if learned_table and args.length > trained:
         result["reason"] = f"table of {trained} positions"
-    elif args.rotary_scaling and not config.rotary_applies:
-        result["reason"] = "no RoPE to scale"
-    elif args.rotary_scaling == "ntk" and config.learnable_rotary_frequencies:
-        result["reason"] = "ntk needs RoPE's fixed base"
+    elif args.rotary_scaling and scaling_refused(config, overrides):
+        result["reason"] = scaling_refused(config, overrides)
     else:
         log_path = os.path.join(folder, "validate.log")
         result["loss"] = validate(args.path, args.data, args.length, args.batch_size, args.cpu, log_path,
