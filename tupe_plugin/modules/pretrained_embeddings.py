@@ -112,7 +112,8 @@ def read_text_vectors(path):
                 if dim < 1 or len(fields) < dim + 1 or _is_number(fields[-dim - 1]) and len(fields) > dim + 1:
                     raise ValueError(_ragged_line_message(path, number, fields, dim, header_rows))
                 try:
-                    row = numpy.asarray(fields[-dim:], dtype=numpy.float32)
+                    with numpy.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
+                        row = numpy.asarray(fields[-dim:], dtype=numpy.float32)
                 except ValueError:
                     raise ValueError(
                         f"--embed-init-path {path}, line {number}: a value is not a number "
