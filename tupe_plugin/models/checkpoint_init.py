@@ -1,6 +1,6 @@
 """``--init-from-checkpoint CKPT``: a new model of the command line's architecture from pre-trained weights.
 
-Issue 30, item 1: the protocol of Wang et al., "On Position Embeddings in BERT" (ICLR 2021), which take
+The protocol of Wang et al., "On Position Embeddings in BERT" (ICLR 2021), which take
 BERT-base, replace its absolute position module by each new encoding and continue pre-training. The
 model is built from the command line (any plugin architecture); every tensor of CKPT whose name and
 shape match is copied into it (word embeddings, layers, LM head, embedding LayerNorm); the parameters

@@ -1,6 +1,6 @@
 """fairseq's own RoBERTa checkpoints (the format of the released ``roberta.base``) as ``bert_a_*``.
 
-Issue 30, item 2. A checkpoint of fairseq's ``RobertaModel`` (``encoder.sentence_encoder.*``, or
+A checkpoint of fairseq's ``RobertaModel`` (``encoder.sentence_encoder.*``, or
 ``decoder.*`` in the released files) computes what the plugin's ``bert_a_*`` of the same sizes computes:
 post-LN layers, GELU, a LayerNorm on the input embeddings, a learned absolute table, the tied LM head.
 Three names differ, mapped by :func:`to_plugin_names` in place before the weights are checked and loaded:

@@ -1,6 +1,6 @@
 """A ``--init-from-checkpoint`` run is a new run: rerun, it resumes from its own checkpoint, never from CKPT.
 
-Issue 30, item 1, with the semantics of fairseq's ``--finetune-from-model``: the weights of CKPT start
+With the semantics of fairseq's ``--finetune-from-model``: the weights of CKPT start
 the run only while its ``--save-dir`` holds no ``checkpoint_last.pt``. Before the model is built,
 :func:`prepare_swap` marks a rerun that will resume (``init_from_checkpoint_applied``, read by
 :mod:`tupe_plugin.models.checkpoint_init`) so that CKPT is not read again (it may even be gone), and
