@@ -1,5 +1,5 @@
 """--init-from-checkpoint: a pre-trained model's weights start a new run of another position encoding
-(issue 30, items 1 and 2), and fairseq's own RoBERTa checkpoints load as bert_a_*.
+and fairseq's own RoBERTa checkpoints load as bert_a_*.
 
 The swaps are unit-level: tiny models built in-process the way fairseq-train builds them, checkpoints
 saved with the config fairseq stores. Two fairseq-train processes: the stock RoBERTa checkpoint (2
