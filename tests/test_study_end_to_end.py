@@ -140,7 +140,7 @@ def test_rerun_redoes_nothing(local_study):
     for name in ("data", "pretrain/bert_a_tiny/seed1", "glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed1"):
         assert attempts(out, name) == 1, name
     touched = [p for p, mtime in before.items() if p.stat().st_mtime_ns != mtime]
-    assert {p.name for p in touched} <= {"report.json", "report.md", "config.json"} | {
+    assert {p.name for p in touched} <= {"report.json", "report.md", "config.json", "study.lock"} | {
         p.name for p in (out / "figures").iterdir()}
 
 
@@ -223,7 +223,7 @@ def test_squad_table_of_the_report_shows_the_split_and_the_scores(squad_study):
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "## SQuAD v1.1" in text and "(first 2 articles): every 2nd article is dev" in text
     assert "not comparable with published SQuAD dev scores" in text
-    assert "| arch | EM | F1 | predicted / questions |" in text
+    assert "| arch | v1.1 EM | v1.1 F1 | predicted / questions |" in text
     assert (f"| tupe_r_tiny | {scores['exact_match']:.1f} | {scores['f1']:.1f} | "
             f"{scores['predicted']} / {scores['questions']} |") in text
 
