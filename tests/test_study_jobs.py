@@ -237,6 +237,8 @@ def test_stages_train_one_after_the_other_from_the_previous_stages_checkpoint(co
     assert flag(second, "--finetune-from-model") == str(folder / "stage1" / "checkpoint_last.pt")
     assert flag(second, "--save-dir") == str(folder / "checkpoints")
     assert "--finetune-from-model" not in first
+    data = jobs["data"].commands[1]
+    assert data[data.index("--max-pieces") + 1] == "62"  # lines that fit the first stage's 64 tokens
     assert config["pretrain"]["evaluate_at"] == [30]  # the first stage's end is evaluated too
     stage_end = Model("tupe_r_tiny", 1, 30, stage=1)
     assert stage_end.checkpoint(tmp_path) == str(folder / "stage1" / "checkpoint_last.pt")

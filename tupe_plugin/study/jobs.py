@@ -173,7 +173,8 @@ def _data_job(config, out, tools):
     """tupe-build-corpus -> tupe-train-spm -> fairseq-preprocess, as examples/demo.sh does."""
     folder = os.path.join(out, "data")
     corpus = config["corpus"]
-    tokens = config["pretrain"]["tokens_per_sample"]
+    # lines short enough for the shortest stage: --sample-break-mode complete keeps whole lines
+    tokens = min(stage["tokens_per_sample"] for stage in config["pretrain"]["stages"] or [config["pretrain"]])
     spm, data = os.path.join(folder, "spm"), data_bin(out)
     commands = [
         [tools.python, "-m", "tupe_plugin.corpus.build", "--output-dir", os.path.join(folder, "corpus")]
