@@ -119,13 +119,9 @@ def plugin_ids(root, hf_ids):
     return inverse[hf_ids], torch.tensor(order)
 
 
-def compare(hf_model, hub, tokens, hf_ids, mask, order, layer_norm_eps=None):
+def compare(hf_model, hub, tokens, hf_ids, mask, order):
     with torch.no_grad():
         expected = hf_model(input_ids=hf_ids, attention_mask=mask, output_hidden_states=True)
-        if layer_norm_eps is not None:
-            for module in hub.model.modules():
-                if isinstance(module, torch.nn.LayerNorm):
-                    module.eps = layer_norm_eps
         logits, extra = hub.model(tokens, return_all_hiddens=True)
     real = mask.bool()
     assert len(extra["inner_states"]) == len(expected.hidden_states)
@@ -177,15 +173,15 @@ def test_from_pretrained_encodes_text_as_the_hf_tokenizer(family, bert, roberta)
     assert torch.equal(hub.encode(TEXT), expected) and unk not in expected
 
 
-def test_bert_layer_norm_eps_of_1e_12_is_converted_with_the_logits_drift_logged(tmp_path, caplog):
+def test_bert_layer_norm_eps_of_1e_12_is_recorded_and_the_outputs_equal_transformers(tmp_path):
     hf_model = save_bert(tmp_path / "hf")  # BertConfig's default layer_norm_eps 1e-12
-    with caplog.at_level(logging.WARNING, logger="convert_hf"):
-        convert(str(tmp_path / "hf"), str(tmp_path / "out"))
-    assert "layer_norm_eps = 1e-12 but the plugin's LayerNorms use fairseq's 1e-05" in caplog.text
+    convert(str(tmp_path / "hf"), str(tmp_path / "out"))
     hf_ids, mask = hf_batch(pad=0, cls=4, sep=5, vocab=len(BERT_TOKENS), seed=1)
     tokens, order = plugin_ids(tmp_path, hf_ids)
     hub = TupeRobertaModel.from_pretrained(str(tmp_path / "out"), bpe="bert")
-    compare(hf_model, hub, tokens, hf_ids, mask, order, layer_norm_eps=1e-12)  # the mapping itself is exact
+    assert hub.cfg.model.layer_norm_eps == 1e-12
+    assert {module.eps for module in hub.model.modules() if isinstance(module, torch.nn.LayerNorm)} == {1e-12}
+    compare(hf_model, hub, tokens, hf_ids, mask, order)
 
 
 def test_checkpoint_records_the_sizes_bpe_and_positions(bert, roberta):

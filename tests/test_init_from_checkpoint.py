@@ -75,6 +75,21 @@ def test_swap_from_bert_a_copies_shared_tensors_keeps_new_ones_at_init_and_logs_
     assert f"--init-from-checkpoint {path}: dropped from the checkpoint: embed_positions.weight" in lines
 
 
+def layer_norm_epsilons(model):
+    return {module.eps for module in model.modules() if isinstance(module, torch.nn.LayerNorm)}
+
+
+def test_the_checkpoints_layer_norm_eps_is_carried_unless_the_command_line_gives_one(tmp_path, caplog):
+    _, path = save_checkpoint(tmp_path / "bert.pt", "bert_a_tiny", layer_norm_eps=1e-12)
+    with caplog.at_level(logging.INFO, logger="tupe_plugin.models.checkpoint_init"):
+        carried = build_model("tupe_r_tiny", make_dictionary(), init_from_checkpoint=path)
+    assert carried.args.layer_norm_eps == 1e-12 and layer_norm_epsilons(carried) == {1e-12}
+    assert f"--init-from-checkpoint {path}: its LayerNorm epsilon 1e-12 carried (--layer-norm-eps to give " \
+           "another)" in caplog.text
+    given = build_model("tupe_r_tiny", make_dictionary(), init_from_checkpoint=path, layer_norm_eps=1e-6)
+    assert layer_norm_epsilons(given) == {1e-6}
+
+
 @pytest.mark.parametrize("extra, expected_rows", [("init", "fresh"), ("copy-repeat", "repeated")])
 def test_a_learned_table_moves_to_a_longer_one_copying_its_rows(extra, expected_rows, tmp_path, caplog):
     source, path = save_checkpoint(tmp_path / "bert_a_32.pt", "bert_a_tiny", max_positions=32)

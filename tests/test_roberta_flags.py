@@ -44,6 +44,22 @@ def test_layernorm_embedding_flags_agree(dictionary):
         has_layernorm(layernorm_embedding=True, no_layernorm_embedding=True)
 
 
+def test_layer_norm_eps_reaches_every_layer_norm_of_encoder_lm_head_and_untied_term(dictionary):
+    def epsilons(**flags):
+        model = build_model("tupe_r_tiny", dictionary, **flags)
+        return [module.eps for module in model.modules() if isinstance(module, torch.nn.LayerNorm)]
+
+    assert set(epsilons()) == {1e-5}
+    given = epsilons(layer_norm_eps=1e-12)
+    assert set(given) == {1e-12} and len(given) == len(epsilons())
+
+
+@pytest.mark.parametrize("value", [0.0, -1e-5, 1.0])
+def test_layer_norm_eps_outside_zero_one_is_refused(value, dictionary):
+    with pytest.raises(PositionFlagError, match="--layer-norm-eps is a small positive number"):
+        build_model("bert_a_tiny", dictionary, layer_norm_eps=value)
+
+
 @pytest.mark.parametrize("value", [-0.1, 1.0])
 def test_encoder_layerdrop_outside_zero_one_is_refused(value, dictionary):
     with pytest.raises(PositionFlagError, match="--encoder-layerdrop is a probability"):

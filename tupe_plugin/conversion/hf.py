@@ -24,8 +24,8 @@ definitions (Devlin et al. 2019, BERT; Liu et al. 2019, RoBERTa), not from any c
 * The matching fairseq BPE is recorded in ``cfg.bpe`` (``bert`` with ``OUT/vocab.txt`` and
   ``bpe_cased``; ``hf_byte_bpe`` with ``OUT/vocab.json`` / ``OUT/merges.txt``), the tokenizer files copied
   into OUT, so that ``from_pretrained`` encodes text as the original tokenizer did.
-* The plugin's LayerNorms use fairseq's eps 1e-5; another ``layer_norm_eps`` (BERT's 1e-12) is converted
-  with a warning giving how far the MLM logits move on a probe batch.
+* ``layer_norm_eps`` (BERT's 1e-12, RoBERTa's 1e-5) is recorded as the model's ``--layer-norm-eps``, so
+  that fine-tuning and a ``--init-from-checkpoint`` swap keep it.
 * Refused, in one line naming the file and field: another ``model_type``, a ``position_embedding_type``
   other than absolute, an activation other than GELU, a decoder, untied word embeddings, special tokens
   not where fairseq needs them, a weight with no place in the plugin, one missing, or a size that
@@ -54,7 +54,6 @@ logger = logging.getLogger("convert_hf")
 
 CONFIG, TOKENIZER_CONFIG = "config.json", "tokenizer_config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-FAIRSEQ_LAYER_NORM_EPS = 1e-5
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 FAIRSEQ_MASK = "<mask>"
 PLUGIN = "encoder.sentence_encoder."
@@ -426,6 +425,7 @@ def model_options(config):
         dropout=hidden_dropout,
         attention_dropout=config.get("attention_probs_dropout_prob", 0.1),
         pooler_dropout=hidden_dropout if classifier_dropout is None else classifier_dropout,
+        layer_norm_eps=config.get("layer_norm_eps", 1e-12),
     )
 
 
@@ -437,7 +437,7 @@ def plugin_command_line(opts, arch, max_positions, data_dir, bpe_flags):
         "--activation-fn", "gelu", "--dropout", opts["dropout"],
         "--attention-dropout", opts["attention_dropout"],
         "--activation-dropout", 0.0, "--pooler-dropout", opts["pooler_dropout"],
-        "--pooler-activation-fn", "tanh", *bpe_flags,
+        "--pooler-activation-fn", "tanh", "--layer-norm-eps", repr(opts["layer_norm_eps"]), *bpe_flags,
     ]
     return [str(arg) for arg in line]
 
@@ -450,24 +450,6 @@ def bpe_flags(model_type, out_dir, settings):
     flags = ["--bpe", "hf_byte_bpe", "--bpe-vocab", os.path.join(out_dir, "vocab.json"),
              "--bpe-merges", os.path.join(out_dir, "merges.txt")]
     return flags + (["--bpe-add-prefix-space"] if settings["bpe_add_prefix_space"] else [])
-
-
-def layer_norm_drift(model, eps, vocab, max_positions):
-    """(largest change of the MLM logits, largest logit) on a probe batch when the model's LayerNorms use
-    ``eps`` (the original's) instead of fairseq's 1e-5."""
-    norms = [module for module in model.modules() if isinstance(module, torch.nn.LayerNorm)]
-    tokens = torch.randint(len(FAIRSEQ_SPECIALS), vocab - 1, (4, min(128, max_positions)),
-                           generator=torch.Generator().manual_seed(0))
-    tokens[:, 0] = 0  # <s>
-    model.eval()
-    with torch.no_grad():
-        ours = model(tokens)[0]
-        for norm in norms:
-            norm.eps = eps
-        original = model(tokens)[0]
-        for norm in norms:
-            norm.eps = FAIRSEQ_LAYER_NORM_EPS
-    return (ours - original).abs().max().item(), original.abs().max().item()
 
 
 def check_out_is_not_the_model(out_dir, hf_dir):
@@ -523,12 +505,6 @@ def convert(hf_dir, out_dir, arch=None, force=False):
         expected = {key: value.shape for key, value in model.state_dict().items()}
         model.load_state_dict(map_state_dict(hf, family, config, order, offset, expected, weights_path),
                               strict=True)
-        eps = config.get("layer_norm_eps", FAIRSEQ_LAYER_NORM_EPS)
-        if eps != FAIRSEQ_LAYER_NORM_EPS:
-            drift, largest = layer_norm_drift(model, eps, len(order), max_positions)
-            logger.warning("config.json layer_norm_eps = %g but the plugin's LayerNorms use fairseq's %g: on "
-                           "a probe batch the MLM logits move by up to %.3g (largest logit %.3g); continued "
-                           "training adapts to it", eps, FAIRSEQ_LAYER_NORM_EPS, drift, largest)
         cfg.task.data = out_dir
         state = converted_state(cfg, model, hf_dir, hf_token_ids=order)
         torch.save(state, os.path.join(folder, CHECKPOINT_NAME))

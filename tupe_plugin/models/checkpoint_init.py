@@ -99,6 +99,7 @@ def initialize_from_flags(model, args, dictionary):
         )
     weights, saved_cfg = read_checkpoint(path, model.encoder.sentence_encoder.padding_idx)
     _check_dictionary(path, saved_cfg, dictionary)
+    _carry_layer_norm_eps(path, saved_cfg, args)
     swap(model, weights, path, args.init_extra_positions, args.init_untied_from_absolute)
     args.init_from_checkpoint_applied = True
 
@@ -125,14 +126,24 @@ def read_checkpoint(path, padding_idx):
     return weights, model_cfg if model_cfg is not None else state.get("args")
 
 
+def _recorded(saved_cfg, name):
+    return saved_cfg.get(name) if isinstance(saved_cfg, dict) else safe_getattr(saved_cfg, name, None)
+
+
+def _carry_layer_norm_eps(path, saved_cfg, args):
+    """The checkpoint's ``--layer-norm-eps`` (BERT's 1e-12) for a command line that gives none."""
+    saved = _recorded(saved_cfg, "layer_norm_eps")
+    if args.layer_norm_eps is None and saved is not None:
+        args.layer_norm_eps = saved
+        logger.info(f"--init-from-checkpoint {path}: its LayerNorm epsilon {saved:g} carried "
+                    "(--layer-norm-eps to give another)")
+
+
 def _check_dictionary(path, saved_cfg, dictionary):
     """A dictionary of the checkpoint's size with other symbols (another size: the shapes say it)."""
-    def recorded(name):
-        return saved_cfg.get(name) if isinstance(saved_cfg, dict) else safe_getattr(saved_cfg, name, None)
-
-    fingerprint = recorded("dictionary_fingerprint")
+    fingerprint = _recorded(saved_cfg, "dictionary_fingerprint")
     if fingerprint not in (None, dictionary_fingerprint(dictionary)) \
-            and recorded("dictionary_size") in (None, len(dictionary)):
+            and _recorded(saved_cfg, "dictionary_size") in (None, len(dictionary)):
         raise DictionaryMismatchError(
             f"--init-from-checkpoint {path} was trained with another dictionary (fingerprint {fingerprint}) "
             f"than the data's ({dictionary_fingerprint(dictionary)}): token ids would mean other words; "

@@ -4,6 +4,10 @@ RoBERTa's flags the plugin's encoder does not implement are refused by name inst
 and ignored; sizes and probabilities are checked for range, and a ``--max-positions`` whose position
 table alone would not fit in memory (a typo) is refused before anything is allocated.
 
+``--layer-norm-eps`` sets the epsilon of every LayerNorm of the model (encoder and LM head): fairseq's
+1e-5 unless given, or carried from an ``--init-from-checkpoint`` model; Google's BERT checkpoints were
+trained with 1e-12, which a converted checkpoint records (:mod:`tupe_plugin.conversion.hf`).
+
 The plugin's own ``--no-layernorm-embedding`` is owned here: declared (:func:`add_args`), reconciled with
 RoBERTa's ``--layernorm-embedding`` (:func:`set_defaults`), and mapped to the setting it decides for
 fine-tuning's restore of the pre-training architecture (:data:`SETTING_OF_FLAG`, :func:`show_setting`,
@@ -42,6 +46,13 @@ def add_args(parser):
         help="no LayerNorm on the input embeddings (the presets use one, as BERT does)",
     )
     parser.add_argument(
+        "--layer-norm-eps",
+        type=float,
+        metavar="EPS",
+        help="epsilon of every LayerNorm of the encoder and LM head (default: fairseq's 1e-5, or the "
+        "--init-from-checkpoint model's; Google's BERT checkpoints use 1e-12)",
+    )
+    parser.add_argument(
         "--attention-backend",
         choices=("auto", *SDPA_BACKENDS),
         default="auto",
@@ -68,6 +79,17 @@ def set_defaults(args):
         )
     args.layernorm_embedding = not no_layernorm
     args.allow_skipped_data = safe_getattr(args, "allow_skipped_data", False)
+    args.layer_norm_eps = safe_getattr(args, "layer_norm_eps", None)
+
+
+def apply_layer_norm_eps(model, eps):
+    """Give every LayerNorm of ``model`` (torch's, or apex's fused one fairseq picks on CUDA) the epsilon
+    ``eps`` (None: keep fairseq's)."""
+    if eps is None:
+        return
+    for module in model.modules():
+        if hasattr(module, "normalized_shape") and hasattr(module, "eps"):
+            module.eps = eps
 
 
 def set_max_positions(args, task):
@@ -105,6 +127,10 @@ def check_model_flags(args):
         value = safe_getattr(args, flag, off)
         if value is not None and value != off:
             errors.append(f"{option(flag)} {value} is not supported: {why}; drop the flag")
+    eps = safe_getattr(args, "layer_norm_eps", None)
+    if eps is not None and not 0 < eps < 1:
+        errors.append(f"--layer-norm-eps is a small positive number (1e-5 is fairseq's, 1e-12 BERT's), "
+                      f"got {eps}")
     errors += _position_table_memory(args)
     if errors:
         raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))

@@ -65,6 +65,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
                 model.embed_init_coverage = embedding_init.initialize_from_flags(model, args, dictionary)
                 log_diagnosis(model, dictionary)
                 args.embed_init_applied = True
+            model_flags.apply_layer_norm_eps(model, args.layer_norm_eps)
         return model
 
     def forward(
