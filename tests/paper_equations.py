@@ -4,8 +4,9 @@ Nothing here calls the plugin's attention, positional-term, bucket or sinusoid c
 model's parameters and loops over heads, computing each logit term of TUPE Eq. 3-11 (and the
 §4.3 BERT-A^d ablation) as written, with the [CLS] reset applied entry by entry, the sinusoids of
 Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair,
-the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair and RoPE's rotation as 2x2 blocks (its angles
-scaled for longer inputs as --rotary-scaling says).
+the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair, RoPE's rotation as 2x2 blocks (its angles
+scaled for longer inputs as --rotary-scaling says) and DeBERTa's content-to-position and position-to-content
+terms (He et al. 2021 Eq. 3-4) pair by pair.
 """
 
 import math
@@ -124,6 +125,48 @@ def fire_bias(module, head, i, j, seq_len, signed):
     first, second = module.mlp[0], module.mlp[2]
     hidden = torch.relu(first.weight @ x.reshape(-1) + first.bias)
     return second.weight[head] @ hidden + second.bias[head]
+
+
+def deberta_delta(i, j, config):
+    """delta(i, j) of DeBERTa (He et al. 2021 Eq. 3): 0 for i - j <= -k, 2k - 1 for i - j >= k, i - j + k
+    otherwise. With v2's log buckets (N = --deberta-buckets, K = --deberta-max-distance) i - j, clipped to
+    +-(K - 1), is first replaced beyond N/2 by sign * (N/2 + ceil((N/2 - 1) log(|i - j| / (N/2)) /
+    log((K - 1) / (N/2)))), and k = N."""
+    d, k = i - j, config.deberta_max_distance
+    if config.deberta_buckets:
+        half, reach = config.deberta_buckets // 2, config.deberta_max_distance
+        d = max(1 - reach, min(reach - 1, d))
+        if abs(d) > half:
+            steps = math.ceil(math.log(abs(d) / half) / math.log((reach - 1) / half) * (half - 1))
+            d = (half + steps) * (1 if d > 0 else -1)
+        k = config.deberta_buckets
+    if d <= -k:
+        return 0
+    if d >= k:
+        return 2 * k - 1
+    return d + k
+
+
+def deberta_position_terms(encoder, layer, q, k, head):
+    """(B, T, T) content-to-position q_i . K^r_delta(i,j) plus position-to-content k_j . Q^r_delta(j,i) of
+    one head (He et al. 2021 Eq. 4), Q^r = P W^{q,r}, K^r = P W^{k,r}; with --deberta-share-att-key the
+    layer's content projections W^q, W^k and their biases project P instead."""
+    config, attn = encoder.config, layer.self_attn
+    table = encoder.positional_term.disentangled.weight
+    rows = slice(head * attn.head_dim, (head + 1) * attn.head_dim)
+    if config.deberta_share_att_key:
+        w, b, dim = attn.in_proj.weight, attn.in_proj.bias, config.embed_dim
+        query_rows = table @ w[:dim][rows].t() + b[:dim][rows]
+        key_rows = table @ w[dim: 2 * dim][rows].t() + b[dim: 2 * dim][rows]
+    else:
+        query_rows = table @ attn.relative_projections.query.weight[rows].t()
+        key_rows = table @ attn.relative_projections.key.weight[rows].t()
+    seq_len = q.size(1)
+    return torch.stack([
+        torch.stack([q[:, i] @ key_rows[deberta_delta(i, j, config)]
+                     + k[:, j] @ query_rows[deberta_delta(j, i, config)] for j in range(seq_len)], -1)
+        for i in range(seq_len)
+    ], 1)
 
 
 def rope_angles(config, frequencies, t):
@@ -255,6 +298,9 @@ def attention_layer(encoder, layer, x, padding_mask):
             ) / math.sqrt(4 * head_dim)
         elif encoder.config.untied:
             logits = q @ k.transpose(1, 2) / math.sqrt(2 * head_dim)
+        elif encoder.config.deberta:
+            logits = (q @ k.transpose(1, 2) + deberta_position_terms(encoder, layer, q, k, h)) \
+                / math.sqrt(3 * head_dim)
         else:
             logits = q @ k.transpose(1, 2) / math.sqrt(head_dim)
         correlation = content_free_correlation(encoder, seq_len, h)

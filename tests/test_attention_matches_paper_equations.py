@@ -26,6 +26,10 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_rope", {"rotary_scaling": "linear", "rotary_scaling_factor": 4.0}),
     ("bert_lrope", {"rotary_scaling": "linear", "rotary_scaling_factor": 2.5}),
     ("tupe_rope", {"rotary_scaling": "ntk", "rotary_scaling_factor": 4.0}),
+    # DeBERTa: distances clipped within the batch's length, v2/v3's shared projections and log buckets
+    ("deberta", {"deberta_max_distance": 3}),
+    ("deberta", {"deberta_share_att_key": True, "deberta_max_distance": 2}),
+    ("deberta", {"deberta_buckets": 4, "deberta_max_distance": 5}),
 ]
 
 
@@ -52,7 +56,9 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, overrides, norm
                                                ("bert_kerple", {}),
                                                ("bert_kerple", {"rel_pos": "kerple-power"}),
                                                ("bert_alibi_asym", {}), ("bert_fire", {}),
-                                               ("bert_alibi_cls", {})])
+                                               ("bert_alibi_cls", {}),
+                                               ("deberta", {"deberta_buckets": 4,
+                                                            "deberta_max_distance": 5})])
 @pytest.mark.parametrize("normalize_before", [False, True])
 def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normalize_before, dictionary,
                                                       monkeypatch):

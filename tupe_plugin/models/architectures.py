@@ -54,6 +54,8 @@ POSITION_PRESETS.update(
     bert_sandwich=dict(NO_POSITION, rel_pos="sandwich"),
     bert_fire=dict(NO_POSITION, rel_pos="fire"),
     tupe_rope=dict(NO_POSITION, untied_pos="tupe", cls_reset="paper", rotary="fixed"),
+    # DeBERTa's disentangled attention (He et al. 2021, Eq. 4), v1: no absolute position, own W^{q,r}, W^{k,r}
+    deberta=dict(NO_POSITION, rel_pos="deberta"),
 )
 
 

@@ -5,7 +5,10 @@ TUPE Eq. 7-11 (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-trai
 ICLR 2021. Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v`` with q, k shifted by
 ``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see :mod:`.positional_term`). Shaw
 relative vectors add ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered)
-to the mask, and their value term ``sum_j alpha_ij a_{j-i}`` to the output. Which kernel runs, and
+to the mask, and their value term ``sum_j alpha_ij a_{j-i}`` to the output; DeBERTa's content-to-position
+and position-to-content terms (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
+Attention", arXiv 2006.03654, Eq. 4) are computed the same way, q and k against the rows of the shared
+table projected by the layer (:mod:`.deberta_position`). Which kernel runs, and
 with which attention dropout, was decided once for the whole forward and is carried by the term
 (:func:`~.attention_kernels.choose_path`); this layer only executes it.
 """
@@ -15,11 +18,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention_kernels import add_bias, attend
+from .deberta_position import DisentangledProjections
 from .rotary_position import rotate
 
 
 class PositionalSelfAttention(nn.Module):
-    def __init__(self, embed_dim, num_heads):
+    """``relative_projections``: the layer projects DeBERTa's shared table with W^{q,r}, W^{k,r} of its
+    own; without them a DeBERTa table is projected with the content projections (share_att_key)."""
+
+    def __init__(self, embed_dim, num_heads, relative_projections=False):
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads:
             raise ValueError(
@@ -30,6 +37,13 @@ class PositionalSelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.relative_projections = DisentangledProjections(embed_dim) if relative_projections else None
+
+    def project(self, x):
+        """q, k, v (B, H, T, d_h) of x (B, T, C)."""
+        batch, seq_len, _ = x.shape
+        qkv = self.in_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
     def forward(self, x, term, need_weights=False):
         """x: (B, T, C); term: the forward's PositionalTerm (with its path, dropout and mask).
@@ -37,8 +51,7 @@ class PositionalSelfAttention(nn.Module):
         Returns the output (B, T, C) and, with ``need_weights``, the probabilities (B, H, T, T).
         """
         batch, seq_len, embed_dim = x.shape
-        qkv = self.in_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = self.project(x)
         attn_mask = term.attn_mask
         if term.q_shift is not None:
             q = q + term.q_shift.to(q.dtype)
@@ -48,6 +61,9 @@ class PositionalSelfAttention(nn.Module):
             k = rotate(k, term.rotary_cos, term.rotary_sin)
         if term.rel_table is not None:
             attn_mask = add_bias(attn_mask, self._shaw_key_bias(q, term))
+        if term.disentangled_table is not None:
+            content_to_position, position_to_content = self.disentangled_terms(q, k, term)
+            attn_mask = add_bias(attn_mask, content_to_position + position_to_content)
         if term.q_extra is not None:
             extra = term.q_extra.size(-1)
             q = torch.cat([q, term.q_extra.to(q.dtype).expand(batch, -1, -1, -1)], -1)
@@ -67,3 +83,22 @@ class PositionalSelfAttention(nn.Module):
         per_distance = torch.matmul(q, table.t())
         index = term.rel_index.expand(*q.shape[:2], -1, -1)
         return per_distance.gather(-1, index) * term.scale
+
+    def disentangled_terms(self, q, k, term):
+        """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(j,i), each (B, H, T, T): q and k
+        against the table rows this length reaches (R of them), gathered by the (T, T) index."""
+        table = term.disentangled_table.to(q.dtype)
+        if self.relative_projections is not None:
+            query_rows, key_rows = self.relative_projections(table)
+        else:
+            embed_dim = table.size(-1)
+            weight, bias = self.in_proj.weight[: 2 * embed_dim], self.in_proj.bias[: 2 * embed_dim]
+            query_rows, key_rows = F.linear(table, weight, bias).split(embed_dim, -1)
+        rows = table.size(0)
+        query_rows = query_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)  # (H, R, d_h)
+        key_rows = key_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)
+        index = term.disentangled_index.expand(*q.shape[:2], -1, -1)
+        content_to_position = torch.matmul(q, key_rows.transpose(-1, -2)).gather(-1, index)
+        # row j, column i: k_j . Q^r_delta(j,i); transposed to (query i, key j)
+        position_to_content = torch.matmul(k, query_rows.transpose(-1, -2)).gather(-1, index)
+        return content_to_position * term.scale, position_to_content.transpose(-1, -2) * term.scale

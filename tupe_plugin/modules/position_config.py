@@ -15,7 +15,8 @@ Extrapolation", arXiv 2108.12409; KERPLE is Chi, Fan, Ramadge, Rudnicky, "KERPLE
 Positional Embedding for Length Extrapolation", arXiv 2205.09921; Sandwich is Chi, Fan, Rudnicky, Ramadge,
 "Dissecting Transformer Length Extrapolation via the Lens of Receptive Field Analysis", arXiv 2212.10356;
 FIRE is Li et al., "Functional Interpolation for Relative Positions Improves Long Context Transformers",
-arXiv 2310.04418.
+arXiv 2310.04418; DeBERTa is He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
+Attention", arXiv 2006.03654.
 """
 
 import math
@@ -29,7 +30,8 @@ ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_PREFIX = "shaw-"
 KERPLE_PREFIX = "kerple-"
-REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX + "power", "sandwich", "fire")
+REL_POS_CHOICES = (("none", "t5", "alibi", KERPLE_PREFIX + "log", KERPLE_PREFIX + "power", "sandwich", "fire",
+                    "deberta")
                    + tuple(SHAW_PREFIX + table for table in SHAW_TABLES))
 UNTIED_CHOICES = ("none", "tupe", "four-term")
 CLS_RESET_CHOICES = ("none", "paper", "release")
@@ -58,6 +60,9 @@ DEFAULTS = dict(
     fire_hidden=32,
     fire_threshold=512.0,
     fire_signed=False,
+    deberta_max_distance=512,
+    deberta_buckets=0,
+    deberta_share_att_key=False,
 )
 
 
@@ -98,7 +103,10 @@ class PositionConfig:
         "kerple-power = -r1 log(1 + r2|j-i|) / -r1 |j-i|^r2 with r1, r2 > 0 learned per head (Chi et al. "
         "2022); sandwich = the fixed bias p_i . p_j - d'/2 of sinusoids p of dimension d' (Chi et al. "
         "2023); fire = f(psi(|j-i|) / psi(max(L, T))), psi(x) = log(cx + 1), f a small MLP, c and L learned "
-        "(Li et al. 2023, normalised by the length T for encoders); shaw-* = Shaw vectors "
+        "(Li et al. 2023, normalised by the length T for encoders); deberta = DeBERTa's disentangled "
+        "attention, content-to-position q_i . K^r_d(i,j) and position-to-content k_j . Q^r_d(j,i) from "
+        "one relative table shared by all layers, projected per layer (He et al. 2021 Eq. 4); shaw-* = "
+        "Shaw vectors "
         "a_clip(j-i) added to keys and values, one table shared by heads and layers, learned / fixed "
         "sinusoidal / learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
     )
@@ -131,6 +139,17 @@ class PositionConfig:
     fire_threshold: float = _flag(512.0, metavar="L", help="FIRE: initial value of the learned threshold L")
     fire_signed: bool = _flag(False, help="FIRE: the sign of j - i as a second input of f (keys before and "
                               "after the query may differ)")
+    deberta_max_distance: int = _flag(
+        512, metavar="K", help="DeBERTa: k, the table has 2k rows and i - j is clipped to [-k, k-1] (He "
+        "et al. 2021 Eq. 3; default 512, the released max_relative_positions); with --deberta-buckets, the "
+        "distance at which the log buckets reach the last")
+    deberta_buckets: int = _flag(
+        0, metavar="N", help="DeBERTa v2's log buckets (position_buckets, 256 in the released v2/v3): the "
+        "table has 2N rows, distances up to N/2 exact, log-spaced beyond up to --deberta-max-distance; "
+        "0 = none, distances clipped (v1, default)")
+    deberta_share_att_key: bool = _flag(
+        False, help="DeBERTa v2/v3's share_att_key: the relative table is projected by the layer's own "
+        "content query and key projections (W^q, W^k with their biases), not by W^{q,r}, W^{k,r} of its own")
     shaw_max_distance: int = _flag(64, metavar="K",
                                    help="Shaw relative distances are clipped to [-K, K] (default 64)")
     shaw_keys_only: bool = _flag(False, help="add the Shaw vectors to the keys only, not to the values")
@@ -201,6 +220,12 @@ class PositionConfig:
     sandwich = _flag_is("rel_pos", "sandwich", "Sandwich: the fixed bias p_i . p_j - d'/2, no parameters.")
     fire = _flag_is("rel_pos", "fire", "FIRE: a learned MLP of the normalised log-distance.")
     kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
+    deberta = _flag_is("rel_pos", "deberta", "DeBERTa's content-to-position and position-to-content terms.")
+
+    @property
+    def deberta_own_projections(self):
+        """DeBERTa v1: every layer projects the shared table by W^{q,r}, W^{k,r} of its own."""
+        return self.deberta and not self.deberta_share_att_key
 
     @property
     def kerple(self):
@@ -236,8 +261,9 @@ class PositionConfig:
 
     @property
     def offset_bias(self):
-        """A content-free bias of the offset j - i (every --rel-pos but Shaw's, which depends on q)."""
-        return self.rel_pos != "none" and self.shaw_table is None
+        """A content-free bias of the offset j - i (every --rel-pos but Shaw's and DeBERTa's, which depend
+        on the content)."""
+        return self.rel_pos != "none" and self.shaw_table is None and not self.deberta
 
     @property
     def own_cls_thetas(self):
@@ -253,13 +279,14 @@ class PositionConfig:
     @property
     def learned_dense_bias(self):
         """A learned (H, T, T) bias: on CPU it needs BiasedFlashAttention."""
-        return (self.t5_bias or self.shaw_table is not None or self.kerple or self.fire
+        return (self.t5_bias or self.shaw_table is not None or self.kerple or self.fire or self.deberta
                 or self.alibi and self.alibi_learned_slopes or self.own_cls_thetas)
 
     @property
     def scale(self):
-        """1/sqrt(d_h); 1/sqrt(2 d_h) with TUPE's untied term; 1/sqrt(4 d_h) for BERT-A^d."""
-        terms = 2 if self.untied else 4 if self.four_term else 1
+        """1/sqrt(d_h); 1/sqrt(2 d_h) with TUPE's untied term; 1/sqrt(4 d_h) for BERT-A^d; 1/sqrt(3 d_h)
+        for DeBERTa's three terms (He et al. 2021 Eq. 4)."""
+        terms = 2 if self.untied else 4 if self.four_term else 3 if self.deberta else 1
         return 1.0 / math.sqrt(terms * max(self.head_dim, 1))
 
     def describe(self):
@@ -328,12 +355,37 @@ class PositionConfig:
             errors.append(f"--sandwich-dim must be even and >= 2, got {self.sandwich_dim}")
         if self.sandwich and self.sandwich_scale <= 0:
             errors.append(f"--sandwich-scale must be > 0, got {self.sandwich_scale}")
+        errors += self._deberta_errors()
         errors += self._rotary_and_alibi_errors()
         errors += self._rotary_scaling_errors()
         if self.absolute is not None and not self.learned_absolute_table and self.embed_dim % 2:
             errors.append(f"--abs-pos {self.abs_pos} needs an even --encoder-embed-dim, got {self.embed_dim}")
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
+
+    def _deberta_errors(self):
+        if not self.deberta:
+            changed = [option(flag) for flag in ("deberta_max_distance", "deberta_buckets",
+                                                 "deberta_share_att_key")
+                       if getattr(self, flag) != DEFAULTS[flag]]
+            return [f"{flag} is an option of DeBERTa; add --rel-pos deberta (got --rel-pos {self.rel_pos})"
+                    for flag in changed]
+        errors = []
+        if self.untied_table:
+            errors.append(f"--rel-pos deberta with --untied-pos {self.untied_pos}: DeBERTa's position terms "
+                          "depend on the content and are scaled by 1/sqrt(3 d_h), TUPE's untied term is "
+                          "content-free and scaled by 1/sqrt(2 d_h); their sum is defined by neither paper, "
+                          "use --untied-pos none")
+        if self.deberta_max_distance < 1:
+            errors.append(f"--deberta-max-distance must be >= 1, got {self.deberta_max_distance}")
+        buckets = self.deberta_buckets
+        if buckets and (buckets < 2 or buckets % 2):
+            errors.append(f"--deberta-buckets must be 0 (none) or even and >= 2, got {buckets}")
+        elif buckets and self.deberta_max_distance - 1 <= buckets // 2:
+            errors.append(f"--deberta-max-distance ({self.deberta_max_distance}) must be > --deberta-buckets "
+                          f"/ 2 + 1 = {buckets // 2 + 1}: the log buckets span the distances from "
+                          f"{buckets // 2} to --deberta-max-distance - 1")
+        return errors
 
     def _rotary_scaling_errors(self):
         scaling, factor = self.rotary_scaling, self.rotary_scaling_factor
@@ -374,7 +426,7 @@ class PositionConfig:
                     f"--rotary {self.rotary} with --rel-pos {self.rel_pos}: two query-dependent relative "
                     "encodings; choose one (--rotary may be combined with --rel-pos t5)"
                 )
-            if self.distance_bias:
+            if self.distance_bias or self.deberta:
                 errors.append(f"--rotary {self.rotary} with --rel-pos {self.rel_pos}: two relative "
                               "encodings; choose one")
         if self.distance_bias and self.release:

@@ -42,6 +42,7 @@ class PositionalTransformerEncoder(nn.Module):
                 activation_dropout=args.activation_dropout,
                 activation_fn=args.activation_fn,
                 normalize_before=args.encoder_normalize_before,
+                relative_projections=self.config.deberta_own_projections,
             )
             for _ in range(args.encoder_layers)
         )

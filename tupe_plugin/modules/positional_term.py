@@ -8,7 +8,8 @@ with the term it resets): TUPE's untied term as low-rank factors or BERT-A^d's q
 (:mod:`.untied_position`), the T5, ALiBi, KERPLE, Sandwich or FIRE bias (:mod:`.relative_position`,
 :mod:`.alibi_position`, :mod:`.kerple_position`, :mod:`.sandwich_position`, :mod:`.fire_position`),
 the [CLS] reset of that bias when no untied term carries it (:mod:`.cls_reset`), RoPE's cos/sin
-(:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`). Low-rank terms stay
+(:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`), DeBERTa's relative table
+(:mod:`.deberta_position`). Low-rank terms stay
 factored so that each layer keeps a fused attention kernel, unless the forward's path folds them into
 the dense bias (:func:`~.attention_kernels.fold_untied_term`). The term then carries the path and the
 attention dropout that :func:`~.attention_kernels.choose_path` was given, and the mask with the key
@@ -24,6 +25,7 @@ from torch import nn
 from .alibi_position import build_alibi_bias
 from .attention_kernels import AttentionPath, fold_untied_term
 from .cls_reset import build_cls_reset
+from .deberta_position import build_disentangled_table
 from .fire_position import build_fire_bias
 from .kerple_position import build_kerple_bias
 from .relative_position import build_t5_bias
@@ -50,6 +52,8 @@ class PositionalTerm:
     rel_table: Optional[torch.Tensor] = None
     rel_index: Optional[torch.Tensor] = None
     rel_values: bool = False
+    disentangled_table: Optional[torch.Tensor] = None
+    disentangled_index: Optional[torch.Tensor] = None
     rotary_cos: Optional[torch.Tensor] = None
     rotary_sin: Optional[torch.Tensor] = None
     path: AttentionPath = AttentionPath.SDPA
@@ -58,7 +62,8 @@ class PositionalTerm:
     backends: Optional[tuple] = None  # the SDPA kernels allowed (attention_kernels.sdpa_backends)
 
     def dense(self):
-        """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw terms excluded."""
+        """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw and DeBERTa
+        terms, which depend on the content, excluded."""
         parts = []
         for q, k in ((self.q_extra, self.k_extra), (self.q_shift, self.k_shift)):
             if q is not None:
@@ -122,10 +127,12 @@ class SharedPositionalTerm(nn.Module):
         self.cls_reset = build_cls_reset(config)
         self.rotary = build_rotary(config)
         self.shaw = build_shaw(config)
+        self.disentangled = build_disentangled_table(config)
 
     def encodings(self):
         """The encodings this model uses, in the order they add their parts."""
-        parts = (self.untied_position, self.relative_bias, self.cls_reset, self.rotary, self.shaw)
+        parts = (self.untied_position, self.relative_bias, self.cls_reset, self.rotary, self.shaw,
+                 self.disentangled)
         return [encoding for encoding in parts if encoding is not None]
 
     def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0, backends=None):

@@ -1,0 +1,101 @@
+"""DeBERTa's disentangled attention (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
+Attention", arXiv 2006.03654, Eq. 3-4 and §3.1; v2/v3 options from the released configurations).
+
+The logit of query i and key j is the sum of three terms, scaled together by 1/sqrt(3 d_h):
+
+    q^c_i . k^c_j  +  q^c_i . K^r_delta(i,j)  +  k^c_j . Q^r_delta(j,i)
+
+(content-to-content, content-to-position, position-to-content), with Q^r = P W^{q,r}, K^r = P W^{k,r}
+and P one table of 2k relative embeddings shared by all layers (:class:`DisentangledRelativeTable`).
+Each layer projects P with W^{q,r}, W^{k,r} of its own (:class:`DisentangledProjections`, v1, no biases
+as in Eq. 4) or, with ``--deberta-share-att-key`` (v2/v3's ``share_att_key``), with its content
+projections W^q, W^k and their biases. delta(i, j) = clip(i - j, -k, k - 1) + k (Eq. 3): note the
+sign, query minus key. With ``--deberta-buckets N`` (v2's ``position_buckets``) i - j is first mapped to
+its log bucket (:func:`log_bucket`) and the table has 2N rows: delta(i, j) = clip(bucket(i - j) + N, 0,
+2N - 1).
+
+The position-to-content term follows Eq. 4 as printed: the row delta(j, i) = delta(i, j) mirrored. The
+authors' released code (and Hugging Face's port) gathers the same row delta(i, j) for both terms
+(docs/deberta.md); this plugin builds the paper's equation.
+
+The terms depend on the content, as Shaw keys do: each layer multiplies q (and k) by the rows of the
+table this length reaches and gathers (T, T) entries, never a (T, T, d) tensor. The table and the
+(T, T) index are handed over in the forward's positional term; the layer adds its terms to the mask.
+No absolute position enters the model (the Enhanced Mask Decoder, §3.2, is not built).
+"""
+
+import math
+
+import torch
+from torch import nn
+
+
+def log_bucket(relative, buckets, max_distance):
+    """DeBERTa v2's log bucket of the signed distance ``relative`` (an integer tensor), clipped first to
+    +-(K - 1), K = ``max_distance``: itself up to N/2 = ``buckets // 2`` in absolute value, beyond that
+    sign * (N/2 + ceil((N/2 - 1) log(|d| / (N/2)) / log((K - 1) / (N/2)))), at most N - 1. The
+    logarithms are taken in float64 on the CPU, the result returned on the input's device."""
+    device = relative.device
+    half = buckets // 2
+    clipped = relative.cpu().clamp(1 - max_distance, max_distance - 1)
+    distance = clipped.abs()
+    scaled = torch.log(distance.clamp(min=half).double() / half) / math.log((max_distance - 1) / half)
+    logarithmic = (torch.ceil(scaled * (half - 1)) + half).long()
+    return torch.where(distance <= half, clipped, clipped.sign() * logarithmic).to(device)
+
+
+class DisentangledRelativeTable(nn.Module):
+    """P, the 2k relative embeddings of dimension C shared by all layers (k = ``max_distance``, or
+    ``buckets`` when log buckets are used), and delta(i, j) of every pair."""
+
+    def __init__(self, embed_dim, max_distance=512, buckets=0):
+        super().__init__()
+        self.max_distance = max_distance
+        self.buckets = buckets
+        self.span = buckets or max_distance
+        self.weight = nn.Parameter(torch.empty(2 * self.span, embed_dim))
+        nn.init.normal_(self.weight, mean=0.0, std=0.02)
+        self._cached = None  # (seq_len, device, first row used, rows used, index from the first)
+
+    def index(self, seq_len):
+        """(T, T) delta(i, j) of every (query i, key j), on the CPU."""
+        positions = torch.arange(seq_len)
+        relative = positions[:, None] - positions[None, :]
+        if self.buckets:
+            relative = log_bucket(relative, self.buckets, self.max_distance)
+        return (relative + self.span).clamp(0, 2 * self.span - 1)
+
+    def rows_and_index(self, seq_len):
+        """(first, rows, index): the rows of P that a length T reaches, ``first`` to ``first + rows - 1``,
+        and ``index`` = delta(i, j) - first on the table's device; cached for the last length."""
+        device = self.weight.device
+        if self._cached is None or self._cached[:2] != (seq_len, device):
+            index = self.index(seq_len)
+            first = int(index.min())
+            self._cached = (seq_len, device, first, int(index.max()) - first + 1, index.sub(first).to(device))
+        return self._cached[2:]
+
+    def contribute(self, term, seq_len):
+        """Add the rows of P that T positions reach and the (T, T) index into them to ``term``."""
+        first, rows, index = self.rows_and_index(seq_len)
+        term.disentangled_table = self.weight[first: first + rows]
+        term.disentangled_index = index
+
+
+class DisentangledProjections(nn.Module):
+    """A layer's W^{q,r} and W^{k,r} (He et al. 2021 Eq. 4), no biases: Q^r = P W^{q,r}, K^r = P W^{k,r}."""
+
+    def __init__(self, embed_dim):
+        super().__init__()
+        self.query = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.key = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    def forward(self, table):
+        return self.query(table), self.key(table)
+
+
+def build_disentangled_table(config):
+    """DeBERTa's shared table of a :class:`~.position_config.PositionConfig`, or None."""
+    if not config.deberta:
+        return None
+    return DisentangledRelativeTable(config.embed_dim, config.deberta_max_distance, config.deberta_buckets)
