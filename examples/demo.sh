@@ -91,7 +91,7 @@ else
     # every piece of the sentencepiece model (a model trained before tupe-train-spm wrote dict.txt: none)
     SRCDICT=()
     [[ -f $SPM_DIR/dict.txt ]] && SRCDICT=(--srcdict "$SPM_DIR/dict.txt")
-    "$BIN/fairseq-preprocess" --only-source "${SRCDICT[@]}" \
+    "$BIN/fairseq-preprocess" --user-dir tupe_plugin --only-source "${SRCDICT[@]}" \
         --trainpref "$SPM_DIR/train.bpe" --validpref "$SPM_DIR/valid.bpe" --testpref "$SPM_DIR/test.bpe" \
         --destdir "$DATA_BIN.tmp" --workers 2
     # The hub loader (from_pretrained) looks for the sentencepiece model here.

@@ -1,13 +1,18 @@
-"""fairseq's output stays readable with the plugin: no hydra deprecation warnings, no 12 KB config line."""
+"""fairseq's output stays readable with the plugin: no hydra deprecation warnings, no 12 KB config line,
+no 1.3 KB ``Namespace`` line of fairseq-preprocess."""
 
+import argparse
 import logging
+import os
+import re
 import subprocess
 import sys
 
 import pytest
+from conftest import REPO, VENV_BIN
 from omegaconf import OmegaConf
 
-from tupe_plugin.policies.config_summary import FULL_CONFIG_VARIABLE, ConfigDumpFilter
+from tupe_plugin.policies.config_summary import FULL_CONFIG_VARIABLE, ConfigDumpFilter, PreprocessArgsFilter
 
 BUILD_CONFIG = """
 import sys, warnings
@@ -71,3 +76,43 @@ def test_ordinary_and_short_messages_pass_unchanged(message):
 def test_the_filter_is_on_fairseqs_train_and_validate_loggers():
     for name in ("fairseq_cli.train", "fairseq_cli.validate"):
         assert any(isinstance(f, ConfigDumpFilter) for f in logging.getLogger(name).filters)
+
+
+def test_the_readmes_fairseq_preprocess_commands_load_the_plugin():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        commands = re.findall(r"^fairseq-preprocess .*$", f.read(), flags=re.M)
+    assert commands and all(command.startswith("fairseq-preprocess --user-dir tupe_plugin ")
+                            for command in commands)
+
+
+def test_fairseq_preprocess_with_the_plugin_logs_its_options_as_a_short_command_line(tmp_path):
+    (tmp_path / "tupe_plugin").symlink_to(os.path.join(REPO, "tupe_plugin"))
+    (tmp_path / "spm").mkdir()
+    for split in ("train", "valid"):
+        (tmp_path / "spm" / f"{split}.bpe").write_text("▁a ▁b c\n▁b c ▁d\n", encoding="utf-8")
+    (tmp_path / "spm" / "dict.txt").write_text("▁a 1\n▁b 1\nc 1\n▁d 1\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != FULL_CONFIG_VARIABLE}
+    proc = subprocess.run(
+        [os.path.join(VENV_BIN, "fairseq-preprocess"), "--user-dir", "tupe_plugin", "--only-source",
+         "--trainpref", "spm/train.bpe", "--validpref", "spm/valid.bpe", "--srcdict", "spm/dict.txt",
+         "--destdir", "data-bin"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    options = ("fairseq-preprocess --user-dir tupe_plugin --trainpref spm/train.bpe "
+               "--validpref spm/valid.bpe --srcdict spm/dict.txt --only-source "
+               f"(every other option at fairseq's default; {FULL_CONFIG_VARIABLE}=1 logs them all)")
+    assert f"fairseq_cli.preprocess:{options}\n" in proc.stdout
+    assert "Namespace(" not in proc.stdout  # --destdir data-bin is fairseq's default: not named
+    assert (tmp_path / "data-bin" / "preprocess.log").read_text(encoding="utf-8").splitlines()[0] == options
+
+
+def preprocess_record(args):
+    return logging.LogRecord("fairseq_cli.preprocess", logging.INFO, "preprocess.py", 288, args, None, None)
+
+
+def test_fairseq_preprocess_logs_every_option_when_asked(monkeypatch):
+    monkeypatch.setenv(FULL_CONFIG_VARIABLE, "1")
+    args = argparse.Namespace(destdir="data-bin", workers=4)
+    record = preprocess_record(args)
+    assert PreprocessArgsFilter().filter(record)
+    assert record.msg is args

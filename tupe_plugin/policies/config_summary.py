@@ -4,17 +4,23 @@ fairseq-train and fairseq-validate log their whole configuration as one line of 
 (or checkpoint) of one of the plugin's architectures it is replaced by a one-line summary (architecture,
 task, criterion, data); the full configuration is stored in every checkpoint (``cfg``), and
 ``TUPE_PLUGIN_FULL_CONFIG=1`` logs it as before. Other models' runs keep fairseq's dump.
+
+fairseq-preprocess, which builds no model, logs its options as a 1.3 KB ``Namespace(...)`` line; run with
+``--user-dir tupe_plugin`` it logs the command line of the options that differ from fairseq's defaults
+instead (``TUPE_PLUGIN_FULL_CONFIG=1`` logs the ``Namespace`` as before).
 """
 
 import argparse
 import logging
 import os
+import shlex
 
 from omegaconf import OmegaConf
 
 from .scope import is_plugin_config
 
 CONFIG_LOGGERS = ("fairseq_cli.train", "fairseq_cli.validate")
+PREPROCESS_LOGGER = "fairseq_cli.preprocess"
 FULL_CONFIG_VARIABLE = "TUPE_PLUGIN_FULL_CONFIG"
 LONG_MESSAGE = 2000
 
@@ -57,11 +63,43 @@ class ConfigDumpFilter(logging.Filter):
         return True
 
 
+def preprocess_command(args):
+    """``fairseq-preprocess`` and the options of ``args`` that differ from its parser's defaults."""
+    from fairseq import options
+
+    parser = options.get_preprocessing_parser()
+    given = vars(args)
+    words = ["fairseq-preprocess"]
+    for action in parser._actions:
+        value = given.get(action.dest, action.default)
+        if not action.option_strings or value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        words += [flag] if action.nargs == 0 else [flag, shlex.quote(str(value))]
+    return " ".join(words)
+
+
+class PreprocessArgsFilter(logging.Filter):
+    """Replace fairseq-preprocess's logged ``Namespace`` of every option by :func:`preprocess_command`."""
+
+    def filter(self, record):
+        if isinstance(record.msg, argparse.Namespace) and not record.args \
+                and not os.environ.get(FULL_CONFIG_VARIABLE):
+            record.msg = (f"{preprocess_command(record.msg)} (every other option at fairseq's default; "
+                          f"{FULL_CONFIG_VARIABLE}=1 logs them all)")
+        return True
+
+
+def _add_filter(name, kind):
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, kind) for f in logger.filters):
+        logger.addFilter(kind())
+
+
 def install():
     for name in CONFIG_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, ConfigDumpFilter) for f in logger.filters):
-            logger.addFilter(ConfigDumpFilter())
+        _add_filter(name, ConfigDumpFilter)
+    _add_filter(PREPROCESS_LOGGER, PreprocessArgsFilter)
 
 
 install()
