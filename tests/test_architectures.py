@@ -39,6 +39,8 @@ PAPER_ROWS = {
     # FIRE (Li et al. 2023), normalised by the sequence length
     "bert_fire": ("none", "fire", "none", "none", "none"),
     "tupe_rope": ("none", "none", "tupe", "paper", "fixed"),
+    # DeBERTa (He et al. 2021): disentangled attention, no absolute position at the input
+    "deberta": ("none", "deberta", "none", "none", "none"),
 }
 
 

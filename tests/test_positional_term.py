@@ -56,9 +56,22 @@ def test_cls_reset_without_untied_term_sets_row_0_and_column_0_to_its_thetas(rel
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_position_tables_are_shared_by_all_layers(preset, dictionary):
+    """A layer holds no table of positions; DeBERTa's layers hold only their projections of the shared
+    table (He et al. 2021 Eq. 4: W^{q,r}, W^{k,r} per layer)."""
     model = build_model(f"{preset}_tiny", dictionary, encoder_layers=3)
-    layer_names = [n for n, _ in model.named_parameters() if ".layers." in n]
+    layer_names = [n for n, _ in model.named_parameters()
+                   if ".layers." in n and ".relative_projections." not in n]
     assert not [n for n in layer_names if "pos" in n or "relative" in n]
+
+
+def test_deberta_layers_project_the_one_shared_table_with_their_own_weights(dictionary):
+    model = build_model("deberta_tiny", dictionary, encoder_layers=3)
+    names = [n for n, _ in model.named_parameters()]
+    assert [n for n in names if "disentangled" in n] == [
+        "encoder.sentence_encoder.positional_term.disentangled.weight"]
+    assert len([n for n in names if ".relative_projections." in n]) == 3 * 2
+    shared = build_model("deberta_tiny", dictionary, encoder_layers=3, deberta_share_att_key=True)
+    assert not [n for n, _ in shared.named_parameters() if ".relative_projections." in n]
 
 
 def test_tupe_scales_word_and_position_terms_by_one_over_sqrt_2_dh(dictionary):

@@ -1,0 +1,96 @@
+"""DeBERTa's disentangled attention (He et al. 2021, arXiv 2006.03654): the flag combinations it refuses, the
+relative index and log buckets against the paper twin, and the translation invariance of its position terms.
+The whole model against the paper's Eq. 4 is in test_attention_matches_paper_equations.py."""
+
+import pytest
+import torch
+from conftest import build_model
+from paper_equations import deberta_delta
+from tupe_plugin.modules.deberta_position import log_bucket
+from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
+
+
+@pytest.mark.parametrize("preset, flags, message", [
+    ("deberta", dict(untied_pos="tupe"), "--rel-pos deberta with --untied-pos tupe"),
+    ("deberta", dict(untied_pos="four-term"), "--rel-pos deberta with --untied-pos four-term"),
+    ("deberta", dict(rotary="fixed"), "--rotary fixed with --rel-pos deberta: two relative encodings"),
+    ("deberta", dict(cls_reset="paper"), "--cls-reset paper resets a content-free term .* there is none"),
+    ("deberta", dict(cls_reset="release"), "--cls-reset release needs --untied-pos tupe"),
+    ("deberta", dict(deberta_buckets=3), "--deberta-buckets must be 0 \\(none\\) or even"),
+    ("deberta", dict(deberta_buckets=8, deberta_max_distance=5), "--deberta-max-distance \\(5\\) must be > "),
+    ("deberta", dict(deberta_max_distance=0), "--deberta-max-distance must be >= 1"),
+    ("bert_rpe", dict(deberta_share_att_key=True),
+     "--deberta-share-att-key is an option of DeBERTa; add --rel-pos deberta \\(got --rel-pos shaw-learned"),
+    ("bert_r", dict(deberta_buckets=256), "--deberta-buckets is an option of DeBERTa; .*--rel-pos t5"),
+])
+def test_deberta_refuses_combinations_it_does_not_define(preset, flags, message, dictionary):
+    with pytest.raises(PositionFlagError, match=message):
+        build_model(f"{preset}_tiny", dictionary, **flags)
+
+
+def test_deberta_scales_its_three_terms_by_one_over_sqrt_3_dh_and_adds_no_content_free_term():
+    config = PositionConfig(embed_dim=64, num_heads=4, max_positions=8, rel_pos="deberta")
+    assert config.scale == pytest.approx((3 * 16) ** -0.5)
+    assert (config.offset_bias, config.learned_dense_bias, config.learned_tables) == (False, True, False)
+
+
+@pytest.mark.parametrize("buckets, max_distance", [(0, 512), (0, 3), (256, 512), (8, 20)])
+def test_relative_index_is_the_paper_twins_delta(buckets, max_distance, dictionary):
+    config = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="deberta",
+                            deberta_buckets=buckets, deberta_max_distance=max_distance)
+    model = build_model("deberta_tiny", dictionary, deberta_buckets=buckets,
+                        deberta_max_distance=max_distance)
+    seq_len = 600
+    index = model.encoder.sentence_encoder.positional_term.disentangled.index(seq_len)
+    expected = torch.tensor([[deberta_delta(i, j, config) for j in range(seq_len)]
+                             for i in range(0, seq_len, 7)])
+    assert torch.equal(index[::7], expected)
+
+
+def test_log_buckets_are_odd_monotone_exact_up_to_half_and_end_at_the_last_bucket():
+    relative = torch.arange(-700, 701)
+    buckets = log_bucket(relative, 256, 512)
+    assert torch.equal(buckets, -log_bucket(-relative, 256, 512))
+    assert (buckets.diff() >= 0).all()
+    exact = relative.abs() <= 128
+    assert torch.equal(buckets[exact], relative[exact])
+    assert buckets.max() == 255 and (buckets[relative >= 511] == 255).all() and buckets[relative == 400] < 255
+
+
+def test_a_length_projects_only_the_table_rows_it_reaches(dictionary):
+    encoder = build_model("deberta_tiny", dictionary).encoder.sentence_encoder
+    term = encoder.positional_term.content_free(10)
+    assert term.disentangled_table.shape[0] == 2 * 10 - 1
+    torch.testing.assert_close(term.disentangled_table[term.disentangled_index[4, 4]],
+                               encoder.positional_term.disentangled.weight[512])
+
+
+@pytest.mark.parametrize("flags", [{}, {"deberta_share_att_key": True}, {"deberta_max_distance": 3},
+                                   {"deberta_buckets": 4, "deberta_max_distance": 6}])
+def test_position_terms_are_translation_invariant(flags, dictionary):
+    """Content shifted one position later shifts both position terms with it: they depend on i - j alone."""
+    encoder = build_model("deberta_tiny", dictionary, **flags).encoder.sentence_encoder
+    with torch.no_grad():
+        for parameter in encoder.positional_term.parameters():
+            parameter.normal_()
+        attention = encoder.layers[0].self_attn
+        x = torch.randn(2, 12, 128)
+        shifted = torch.cat([torch.randn(2, 1, 128), x[:, :-1]], 1)
+        term = encoder.positional_term.content_free(12)
+        terms = [attention.disentangled_terms(*attention.project(h)[:2], term) for h in (x, shifted)]
+    for original, moved in zip(*terms):
+        torch.testing.assert_close(moved[:, :, 1:, 1:], original[:, :, :-1, :-1])
+
+
+def test_identical_content_gives_position_terms_constant_along_each_offset(dictionary):
+    encoder = build_model("deberta_tiny", dictionary).encoder.sentence_encoder
+    with torch.no_grad():
+        encoder.positional_term.disentangled.weight.normal_()
+        attention = encoder.layers[0].self_attn
+        x = torch.randn(1, 1, 128).expand(1, 9, 128)
+        content_to_position, position_to_content = attention.disentangled_terms(
+            *attention.project(x)[:2], encoder.positional_term.content_free(9))
+    for term in (content_to_position, position_to_content):
+        torch.testing.assert_close(term[..., 1:, 1:], term[..., :-1, :-1])
+        assert not torch.allclose(term[..., 0, 1], term[..., 0, 2])
+
