@@ -1,5 +1,5 @@
 """Encodings without a table of positions validate beyond the training length (Wang et al. 2021 §4.2;
-ALiBi, RoPE and the distance biases made for it: KERPLE, Sandwich, FIRE)."""
+ALiBi, RoPE, the distance biases made for it: KERPLE, Sandwich, FIRE, and DeBERTa's relative table)."""
 
 import math
 
@@ -25,7 +25,7 @@ def short_then_long(data, save_dir, arch, train_length=TRAIN_LENGTH, valid_lengt
 
 WITHOUT_TABLES = ["bert_sin_ape_tiny", "bert_lsin_rpe_tiny", "bert_nope_tiny"]
 EXTRAPOLATING = ["bert_alibi_tiny", "bert_alibi_asym_tiny", "bert_rope_tiny", "bert_kerple_tiny",
-                 "bert_sandwich_tiny", "bert_fire_tiny"]
+                 "bert_sandwich_tiny", "bert_fire_tiny", "deberta_tiny"]
 
 
 @pytest.fixture(scope="module")
