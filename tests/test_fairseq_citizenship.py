@@ -75,6 +75,19 @@ def test_fairseq_train_main_stays_fairseqs_picklable_function():
     assert pickle.loads(pickle.dumps(main)) is main
 
 
+
+def test_fairseq_train_help_describes_the_plugins_flags():
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    options.parse_args_and_arch(parser, ["data", "--task", "masked_lm", "--arch", "tupe_r_tiny"],
+                                parse_known=True)
+    described = re.findall(r"^  (--[\w-]+)", parser.format_help(), flags=re.M)
+    for flag in ("--rel-pos", "--untied-pos", "--no-layernorm-embedding", "--embed-init-path",
+                 "--init-from-checkpoint"):
+        assert flag in described
+
+
 TRANSLATION = pytest.param("translation transformer", marks=pytest.mark.slow)
 
 

@@ -43,11 +43,13 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
 
     @staticmethod
     def add_args(parser):
+        """RoBERTa's flags and the plugin's, in fairseq's "Model-specific configuration" group (argparse
+        prints no group nested in it: the plugin's flags would be missing from --help)."""
         RobertaModel.add_args(parser)
-        PositionConfig.add_args(parser.add_argument_group("position encodings (tupe_plugin)"))
+        PositionConfig.add_args(parser)
         model_flags.add_args(parser)
-        embedding_init.add_args(parser.add_argument_group("pre-trained embeddings (tupe_plugin, Kang et al.)"))
-        checkpoint_init.add_args(parser.add_argument_group("a pre-trained start (tupe_plugin, Wang et al.)"))
+        embedding_init.add_args(parser)
+        checkpoint_init.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
