@@ -104,9 +104,11 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.fixture(autouse=True)
-def _known_warnings():
-    """fairseq's and torch's known-harmless warnings filtered as in a run (pytest resets the filters)."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """fairseq's and torch's known-harmless warnings filtered as in a run: pytest resets the filters for
+    every test, and a module- or session-scoped fixture the test is the first to need runs before any
+    function-scoped one."""
     known_warnings.install()
 
 
