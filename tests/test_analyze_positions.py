@@ -8,7 +8,7 @@ import torch
 
 from cli import run_fairseq, train_args
 from conftest import PRESETS, build_model, make_dictionary
-from paper_equations import content_free_correlation, layer_norm
+from paper_equations import content_free_correlation, deberta_position_terms, layer_norm
 from tupe_plugin.analysis import cli as analyze_positions
 from tupe_plugin.analysis import figures
 from tupe_plugin.analysis import position_matrices as pm
@@ -82,6 +82,27 @@ def test_t5_bias_by_distance_is_the_bias_of_ordinary_pairs(cls_reset):
             torch.testing.assert_close(per_offset[:, column], dense[:, i, j].float())
 
 
+def test_deberta_profiles_of_the_first_layer_average_the_paper_twins_terms_per_offset():
+    dictionary = make_dictionary()
+    model = trained(build_model("deberta_tiny", dictionary)).eval()
+    offsets, profiles = pm.disentangled_profiles(model, dictionary, 8, samples=3, seed=2)
+    words = torch.tensor(word_indices(dictionary))[
+        torch.randint(len(word_indices(dictionary)), (3, 8), generator=torch.Generator().manual_seed(2))]
+    encoder = pm.positional_encoder(model)
+    layer = encoder.layers[0]
+    w, b = layer.self_attn.in_proj.weight, layer.self_attn.in_proj.bias
+    with torch.no_grad():
+        x = layer_norm(encoder.embed_tokens.weight[words], encoder.layernorm_embedding)
+        for head in range(4):
+            q_rows, k_rows = slice(32 * head, 32 * head + 32), slice(128 + 32 * head, 160 + 32 * head)
+            terms = deberta_position_terms(encoder, layer, x @ w[q_rows].t() + b[q_rows],
+                                           x @ w[k_rows].t() + b[k_rows], head).mean(0) / math.sqrt(3 * 32)
+            for column, offset in enumerate(offsets.tolist()):
+                pairs = [terms[i, i + offset] for i in range(8) if 0 <= i + offset < 8]
+                torch.testing.assert_close(profiles[0, :, head, column].sum(), torch.stack(pairs).mean(),
+                                           atol=1e-5, rtol=1e-5)
+
+
 def test_first_layer_position_correlation_is_wang_et_al_fig_7():
     model = trained(build_model("bert_a_tiny"))
     encoder = pm.positional_encoder(model)
@@ -120,8 +141,9 @@ def test_identical_word_probing_averages_eq_5_over_words():
 def expected_sections(preset):
     flags = POSITION_PRESETS[preset]
     applies = {
-        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] != "none"
+        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] not in ("none", "deberta")
         and not flags["rel_pos"].startswith("shaw-"),
+        "disentangled_profiles": flags["rel_pos"] == "deberta",
         "t5_bias": flags["rel_pos"] == "t5",
         "alibi_bias": flags["rel_pos"] == "alibi",
         "distance_bias": flags["rel_pos"] in ("kerple-log", "kerple-power", "sandwich", "fire"),

@@ -2,7 +2,8 @@
 
 TUPE Fig. 5 (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv 2006.15595);
 Fig. 2, 3, 6, 7 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT",
-ICLR 2021. Each function takes a :class:`~tupe_plugin.models.TupeRobertaModel` and returns its matrix,
+ICLR 2021; DeBERTa's position terms (He, Liu, Gao, Chen, arXiv 2006.03654, Eq. 4). Each function takes a
+:class:`~tupe_plugin.models.TupeRobertaModel` and returns its matrix,
 or None when the model has no such part (e.g. ``bert_nope`` has no position table); which parts a model
 has is asked of its :class:`~tupe_plugin.modules.position_config.PositionConfig`. Nothing here trains,
 draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds <s> = [CLS]).
@@ -154,3 +155,50 @@ def identical_word_attention(model, dictionary, seq_len, samples, seed=0, batch_
         model.train(was_training)
     return (total / samples).cpu()
 
+
+
+@torch.no_grad()
+def disentangled_profiles(model, dictionary, seq_len, samples, seed=0, batch_size=16):
+    """(offsets (2T-1,), profiles (L, 2, H, 2T-1)) of DeBERTa's position terms, or None without them.
+
+    For every layer l, profiles[l, 0] is the content-to-position term scale * q_i . K^r_delta(i,j) and
+    profiles[l, 1] the position-to-content term scale * k_j . Q^r_delta(j,i) (He et al. 2021 Eq. 4), each
+    averaged over the pairs (i, j) of one offset j - i and over ``samples`` sentences of T ordinary words
+    drawn at random (with replacement), as the layer sees them in the model's forward.
+    """
+    encoder = positional_encoder(model)
+    if encoder.positional_term.disentangled is None:
+        return None
+    vocabulary = word_indices(dictionary)
+    if not vocabulary:
+        raise ValueError("the dictionary holds no ordinary word to probe with")
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.tensor(vocabulary)[torch.randint(len(vocabulary), (samples, seq_len), generator=generator)]
+    device = next(model.parameters()).device
+    sums = [None] * len(encoder.layers)
+
+    def accumulate(layer_index):
+        def hook(attention, inputs):
+            x, term = inputs[0], inputs[1]
+            q, k, _ = attention.project(x)
+            terms = torch.stack([t.float().sum(0) for t in attention.disentangled_terms(q, k, term)])
+            sums[layer_index] = terms if sums[layer_index] is None else sums[layer_index] + terms
+        return hook
+
+    handles = [layer.self_attn.register_forward_pre_hook(accumulate(index))
+               for index, layer in enumerate(encoder.layers)]
+    was_training = model.training
+    model.eval()
+    try:
+        for chunk in tokens.split(batch_size):
+            model(chunk.to(device), features_only=True)
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    mean = torch.stack(sums).cpu() / samples  # (L, 2, H, T, T)
+    positions = torch.arange(seq_len)
+    offset = positions[None, :] - positions[:, None]
+    offsets = torch.arange(1 - seq_len, seq_len)
+    profiles = torch.stack([mean[..., offset == m].mean(-1) for m in offsets], -1)
+    return offsets, profiles

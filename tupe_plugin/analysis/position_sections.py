@@ -140,6 +140,37 @@ def _relative_bias_section(context, applies, name, title, missing):
     return result
 
 
+def disentangled_profiles(context):
+    """DeBERTa (He et al. 2021 Eq. 4): the content-to-position and position-to-content terms against the
+    offset j - i, averaged over random sentences and over the pairs of each offset, per head and layer."""
+    name, title = "disentangled_profiles", "DeBERTa c2p / p2c terms against the offset j - i"
+    found = pm.disentangled_profiles(context.model, context.dictionary, context.seq_len,
+                                     context.probe_samples, context.seed)
+    if found is None:
+        return _not_applicable(context, name, title, "has no deberta disentangled attention")
+    offsets, profiles = _numpy(found[0]), _numpy(found[1])
+    result = SectionResult(name, title)
+    zero = len(offsets) // 2
+    for which, label in ((0, "c2p q_i . K^r_d(i,j)"), (1, "p2c k_j . Q^r_d(j,i)")):
+        per_head = profiles[:, which].mean(0)
+        result.figures.append(figures.per_head_profiles(
+            offsets, per_head, f"{context.arch}: {label}, mean of {len(profiles)} layers, "
+            f"{context.probe_samples} sentences", context.figure_path(f"{name}_{label[:3]}"),
+            ylabel="mean scaled logit term",
+        ))
+        layers = []
+        for layer in profiles[:, which]:
+            forward, backward = layer.mean(0)[zero:], layer.mean(0)[zero::-1]
+            layers.append({"mean_forward": forward.tolist(), "mean_backward": backward.tolist(),
+                           "offset_asymmetry": offset_asymmetry(forward[1:], backward[1:]),
+                           "range_over_offsets": float(layer.mean(0).max() - layer.mean(0).min())})
+        result.metrics[label[:3]] = {"layers": layers}
+        for index, layer in enumerate(layers):
+            result.add_row(f"{label[:3]}, layer {index} (mean of heads)",
+                           {key: layer[key] for key in ("offset_asymmetry", "range_over_offsets")})
+    return result
+
+
 def rotary_profile(context):
     """RoPE (Su et al. 2021): the logit of identical content at offset j - i, psi(j - i)."""
     name, title = "rotary_profile", "RoPE: expected q_i . R_(j-i) q_j of identical content"
@@ -314,6 +345,7 @@ POSITION_SECTIONS = (
     t5_bias,
     alibi_bias,
     distance_bias,
+    disentangled_profiles,
     rotary_profile,
     first_layer_position_correlation,
     absolute_position_dot_products,
