@@ -17,7 +17,9 @@ Contenders (``--contenders``):
   implementation: the content-free (H, T, T) term expanded to (B, H, T, T) with the padding once per
   forward and added to explicit ``softmax(q k^T * scale + bias) v`` logits in every layer;
 * ``sdpa_PRESET``: the plugin model with every layer calling ``scaled_dot_product_attention``
-  whatever the mask and dropout (before the per-forward kernel choice), for comparison.
+  whatever the mask and dropout (before the per-forward kernel choice), for comparison;
+* ``keys_PRESET``: a Shaw preset with ``--shaw-keys-only`` (``keys_bert_rpe``: the Shaw-keys row that
+  DeBERTa, two such q-against-a-table terms per layer, is compared with).
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
@@ -59,9 +61,11 @@ from tupe_plugin.modules.positional_term import PositionalTerm  # noqa: E402
 PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
 PLAIN_PREFIX = "plain_"
 SDPA_PREFIX = "sdpa_"
+SHAW_KEYS_PREFIX = "keys_"
 VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX)
 DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r", "bert_rope",
-                      "bert_alibi"]
+                      "bert_alibi", "bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire",
+                      "keys_bert_rpe", "deberta"]
 # (what, contender, reference, bound, when: the (sequence length, attention dropout) it applies to, None
 # for all, and how the verdict table says so)
 ALWAYS = (None, "every run")
@@ -84,6 +88,8 @@ TARGETS = [
     ("step time", "bert_alibi", "bert_a", 1.03, LONG),
     ("peak memory", "bert_rope", "bert_a", 1.02, LONG),
     ("peak memory", "bert_alibi", "bert_a", 1.02, LONG),
+    ("step time", "bert_sandwich", "bert_a", 1.03, LONG),
+    ("step time", "deberta", "keys_bert_rpe", 1.00, ALWAYS),
 ]
 POSITIONAL_TERM_SHARE_BOUND = 0.02
 MASK_FRACTION = 0.15
@@ -93,7 +99,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contenders", nargs="+", default=DEFAULT_CONTENDERS,
-                        help="roberta, plugin presets (bert_a, tupe_r, ...) and plain_PRESET")
+                        help="roberta, plugin presets (bert_a, tupe_r, ...), plain_PRESET, sdpa_PRESET and "
+                        "keys_PRESET (a Shaw preset with --shaw-keys-only)")
     parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
     parser.add_argument("--size", choices=sorted(SIZES), default="medium")
     parser.add_argument("--seq-lens", nargs="+", type=int, default=[128, 512], metavar="T")
@@ -147,7 +154,7 @@ def parse_args(argv=None):
 
 
 def preset_of(name):
-    for prefix in VARIANT_PREFIXES:
+    for prefix in VARIANT_PREFIXES + (SHAW_KEYS_PREFIX,):
         if name.startswith(prefix):
             return name[len(prefix):]
     return name
@@ -159,10 +166,13 @@ def check_contender(name):
     preset = preset_of(name)
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
-                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ + one of them")
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / keys_ + one of them")
     if name.startswith(VARIANT_PREFIXES) and shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
+    if name.startswith(SHAW_KEYS_PREFIX) and not shaw_preset(preset):
+        raise SystemExit(f"--contenders {name}: keys_ adds --shaw-keys-only to a Shaw preset (bert_rpe, "
+                         f"bert_sin_rpe, ...), and {preset} has no Shaw vectors")
 
 
 def shaw_preset(preset):
@@ -188,6 +198,8 @@ def fairseq_setup(name, size, seq_len, data_dir, dropout, attention_dropout):
             "--max-positions", seq_len, "--tokens-per-sample", seq_len,
             "--dropout", dropout, "--attention-dropout", attention_dropout,
             "--optimizer", "adam", "--lr", "1e-4", "--cpu"]
+    if name.startswith(SHAW_KEYS_PREFIX):
+        argv.append("--shaw-keys-only")
     parser = options.get_training_parser()
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(parser, input_args=[str(a) for a in argv]))

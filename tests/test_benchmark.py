@@ -181,6 +181,23 @@ def test_unknown_contender_names_the_flag():
         benchmark.main(["--contenders", "bert_a", "tupe_x", "--json", os.devnull])
 
 
+def test_keys_contender_is_a_shaw_preset_with_keys_only_and_refused_for_others(tmp_path):
+    contender, _ = _contender(tmp_path, "keys_bert_rpe")
+    config = contender.model.encoder.sentence_encoder.config
+    assert config.shaw_table == "learned" and not config.shaw_values
+    with pytest.raises(SystemExit, match="--contenders keys_bert_a: keys_ adds --shaw-keys-only"):
+        benchmark.main(["--contenders", "bert_a", "keys_bert_a", "--json", os.devnull])
+
+
+def test_default_contenders_include_every_distance_bias_and_deberta_against_shaw_keys():
+    assert {"bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire", "deberta",
+            "keys_bert_rpe"} <= set(benchmark.DEFAULT_CONTENDERS)
+    for name in benchmark.DEFAULT_CONTENDERS:
+        benchmark.check_contender(name)
+    targets = {(name, reference) for _, name, reference, _, _ in benchmark.TARGETS}
+    assert {("bert_sandwich", "bert_a"), ("deberta", "keys_bert_rpe")} <= targets
+
+
 @pytest.mark.slow
 def test_fairseq_train_mode_reports_words_per_second_of_every_run(wikitext_bin, tmp_path, capsys):
     path = tmp_path / "train.json"
