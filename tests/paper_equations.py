@@ -104,14 +104,16 @@ def kerple_bias(module, head, distance, power):
     return -r1 * distance ** (2 * torch.sigmoid(module.raw_r2[head]))
 
 
-def sandwich_bias(config, i, j):
-    """Sandwich (Chi et al. 2023) for the pair (i, j): S (p_i . p_j - d'/2), with p_t the d'-dimensional
-    sinusoid [.., sin(w_k t), cos(w_k t), ..], w_k = 10000^(-2k/d'), computed in float64."""
+def sandwich_bias(config, head, i, j):
+    """Sandwich (Chi et al. 2023) for the pair (i, j) and head h (0-based) of H: S (p_i . p_j - d'/2) /
+    (8 (h + 1) / H), the paper's per-head compression (its Appendix E), with p_t the d'-dimensional sinusoid
+    [.., sin(w_k t), cos(w_k t), ..], w_k = 10000^(-2k/d'), computed in float64."""
     dim = config.sandwich_dim
     frequencies = torch.tensor([10000.0 ** (-2 * k / dim) for k in range(dim // 2)], dtype=torch.float64)
     p_i = sinusoid(torch.tensor(float(i), dtype=torch.float64), frequencies)
     p_j = sinusoid(torch.tensor(float(j), dtype=torch.float64), frequencies)
-    return float(config.sandwich_scale * (p_i @ p_j - dim / 2))
+    compression = 8 * (head + 1) / config.num_heads
+    return float(config.sandwich_scale * (p_i @ p_j - dim / 2) / compression)
 
 
 def fire_bias(module, head, i, j, seq_len, signed):
@@ -228,7 +230,7 @@ def content_free_correlation(encoder, seq_len, head):
                                           for j in range(seq_len)]) for i in range(seq_len)])
         used = True
     if encoder.config.sandwich:
-        v = v + torch.tensor([[sandwich_bias(encoder.config, i, j) for j in range(seq_len)]
+        v = v + torch.tensor([[sandwich_bias(encoder.config, head, i, j) for j in range(seq_len)]
                               for i in range(seq_len)])
         used = True
     if encoder.config.t5_bias:

@@ -61,7 +61,7 @@ def twin_bias(encoder, module, head, i, j):
         return alibi_bias(encoder, head, j - i)
     if config.fire:
         return fire_bias(module, head, i, j, SEQ_LEN, config.fire_signed)
-    return torch.tensor(sandwich_bias(config, i, j))
+    return torch.tensor(sandwich_bias(config, head, i, j))
 
 
 def test_sandwich_is_zero_at_offset_zero_negative_elsewhere_and_has_no_parameters(dictionary):
@@ -72,6 +72,15 @@ def test_sandwich_is_zero_at_offset_zero_negative_elsewhere_and_has_no_parameter
     torch.testing.assert_close(torch.diagonal(bias, dim1=1, dim2=2), torch.zeros(4, SEQ_LEN))
     assert (bias[:, off_diagonal] < 0).all()
     assert list(module.parameters()) == []
+
+
+def test_sandwich_heads_are_compressed_as_alibis_slopes_8h_over_h(dictionary):
+    """Chi et al. 2023 (App. E): head h = 1..H divides p_i . p_j - d'/2 by 8h/H."""
+    encoder = build_model("bert_sandwich_tiny", dictionary, encoder_attention_heads=8).encoder.sentence_encoder
+    bias = encoder.positional_term.relative_bias(SEQ_LEN)
+    for head in range(8):
+        torch.testing.assert_close(bias[head] * (head + 1), bias[0])
+    torch.testing.assert_close(bias[7, 0, 1], torch.tensor(sandwich_bias(encoder.config, 7, 0, 1)))
 
 
 def test_kerple_coefficients_stay_positive_and_the_power_at_most_two(dictionary):

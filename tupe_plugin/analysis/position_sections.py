@@ -98,7 +98,7 @@ def alibi_bias(context):
 DISTANCE_BIAS_TITLES = {
     "kerple-log": "KERPLE bias -r1_h log(1 + r2_h |j - i|) per head",
     "kerple-power": "KERPLE bias -r1_h |j - i|^r2_h per head",
-    "sandwich": "Sandwich bias S (p_i . p_j - d'/2)",
+    "sandwich": "Sandwich bias S (p_i . p_j - d'/2) / (8h/H) per head",
     "fire": "FIRE bias f(psi(|j - i|) / psi(max(L, T))) per head",
 }
 

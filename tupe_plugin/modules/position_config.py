@@ -101,7 +101,8 @@ class PositionConfig:
         help="relative position term: t5 = one bias per head and distance bucket, shared by all layers "
         "(TUPE Eq. 5/8); alibi = the fixed bias -m_h|j-i| (Press et al. 2022); kerple-log / "
         "kerple-power = -r1 log(1 + r2|j-i|) / -r1 |j-i|^r2 with r1, r2 > 0 learned per head (Chi et al. "
-        "2022); sandwich = the fixed bias p_i . p_j - d'/2 of sinusoids p of dimension d' (Chi et al. "
+        "2022); sandwich = the fixed bias (p_i . p_j - d'/2) / (8h/H) of sinusoids p of dimension d', "
+        "head h = 1..H compressed as ALiBi's slopes (Chi et al. "
         "2023); fire = f(psi(|j-i|) / psi(max(L, T))), psi(x) = log(cx + 1), f a small MLP, c and L learned "
         "(Li et al. 2023, normalised by the length T for encoders); deberta = DeBERTa's disentangled "
         "attention, content-to-position q_i . K^r_d(i,j) and position-to-content k_j . Q^r_d(j,i) from "
@@ -134,7 +135,8 @@ class PositionConfig:
     )
     alibi_learned_slopes: bool = _flag(False, help="ALiBi's slopes learned, m = exp(a), from the fixed ones")
     sandwich_dim: int = _flag(128, metavar="D", help="Sandwich: the dimension d' of the sinusoids p_i, p_j")
-    sandwich_scale: float = _flag(1.0, metavar="S", help="Sandwich: the bias is S (p_i . p_j - d'/2)")
+    sandwich_scale: float = _flag(1.0, metavar="S", help="Sandwich: the bias is S (p_i . p_j - d'/2) / "
+                                  "(8h/H) (default 1, the paper's)")
     fire_hidden: int = _flag(32, metavar="N", help="FIRE: hidden units of the MLP f (default 32)")
     fire_threshold: float = _flag(512.0, metavar="L", help="FIRE: initial value of the learned threshold L")
     fire_signed: bool = _flag(False, help="FIRE: the sign of j - i as a second input of f (keys before and "
@@ -217,7 +219,8 @@ class PositionConfig:
                             negate=True)
     t5_bias = _flag_is("rel_pos", "t5")
     alibi = _flag_is("rel_pos", "alibi", "ALiBi: the bias -m_h |j - i| (slopes per side, learned: options).")
-    sandwich = _flag_is("rel_pos", "sandwich", "Sandwich: the fixed bias p_i . p_j - d'/2, no parameters.")
+    sandwich = _flag_is("rel_pos", "sandwich", "Sandwich: the fixed bias (p_i . p_j - d'/2) / (8h/H), no "
+                        "parameters.")
     fire = _flag_is("rel_pos", "fire", "FIRE: a learned MLP of the normalised log-distance.")
     kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
     deberta = _flag_is("rel_pos", "deberta", "DeBERTa's content-to-position and position-to-content terms.")

@@ -3,11 +3,15 @@ Receptive Field Analysis", arXiv 2212.10356): the fixed bias of the inner produc
 embeddings, with no parameters. For p_t = [.., sin(w_k t), cos(w_k t), ..] of dimension d'
 (``--sandwich-dim``), w_k = 10000^(-2k/d'), k = 0..d'/2-1,
 
-    bias[h, i, j] = S (p_i . p_j - d'/2) = S (sum_k cos(w_k (j - i)) - d'/2),
+    bias[h, i, j] = S (p_i . p_j - d'/2) / r_h = S (sum_k cos(w_k (j - i)) - d'/2) / r_h,
 
-the same for every head, S = ``--sandwich-scale``. p_i . p_j depends on j - i alone (cos a cos b +
-sin a sin b = cos(a - b)) and is largest, d'/2, at j = i: the shift by d'/2 makes the bias 0 there and
-negative elsewhere, and leaves the softmax unchanged (a constant of every row).
+with ALiBi's per-head compression r_h = 8 (h + 1) / H for heads h = 0..H-1 (the paper's construction,
+its Appendix E: head h + 1 of H divides the inner product by 8 (h + 1) / H, as ALiBi's slopes
+2^(-8 (h + 1) / H) differ per head; the same ratio is in NVIDIA NeMo's and PyTorch attention-gym's
+Sandwich) and S =
+``--sandwich-scale``, this plugin's extra factor (default 1, the paper's). p_i . p_j depends on j - i
+alone (cos a cos b + sin a sin b = cos(a - b)) and is largest, d'/2, at j = i: the shift by d'/2 makes
+the bias 0 there and negative elsewhere, and leaves the softmax unchanged (a constant of every row).
 """
 
 import torch
@@ -17,7 +21,7 @@ from .sinusoid import Sinusoid
 
 
 class SandwichBias(OffsetBias):
-    """The (H, T, T) Sandwich bias, shared by all layers and heads; never trained."""
+    """The (H, T, T) Sandwich bias, shared by all layers; never trained."""
 
     def __init__(self, num_heads, dim=128, scale=1.0, zero_cls=False):
         super().__init__(zero_cls)
@@ -29,7 +33,8 @@ class SandwichBias(OffsetBias):
         """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1, in float32."""
         offsets = torch.arange(1 - seq_len, seq_len, device=self.sinusoid.frequencies.device)
         inner = self.sinusoid.angles(offsets).cos().sum(-1) - self.sinusoid.dim / 2
-        return offsets, (self.scale * inner).expand(self.num_heads, -1)
+        compression = 8 * torch.arange(1, self.num_heads + 1, device=offsets.device) / self.num_heads
+        return offsets, self.scale * inner / compression[:, None]
 
 
 def build_sandwich_bias(config):
