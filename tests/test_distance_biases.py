@@ -76,7 +76,8 @@ def test_sandwich_is_zero_at_offset_zero_negative_elsewhere_and_has_no_parameter
 
 def test_sandwich_heads_are_compressed_as_alibis_slopes_8h_over_h(dictionary):
     """Chi et al. 2023 (App. E): head h = 1..H divides p_i . p_j - d'/2 by 8h/H."""
-    encoder = build_model("bert_sandwich_tiny", dictionary, encoder_attention_heads=8).encoder.sentence_encoder
+    model = build_model("bert_sandwich_tiny", dictionary, encoder_attention_heads=8)
+    encoder = model.encoder.sentence_encoder
     bias = encoder.positional_term.relative_bias(SEQ_LEN)
     for head in range(8):
         torch.testing.assert_close(bias[head] * (head + 1), bias[0])
