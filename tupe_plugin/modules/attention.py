@@ -63,7 +63,7 @@ class PositionalSelfAttention(nn.Module):
             attn_mask = add_bias(attn_mask, self._shaw_key_bias(q, term))
         if term.disentangled_table is not None:
             content_to_position, position_to_content = self.disentangled_terms(q, k, term)
-            attn_mask = add_bias(attn_mask, content_to_position + position_to_content)
+            attn_mask = add_bias(attn_mask, content_to_position.add_(position_to_content))
         if term.q_extra is not None:
             extra = term.q_extra.size(-1)
             q = torch.cat([q, term.q_extra.to(q.dtype).expand(batch, -1, -1, -1)], -1)
@@ -98,7 +98,8 @@ class PositionalSelfAttention(nn.Module):
         query_rows = query_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)  # (H, R, d_h)
         key_rows = key_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)
         index = term.disentangled_index.expand(*q.shape[:2], -1, -1)
-        content_to_position = torch.matmul(q, key_rows.transpose(-1, -2)).gather(-1, index)
+        # scaled before the products: (B, H, T, d_h) multiplications instead of (B, H, T, T) ones
+        content_to_position = torch.matmul(q * term.scale, key_rows.transpose(-1, -2)).gather(-1, index)
         # row j, column i: k_j . Q^r_delta(j,i); transposed to (query i, key j)
-        position_to_content = torch.matmul(k, query_rows.transpose(-1, -2)).gather(-1, index)
-        return content_to_position * term.scale, position_to_content.transpose(-1, -2) * term.scale
+        position_to_content = torch.matmul(k * term.scale, query_rows.transpose(-1, -2)).gather(-1, index)
+        return content_to_position, position_to_content.transpose(-1, -2)

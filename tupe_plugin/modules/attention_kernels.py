@@ -205,9 +205,11 @@ def add_mask_(logits, mask):
 
 
 def add_bias(mask, bias):
-    """Combine an attention mask (None, boolean keep-mask, or additive float) with a float bias."""
+    """Combine an attention mask (None, boolean keep-mask, or additive float) with a fresh float bias
+    (B, H, T, T), in place where the sum keeps the bias's dtype (one pass fewer); a float32 mask joins a
+    bf16/fp16 bias out of place, so that its padding value does not round to -inf."""
     if mask is None:
         return bias
-    if mask.dtype == torch.bool:
-        return bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+    if mask.dtype == torch.bool or torch.promote_types(bias.dtype, mask.dtype) == bias.dtype:
+        return add_mask_(bias, mask)
     return bias + mask
