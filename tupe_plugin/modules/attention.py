@@ -80,9 +80,9 @@ class PositionalSelfAttention(nn.Module):
     def _shaw_key_bias(q, term):
         """scale * q_i . a_{clip(j-i)}: q against the 2K+1 table, gathered to (B, H, T, T)."""
         table = term.rel_table.to(q.dtype)
-        per_distance = torch.matmul(q, table.t())
+        per_distance = torch.matmul(q * term.scale, table.t())
         index = term.rel_index.expand(*q.shape[:2], -1, -1)
-        return per_distance.gather(-1, index) * term.scale
+        return per_distance.gather(-1, index)
 
     def disentangled_terms(self, q, k, term):
         """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(j,i), each (B, H, T, T): q and k
