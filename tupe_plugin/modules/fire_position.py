@@ -8,9 +8,8 @@ f_theta a small MLP (one hidden ReLU layer of ``hidden`` units, one output per h
 c = exp(a) > 0 learned and L a learned threshold. Starting values, from the PyTorch implementation in the
 paper's appendix: 32 hidden units (its ``mlp_width``; ``--fire-hidden``), c = 0.1 (``init_c``) and L = 512
 (``init_L``; ``--fire-threshold``). The parametrisation is this plugin's: c is learned through its logarithm
-(the paper learns c itself and takes |c x|) and L directly (the paper learns a multiplier of a fixed L). The
-paper's
-causal form normalises by the query position i, psi(max(L, i)); an encoder's query sees both sides, so the
+(the paper learns c itself and takes |c x|) and L directly (the paper learns a multiplier of a fixed L).
+The paper's causal form normalises by the query position i, psi(max(L, i)); an encoder's query sees both sides, so the
 distance is |j - i| and the normaliser the sequence length T: the batch's (padded) length, so that for
 inputs no longer than L (the training case with the default L = 512) the bias does not depend on padding,
 while rows of a batch longer than L share the normaliser of its longest row. ``signed`` gives the MLP the
