@@ -43,7 +43,7 @@ POSITION_PRESETS.update(
     bert_lsin_ape_lsin_rpe=dict(NO_POSITION, abs_pos=LSIN, rel_pos=LSIN_RPE),
 )
 
-# Beyond the papers: the encodings comparisons are made against today.
+# Beyond the papers: the encodings that position-encoding studies compare against today.
 POSITION_PRESETS.update(
     bert_rope=dict(NO_POSITION, rotary="fixed"),
     bert_lrope=dict(NO_POSITION, rotary="learnable"),
