@@ -20,9 +20,9 @@ from .fairseq_tools import PLUGIN_DIR, fairseq_tool
 
 def pretrained_architecture(checkpoint):
     """``(arch, max_positions)`` of a plugin checkpoint: fine-tuning keeps the pre-training model."""
-    from fairseq.checkpoint_utils import load_checkpoint_to_cpu
+    from .checkpoint_config import saved_model_config
 
-    model = load_checkpoint_to_cpu(checkpoint)["cfg"]["model"]
+    model = saved_model_config(checkpoint)
     return model.arch, model.max_positions
 
 

@@ -53,6 +53,20 @@ def raise_if_unreadable(path, err):
 checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
 
 
+def check_fairseq_checkpoint(path, state):
+    """Raise :class:`NotAFairseqCheckpointError` when ``state``, loaded from ``path``, is no fairseq
+    checkpoint (a dict of ``model`` and ``cfg`` or legacy ``args``)."""
+    if isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state):
+        return
+    held = (f"a dict of {', '.join(map(repr, list(state)[:4]))}{', ...' if len(state) > 4 else ''}"
+            if isinstance(state, dict) else f"a {type(state).__name__}")
+    raise NotAFairseqCheckpointError(
+        f"{path} is a torch file but not a fairseq checkpoint (it holds {held}; a fairseq checkpoint holds "
+        "'model', 'cfg' and 'optimizer_history'): pass a checkpoint written by fairseq-train, or convert "
+        "the authors' released TUPE weights with tupe-convert-official"
+    )
+
+
 def raise_if_not_fairseq(path, err):
     """Raise :class:`NotAFairseqCheckpointError` from ``err`` when ``path`` loads with torch but holds no
     fairseq checkpoint (fairseq fails with ``KeyError: 'best_loss'`` or ``Tensor.__contains__``)."""
@@ -64,12 +78,7 @@ def raise_if_not_fairseq(path, err):
         state = torch.load(path, map_location="cpu", mmap=True)
     except Exception:
         return
-    if isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state):
-        return
-    held = (f"a dict of {', '.join(map(repr, list(state)[:4]))}{', ...' if len(state) > 4 else ''}"
-            if isinstance(state, dict) else f"a {type(state).__name__}")
-    raise NotAFairseqCheckpointError(
-        f"{path} is a torch file but not a fairseq checkpoint (it holds {held}; a fairseq checkpoint holds "
-        "'model', 'cfg' and 'optimizer_history'): pass a checkpoint written by fairseq-train, or convert "
-        "the authors' released TUPE weights with tupe-convert-official"
-    ) from err
+    try:
+        check_fairseq_checkpoint(path, state)
+    except NotAFairseqCheckpointError as error:
+        raise error from err

@@ -26,6 +26,7 @@ import re
 import torch
 from fairseq.utils import safe_getattr
 
+from ..checkpoint_config import model_config
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
 from . import stock_roberta
@@ -121,9 +122,7 @@ def read_checkpoint(path, padding_idx):
     weights = state["model"]
     if stock_roberta.is_stock_roberta(weights):
         stock_roberta.to_plugin_names(weights, "", padding_idx)
-    cfg = state.get("cfg") or {}
-    model_cfg = cfg.get("model") if hasattr(cfg, "get") else None
-    return weights, model_cfg if model_cfg is not None else state.get("args")
+    return weights, model_config(state)
 
 
 def _recorded(saved_cfg, name):

@@ -17,12 +17,8 @@ weights replace that initialisation.
 
 import argparse
 import logging
-import zipfile
 
-import torch
-
-from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
-from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
+from ..checkpoint_config import saved_model_config
 from ..models.model_flags import SETTING_OF_FLAG, carry_setting, show_setting
 from ..user_errors import UserError
 from .missing_restore_file import checkpoint_to_restore
@@ -69,7 +65,7 @@ def model_flags():
 
 
 def explicit_settings(argv, flags=None):
-    """The model settings the command line ``argv`` gives explicitly (fairseq parses without abbreviations)."""
+    """The model settings the command line ``argv`` gives explicitly (fairseq parses no abbreviation)."""
     flags = model_flags() if flags is None else flags
     given = set()
     for token in argv:
@@ -83,22 +79,6 @@ def architecture_settings(flags=None):
     flags = model_flags() if flags is None else flags
     dests = {SETTING_OF_FLAG.get(dest, dest) for dest in flags.values()}
     return sorted(dests - set(NOT_CARRIED))
-
-
-def saved_model_config(path):
-    """The ``cfg.model`` (or legacy ``args``) a checkpoint was trained with, read without its tensors."""
-    verify_checkpoint(path)
-    try:
-        # mmap needs torch's zip format; the released fairseq RoBERTa files are in the legacy one
-        state = torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path))
-    except Exception as err:
-        raise_if_unreadable(path, err)
-        raise
-    if not isinstance(state, dict):
-        return None  # not a fairseq checkpoint: fairseq's loader says so
-    cfg = state.get("cfg") or {}
-    model = cfg.get("model") if hasattr(cfg, "get") else None
-    return model if model is not None else state.get("args")
 
 
 def _get(config, name):

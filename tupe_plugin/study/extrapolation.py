@@ -31,12 +31,10 @@ from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
 
 def trained_model(path):
     """``(max_positions, learned table, its PositionConfig)`` of a plugin checkpoint."""
-    import tupe_plugin  # noqa: F401  (registers the model; lets torch read fairseq checkpoints)
-    from fairseq.checkpoint_utils import load_checkpoint_to_cpu
-
+    from ..checkpoint_config import saved_model_config
     from ..modules.position_config import PositionConfig
 
-    model = load_checkpoint_to_cpu(path)["cfg"]["model"]
+    model = saved_model_config(path)
     config = PositionConfig.from_args(model)
     return model.max_positions, config.learned_tables, config
 
