@@ -112,17 +112,18 @@ def toy_job(tmp_path, name, code, deps=(), resumable=False):
 
 def test_done_job_with_the_same_fingerprint_is_skipped(tmp_path):
     job = toy_job(tmp_path, "a", "pass")
-    state.start(job, state.FRESH)
+    state.start(job, state.FRESH, None)
     state.finish(job, 0, 1.0)
-    assert state.action(job) == state.SKIP
+    assert state.action(job, state.read_record(job.folder)) == state.SKIP
 
 
 def test_interrupted_resumable_job_resumes_in_its_folder(tmp_path):
     job = toy_job(tmp_path, "pretrain", "pass", resumable=True)
-    state.start(job, state.FRESH)
+    state.start(job, state.FRESH, None)
     (tmp_path / "pretrain" / "checkpoint_last.pt").write_text("kept")
-    assert state.action(job) == state.RESUME
-    state.start(job, state.RESUME)
+    record = state.read_record(job.folder)
+    assert state.action(job, record) == state.RESUME
+    state.start(job, state.RESUME, record)
     assert (tmp_path / "pretrain" / "checkpoint_last.pt").read_text() == "kept"
     assert state.read_record(job.folder)["attempts"] == 2
 
@@ -131,7 +132,7 @@ def test_done_job_whose_output_is_gone_runs_again_and_says_why(tmp_path):
     job = toy_job(tmp_path, "pretrain", "pass", resumable=True)
     job.outputs = [str(tmp_path / "pretrain" / "checkpoint_last.pt")]
     assert run_jobs([job], LocalLauncher(), stream=io.StringIO())["pretrain"][0] == DONE
-    assert state.action(job) == state.RESUME
+    assert state.action(job, state.read_record(job.folder)) == state.RESUME
     rerun = io.StringIO()
     run_jobs([job], LocalLauncher(), stream=rerun)
     assert f"pretrain: resuming again: done before, but {job.outputs[0]} is gone" in rerun.getvalue()
@@ -140,19 +141,19 @@ def test_done_job_whose_output_is_gone_runs_again_and_says_why(tmp_path):
 
 def test_interrupted_job_that_cannot_resume_starts_afresh_in_an_empty_folder(tmp_path):
     job = toy_job(tmp_path, "glue", "pass")
-    state.start(job, state.FRESH)
+    state.start(job, state.FRESH, None)
     (tmp_path / "glue" / "half-written").write_text("stale")
-    assert state.action(job) == state.FRESH
-    state.start(job, state.FRESH)
+    assert state.action(job, state.read_record(job.folder)) == state.FRESH
+    state.start(job, state.FRESH, None)
     assert os.listdir(tmp_path / "glue") == [state.RECORD]
 
 
 def test_done_job_with_another_fingerprint_is_redone(tmp_path):
     job = toy_job(tmp_path, "a", "pass")
-    state.start(job, state.FRESH)
+    state.start(job, state.FRESH, None)
     state.finish(job, 0, 1.0)
     job.fingerprint = "changed"
-    assert state.action(job) == state.FRESH
+    assert state.action(job, state.read_record(job.folder)) == state.FRESH
 
 
 def test_failed_job_skips_its_dependents_and_the_others_still_run(tmp_path):

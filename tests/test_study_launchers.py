@@ -130,15 +130,16 @@ def test_a_killed_study_takes_its_running_command_with_it(tmp_path):
 
 def test_a_rerun_stops_what_a_killed_study_left_in_the_jobs_folder(tmp_path):
     job = Job(name="glue/x", kind="glue", folder=str(tmp_path / "glue" / "x"), commands=[["true"]])
-    state.start(job, state.FRESH)
+    state.start(job, state.FRESH, None)
     left = subprocess.Popen(["sleep", "60"], cwd=job.folder, process_group=0)
     unrelated = subprocess.Popen(["sleep", "60"], cwd=job.folder)  # not of the job's process group
     try:
         state.record_process(job.folder, left.pid)
-        assert state.stop_left_running(job) == (f"stopped pid {left.pid}, left running in {job.folder} "
-                                                "by a killed study")
+        record = state.read_record(job.folder)
+        assert state.stop_left_running(job, record) == (f"stopped pid {left.pid}, left running in "
+                                                        f"{job.folder} by a killed study")
         assert left.wait(timeout=10) == -signal.SIGTERM
-        assert unrelated.poll() is None and state.stop_left_running(job) is None
+        assert unrelated.poll() is None and state.stop_left_running(job, record) is None
     finally:
         unrelated.kill()
         left.kill()

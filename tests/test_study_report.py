@@ -30,7 +30,7 @@ def valid_line(update, **metrics):
 
 def finish(job, seconds, files):
     """Record ``job`` done after writing ``files`` (text, or a function run once the folder exists)."""
-    state.start(job, state.FRESH)
+    state.start(job, state.FRESH, None)
     for relative, text in files.items():
         path = os.path.join(job.folder, relative)
         os.makedirs(os.path.dirname(path), exist_ok=True)

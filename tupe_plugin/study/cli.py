@@ -64,7 +64,7 @@ def main(argv=None):
     try:
         outcome = run_jobs(jobs, launcher)
     except (KeyboardInterrupt, SystemExit):
-        finished = {job.name: (DONE, "done before") for job in jobs if state.action(job) == state.SKIP}
+        finished = {job.name: (DONE, "done before") for job in jobs if state.is_done(job)}
         paths = write_report(config, jobs, finished, args.out)
         print(f"tupe-study: interrupted; the report of the {len(finished)} finished job(s) is {paths['md']}; "
               "run the same command again to continue", file=sys.stderr)

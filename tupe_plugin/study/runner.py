@@ -52,7 +52,7 @@ def run_jobs(jobs, launcher, stream=sys.stderr):
     outcome, progress = {}, Progress(total=len(jobs), stream=stream)
     waiting = []
     for job in jobs:
-        if state.action(job) == state.SKIP:
+        if state.is_done(job):
             outcome[job.name] = (DONE, "done before")
             progress.finished += 1
         else:
@@ -74,12 +74,13 @@ def run_jobs(jobs, launcher, stream=sys.stderr):
                 continue
             if not all(status == DONE for status in needs):
                 continue
-            stopped = state.stop_left_running(job)
+            record = state.read_record(job.folder)
+            stopped = state.stop_left_running(job, record)
             if stopped:
                 progress.line(f"{job.name}: {stopped}", waiting)
-            how = state.action(job)
-            gone = state.missing_outputs(job) if state.finished_before(job) else []
-            state.start(job, how)
+            how = state.action(job, record)
+            gone = state.missing_outputs(job) if state.finished_before(job, record) else []
+            state.start(job, how, record)
             again = f" again: done before, but {', '.join(gone)} is gone" if gone else ""
             progress.line(f"{job.name}: {'resuming' if how == state.RESUME else 'running'}{again}"
                           f" (log: {os.path.join(job.folder, job.log)})", waiting)

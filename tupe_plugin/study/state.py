@@ -72,20 +72,25 @@ def missing_outputs(job):
     return [path for path in job.outputs if not os.path.exists(path)]
 
 
-def finished_before(job):
-    """Whether ``job``'s folder records it done with the same settings."""
-    record = read_record(job.folder) or {}
+def finished_before(job, record):
+    """Whether ``record``, ``job``'s as :func:`read_record` gives it, says it was done with the same
+    settings."""
+    record = record or {}
     return record.get("fingerprint") == job.fingerprint and record.get("status") == "done"
 
 
-def action(job):
-    """SKIP, RESUME or FRESH for ``job``, from its folder's record and outputs."""
-    record = read_record(job.folder)
+def action(job, record):
+    """SKIP, RESUME or FRESH for ``job``, from its ``record`` (:func:`read_record`) and outputs."""
     if record is None or record.get("fingerprint") != job.fingerprint:
         return FRESH
-    if finished_before(job) and not missing_outputs(job):
+    if finished_before(job, record) and not missing_outputs(job):
         return SKIP
     return RESUME if job.resumable else FRESH
+
+
+def is_done(job):
+    """Whether a rerun skips ``job``: done with the same settings, every output there."""
+    return action(job, read_record(job.folder)) == SKIP
 
 
 def record_process(folder, pgid):
@@ -111,11 +116,11 @@ def _processes_in(pgid, folder):
     return found
 
 
-def stop_left_running(job, patience=10.0):
+def stop_left_running(job, record, patience=10.0):
     """Stop the processes that a killed study left running in ``job``'s folder on this machine; a note
-    saying what was stopped, or None. They are those of the process group the record names, still
-    working in the folder: nothing else is touched."""
-    process = (read_record(job.folder) or {}).get("process")
+    saying what was stopped, or None. They are those of the process group its ``record``
+    (:func:`read_record`) names, still working in the folder: nothing else is touched."""
+    process = (record or {}).get("process")
     if not process or process.get("host") != socket.gethostname():
         return None
     pgid, folder = process["pgid"], os.path.abspath(job.folder)
@@ -131,9 +136,10 @@ def stop_left_running(job, patience=10.0):
     return f"stopped pid {', '.join(map(str, left))}, left running in {folder} by a killed study"
 
 
-def start(job, how):
-    """Prepare the folder (emptied when ``how`` is FRESH) and record a new attempt."""
-    record = read_record(job.folder) if how == RESUME else None
+def start(job, how, record):
+    """Prepare the folder (emptied when ``how`` is FRESH) and record a new attempt; a resumed job keeps
+    the attempts and seconds of its ``record`` (:func:`read_record`)."""
+    record = record if how == RESUME else None
     if how == FRESH and os.path.isdir(job.folder):
         shutil.rmtree(job.folder)
     os.makedirs(job.folder, exist_ok=True)
