@@ -7,9 +7,12 @@ import os
 import subprocess
 
 import pytest
+import torch
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import VENV_BIN, test_data
 
+from tupe_plugin.fairseq_fixes.unreadable_checkpoints import NotAFairseqCheckpointError
+from tupe_plugin.finetuning import pretrained_architecture
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.glue import scores as collect_glue_scores
@@ -74,6 +77,13 @@ def test_dev_label_unseen_in_train_is_an_error(tmp_path):
                        match=r"RTE/dev.tsv:\d+: label 'not_entailment' does not occur in train"):
         prepare_glue.prepare("RTE", str(tmp_path), str(tmp_path / "spm.model"), str(tmp_path / "dict.txt"),
                              str(tmp_path / "out"))
+
+
+def test_a_torch_file_that_is_no_fairseq_checkpoint_is_refused_naming_it(tmp_path):
+    path = tmp_path / "state_dict.pt"
+    torch.save({"encoder.weight": torch.zeros(2)}, path)
+    with pytest.raises(NotAFairseqCheckpointError, match=f"{path} is a torch file but not a fairseq "):
+        pretrained_architecture(str(path))
 
 
 def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
