@@ -2,6 +2,7 @@
 the warning when most questions of --gold-file have no prediction."""
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import test_data
@@ -68,10 +69,10 @@ def test_predictions_of_a_few_articles_warn_loudly_and_score_the_whole_file(tmp_
 
 def test_a_few_missing_predictions_warn_quietly(tmp_path, capsys):
     path = write_predictions(tmp_path)
-    predictions = json.loads(open(path).read())
+    predictions = json.loads(Path(path).read_text())
     first = next(iter(predictions))
     del predictions[first]
-    open(path, "w").write(json.dumps(predictions))
+    Path(path).write_text(json.dumps(predictions))
     evaluate_squad.main(["--gold-file", DEV, "--predictions", path])
     err = capsys.readouterr().err
     assert f"warning: 1 of the {QUESTIONS} questions" in err and first in err and "WARNING" not in err
@@ -112,9 +113,9 @@ def test_a_v2_file_scored_without_the_v2_flag_names_the_flag(tmp_path):
 
 def test_predicted_ids_not_in_the_gold_file_are_counted_apart(tmp_path, capsys):
     path = write_predictions(tmp_path, slice(2, 3))  # the last article: 112 questions
-    predictions = json.loads(open(path).read())
+    predictions = json.loads(Path(path).read_text())
     predictions.update({"not-a-dev-id-1": "x", "not-a-dev-id-2": "y"})
-    open(path, "w").write(json.dumps(predictions))
+    Path(path).write_text(json.dumps(predictions))
     evaluate_squad.main(["--gold-file", DEV, "--predictions", path])
     err = capsys.readouterr().err
     assert f"warning: 2 of the 114 predicted question ids are not in {DEV} (e.g. not-a-dev-id-1)" in err

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,7 +49,7 @@ def test_a_second_run_in_the_same_save_dir_is_refused_naming_the_first(holder, t
 def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
     held_by(tmp_path / "save", dead_pid())
     path = acquire(str(tmp_path / "save"))
-    assert json.loads(open(path).read())["pid"] == os.getpid()
+    assert json.loads(Path(path).read_text())["pid"] == os.getpid()
 
 
 def test_a_lock_held_on_another_host_names_the_takeover(tmp_path, monkeypatch):
@@ -64,7 +65,7 @@ def test_the_takeover_variable_takes_over_a_lock_held_on_another_host(tmp_path, 
     monkeypatch.setenv(FORCE_UNLOCK_VARIABLE, "1")
     held_by(tmp_path / "save", 4242, host="gpu-node-7")
     path = acquire(str(tmp_path / "save"))
-    holder = json.loads(open(path).read())
+    holder = json.loads(Path(path).read_text())
     assert (holder["pid"], holder["host"]) == (os.getpid(), socket.gethostname())
 
 
@@ -80,7 +81,7 @@ def test_the_takeover_variable_takes_over_a_lock_that_names_no_run(tmp_path, mon
     (tmp_path / "save").mkdir()
     (tmp_path / "save" / LOCK_NAME).write_text("")   # a write cut short
     path = acquire(str(tmp_path / "save"))
-    assert json.loads(open(path).read())["pid"] == os.getpid()
+    assert json.loads(Path(path).read_text())["pid"] == os.getpid()
 
 
 def test_a_lock_of_an_earlier_start_of_the_same_slurm_job_is_taken_over(tmp_path, monkeypatch):
@@ -91,7 +92,7 @@ def test_a_lock_of_an_earlier_start_of_the_same_slurm_job_is_taken_over(tmp_path
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     held_by(tmp_path / "save", 4242, host="gpu-node-7", slurm_job="81234", slurm_restart=0)
     path = acquire(str(tmp_path / "save"))
-    assert json.loads(open(path).read())["slurm_restart"] == 1
+    assert json.loads(Path(path).read_text())["slurm_restart"] == 1
     held_by(tmp_path / "save", 4242, host="gpu-node-7", slurm_job="81234", slurm_restart=1)  # same start
     with pytest.raises(SaveDirLockedError, match="gpu-node-7"):
         acquire(str(tmp_path / "save"))

@@ -5,6 +5,7 @@ import copy
 import json
 import os
 import shutil
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -154,8 +155,9 @@ def test_study_close_to_the_unigram_baseline_is_flagged(study, tmp_path):
     config = copy.deepcopy(config)
     config["report"]["min_margin_bits"] = 2.0
     paths = write_report(config, jobs, outcome, tmp_path)
-    assert json.loads(open(paths["json"]).read())["baseline"]["discriminative"] is False
-    assert "**Not yet discriminative**: the best model is only 1.500 bits below" in open(paths["md"]).read()
+    assert json.loads(Path(paths["json"]).read_text())["baseline"]["discriminative"] is False
+    assert ("**Not yet discriminative**: the best model is only 1.500 bits below"
+            in Path(paths["md"]).read_text())
 
 
 def test_squad_scores_are_the_last_evaluation_line(written):
@@ -173,7 +175,7 @@ def test_squad_split_is_described_in_words(study, tmp_path, dev_every, words):
     config, jobs, outcome, _ = study
     config = copy.deepcopy(config)
     config["squad"]["dev_every"] = dev_every
-    text = open(write_report(config, jobs, outcome, tmp_path)["md"]).read()
+    text = Path(write_report(config, jobs, outcome, tmp_path)["md"]).read_text()
     assert f"{words} is dev, the others train" in text
 
 
@@ -203,7 +205,7 @@ def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):
     config, jobs, outcome, _ = study
     failed = (FAILED, "exit status 1; log: somewhere")
     outcome = {**outcome, "glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2": failed}
-    report = json.loads(open(write_report(config, jobs, outcome, tmp_path)["json"]).read())
+    report = json.loads(Path(write_report(config, jobs, outcome, tmp_path)["json"]).read_text())
     assert [run["seed"] for run in report["archs"]["tupe_r_tiny"]["glue"]["RTE"]["runs"]] == [1, 3]
     assert report["jobs"]["glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2"]["status"] == FAILED
 
