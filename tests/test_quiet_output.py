@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 from conftest import REPO, VENV_BIN
@@ -37,6 +38,23 @@ def test_building_fairseqs_config_prints_no_hydra_deprecation_with_the_plugin(wi
         assert hydra == []
     else:  # the check has teeth: fairseq alone prints them
         assert len(hydra) >= 3
+
+
+@pytest.fixture(scope="module")
+def warnings_of_a_module_scoped_fixture():
+    """What building fairseq's configuration warns in a module-scoped fixture: it runs before any
+    function-scoped fixture of the first test that needs it, under the filters pytest set for that test."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    with warnings.catch_warnings(record=True) as caught:
+        convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), [
+            "data", "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_base"]))
+    return [str(warning.message) for warning in caught]
+
+
+def test_a_module_scoped_fixture_sees_fairseqs_known_warnings_filtered(warnings_of_a_module_scoped_fixture):
+    assert warnings_of_a_module_scoped_fixture == []
 
 
 def config_record(config):
