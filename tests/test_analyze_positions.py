@@ -249,9 +249,10 @@ def run_script(*argv):
 
 @pytest.mark.parametrize("arch, not_applicable", [
     ("tupe_r_tiny", {"first_layer_position_correlation", "relative_position_dot_products",
-                     "learned_frequencies", "alibi_bias", "distance_bias", "rotary_profile"}),
+                     "learned_frequencies", "alibi_bias", "distance_bias", "rotary_profile",
+                     "disentangled_profiles"}),
     pytest.param("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias", "alibi_bias",
-                                                 "distance_bias", "rotary_profile"},
+                                                 "distance_bias", "rotary_profile", "disentangled_profiles"},
                  marks=pytest.mark.slow),
 ])
 def test_script_writes_figures_json_and_table_for_a_trained_checkpoint(
