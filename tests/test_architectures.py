@@ -41,6 +41,7 @@ PAPER_ROWS = {
     "tupe_rope": ("none", "none", "tupe", "paper", "fixed"),
     # DeBERTa (He et al. 2021): disentangled attention, no absolute position at the input
     "deberta": ("none", "deberta", "none", "none", "none"),
+    "deberta_emd": ("none", "deberta", "none", "none", "none"),  # and the Enhanced Mask Decoder (§3.2)
 }
 
 

@@ -56,6 +56,8 @@ POSITION_PRESETS.update(
     tupe_rope=dict(NO_POSITION, untied_pos="tupe", cls_reset="paper", rotary="fixed"),
     # DeBERTa's disentangled attention (He et al. 2021, Eq. 4), v1: no absolute position, own W^{q,r}, W^{k,r}
     deberta=dict(NO_POSITION, rel_pos="deberta"),
+    # and its Enhanced Mask Decoder (§3.2): absolute positions only before the masked-LM head
+    deberta_emd=dict(NO_POSITION, rel_pos="deberta", deberta_emd=True),
 )
 
 

@@ -3,8 +3,9 @@
 Only what differs from ``RobertaModel`` is here, each part delegated to its module: the flags (the
 position group declared by :class:`~tupe_plugin.modules.position_config.PositionConfig`, the others by
 :mod:`.model_flags`, :mod:`.embedding_init` and :mod:`.checkpoint_init`), the encoder stack
-(:class:`~tupe_plugin.modules.positional_encoder.PositionalTransformerEncoder`), attention maps for
-analysis (``need_attn``), span heads (:mod:`.span_head`), the checkpoint checks
+(:class:`~tupe_plugin.modules.positional_encoder.PositionalTransformerEncoder`), the masked-LM features
+(DeBERTa's Enhanced Mask Decoder with ``--deberta-emd``, :mod:`~tupe_plugin.modules.enhanced_mask_decoder`),
+attention maps for analysis (``need_attn``), span heads (:mod:`.span_head`), the checkpoint checks
 (:mod:`.checkpoint_guards`) and sentencepiece hub loading (:mod:`.hub`). Classification heads, the tied
 LM head, ``upgrade_state_dict_named`` and the hub interface are RoBERTa's.
 """
@@ -137,18 +138,23 @@ class TupeRobertaEncoder(RobertaEncoder):
         **unused,
     ):
         x, extra = self.extract_features(
-            src_tokens, return_all_hiddens=return_all_hiddens, need_attn=need_attn
+            src_tokens, return_all_hiddens=return_all_hiddens, need_attn=need_attn,
+            masked_lm=not features_only,
         )
         if not features_only:
             x = self.output_layer(x, masked_tokens=masked_tokens)
         return x, extra
 
-    def extract_features(self, src_tokens, return_all_hiddens=False, need_attn=False, **kwargs):
+    def extract_features(self, src_tokens, return_all_hiddens=False, need_attn=False, masked_lm=False,
+                         **kwargs):
+        """The encoder's features; with ``masked_lm``, those the LM head reads (with --deberta-emd, the
+        Enhanced Mask Decoder's, :mod:`~tupe_plugin.modules.enhanced_mask_decoder`)."""
         features, inner_states, attn = self.sentence_encoder(
             src_tokens,
             return_all_hiddens=return_all_hiddens,
             need_attn=need_attn,
             token_embeddings=kwargs.get("token_embeddings"),
+            masked_lm=masked_lm,
         )
         extra = {"inner_states": inner_states}
         if need_attn:

@@ -39,19 +39,27 @@ class PositionalSelfAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.relative_projections = DisentangledProjections(embed_dim) if relative_projections else None
 
-    def project(self, x):
-        """q, k, v (B, H, T, d_h) of x (B, T, C)."""
-        batch, seq_len, _ = x.shape
-        qkv = self.in_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+    def project(self, x, query=None):
+        """q, k, v (B, H, T, d_h) of x (B, T, C); with ``query`` (B, T, C), q of the query states."""
+        batch, seq_len, embed_dim = x.shape
+        if query is None:
+            qkv = self.in_proj(x)
+        else:
+            weight, bias = self.in_proj.weight, self.in_proj.bias
+            qkv = torch.cat([F.linear(query, weight[:embed_dim], bias[:embed_dim]),
+                             F.linear(x, weight[embed_dim:], bias[embed_dim:])], -1)
+        qkv = qkv.view(batch, seq_len, 3, self.num_heads, self.head_dim)
         return qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
-    def forward(self, x, term, need_weights=False):
-        """x: (B, T, C); term: the forward's PositionalTerm (with its path, dropout and mask).
+    def forward(self, x, term, need_weights=False, query=None):
+        """x: (B, T, C); term: the forward's PositionalTerm (with its path, dropout and mask); ``query``
+        (B, T, C): the states the queries are read from, x then gives the keys and values only (DeBERTa's
+        Enhanced Mask Decoder, :mod:`.enhanced_mask_decoder`).
 
         Returns the output (B, T, C) and, with ``need_weights``, the probabilities (B, H, T, T).
         """
         batch, seq_len, embed_dim = x.shape
-        q, k, v = self.project(x)
+        q, k, v = self.project(x, query)
         attn_mask = term.attn_mask
         if term.q_shift is not None:
             q = q + term.q_shift.to(q.dtype)

@@ -63,6 +63,8 @@ DEFAULTS = dict(
     deberta_max_distance=512,
     deberta_buckets=0,
     deberta_share_att_key=False,
+    deberta_emd=False,
+    deberta_emd_layers=2,
 )
 
 
@@ -152,6 +154,14 @@ class PositionConfig:
     deberta_share_att_key: bool = _flag(
         False, help="DeBERTa v2/v3's share_att_key: the relative table is projected by the layer's own "
         "content query and key projections (W^q, W^k with their biases), not by W^{q,r}, W^{k,r} of its own")
+    deberta_emd: bool = _flag(
+        False, help="DeBERTa's Enhanced Mask Decoder (He et al. 2021 §3.2, as released): the masked-LM head "
+        "reads the last layer applied again --deberta-emd-layers times, its queries the second-to-last "
+        "layer's output plus a learned absolute position table (--max-positions rows), its keys and values "
+        "that output; needs --rel-pos deberta and --abs-pos none; features (heads, analysis) are unchanged")
+    deberta_emd_layers: int = _flag(
+        2, metavar="N", help="passes of the Enhanced Mask Decoder (--deberta-emd), the last layer's weights "
+        "shared (default 2, as released)")
     shaw_max_distance: int = _flag(64, metavar="K",
                                    help="Shaw relative distances are clipped to [-K, K] (default 64)")
     shaw_keys_only: bool = _flag(False, help="add the Shaw vectors to the keys only, not to the values")
@@ -276,8 +286,8 @@ class PositionConfig:
 
     @property
     def learned_tables(self):
-        """A learned table fixes the longest input."""
-        return self.learned_absolute_table or self.untied_table
+        """A learned table fixes the longest input (the Enhanced Mask Decoder's: of the masked-LM output)."""
+        return self.learned_absolute_table or self.untied_table or self.deberta_emd
 
     @property
     def learned_dense_bias(self):
@@ -369,11 +379,11 @@ class PositionConfig:
     def _deberta_errors(self):
         if not self.deberta:
             changed = [option(flag) for flag in ("deberta_max_distance", "deberta_buckets",
-                                                 "deberta_share_att_key")
+                                                 "deberta_share_att_key", "deberta_emd", "deberta_emd_layers")
                        if getattr(self, flag) != DEFAULTS[flag]]
             return [f"{flag} is an option of DeBERTa; add --rel-pos deberta (got --rel-pos {self.rel_pos})"
                     for flag in changed]
-        errors = []
+        errors = self._enhanced_mask_decoder_errors()
         if self.untied_table:
             errors.append(f"--rel-pos deberta with --untied-pos {self.untied_pos}: DeBERTa's position terms "
                           "depend on the content and are scaled by 1/sqrt(3 d_h), TUPE's untied term is "
@@ -388,6 +398,20 @@ class PositionConfig:
             errors.append(f"--deberta-max-distance ({self.deberta_max_distance}) must be > --deberta-buckets "
                           f"/ 2 + 1 = {buckets // 2 + 1}: the log buckets span the distances from "
                           f"{buckets // 2} to --deberta-max-distance - 1")
+        return errors
+
+    def _enhanced_mask_decoder_errors(self):
+        if not self.deberta_emd:
+            changed = self.deberta_emd_layers != DEFAULTS["deberta_emd_layers"]
+            return ["--deberta-emd-layers is an option of the Enhanced Mask Decoder; add --deberta-emd"] \
+                if changed else []
+        errors = []
+        if self.absolute is not None:
+            errors.append(f"--deberta-emd with --abs-pos {self.abs_pos}: the Enhanced Mask Decoder adds the "
+                          "absolute positions before the masked-LM head, as the released code does only when "
+                          "none enter at the input; use --abs-pos none")
+        if self.deberta_emd_layers < 1:
+            errors.append(f"--deberta-emd-layers must be >= 1, got {self.deberta_emd_layers}")
         return errors
 
     def _rotary_scaling_errors(self):

@@ -6,6 +6,7 @@ from torch import nn
 from .absolute_position import build_absolute_position
 from .attention_kernels import choose_path, sdpa_backends
 from .encoder_layer import PositionalEncoderLayer
+from .enhanced_mask_decoder import build_enhanced_mask_decoder
 from .position_config import PositionConfig
 from .positional_term import SharedPositionalTerm
 
@@ -49,6 +50,7 @@ class PositionalTransformerEncoder(nn.Module):
         layerdrop = args.encoder_layerdrop
         self.layers = LayerDropModuleList(layerdrop, layers) if layerdrop > 0 else nn.ModuleList(layers)
         self.layer_norm = LayerNorm(embed_dim) if args.encoder_normalize_before else None
+        self.enhanced_mask_decoder = build_enhanced_mask_decoder(self.config)
 
     def embed_tokens_checked(self, src_tokens):
         try:
@@ -89,8 +91,13 @@ class PositionalTransformerEncoder(nn.Module):
             )
         return mask
 
-    def forward(self, src_tokens, return_all_hiddens=False, need_attn=False, token_embeddings=None):
-        """Returns (features (B, T, C), inner_states list of (T, B, C) or None, attn list or None)."""
+    def forward(self, src_tokens, return_all_hiddens=False, need_attn=False, token_embeddings=None,
+                masked_lm=False):
+        """Returns (features (B, T, C), inner_states list of (T, B, C) or None, attn list or None).
+
+        ``masked_lm``: the features are those of the masked-LM head, with ``--deberta-emd`` the Enhanced Mask
+        Decoder's query stream (:mod:`.enhanced_mask_decoder`); inner_states and attn are the layers' own.
+        """
         padding_mask = self.padding_mask(src_tokens)
         x = self.embed(src_tokens, token_embeddings)
         if padding_mask is not None:
@@ -102,14 +109,23 @@ class PositionalTransformerEncoder(nn.Module):
                                           backends=backends)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
+        decoder = self.enhanced_mask_decoder if masked_lm else None
+        before_last = None
         for layer in self.layers:
+            if decoder is not None and layer is self.layers[-1]:
+                before_last = x
             x, attn = layer(x, term, need_weights=need_attn)
             if return_all_hiddens:
                 inner_states.append(x.transpose(0, 1))
             if need_attn:
                 attentions.append(attn)
+        decoded = None
+        if decoder is not None:
+            # H enters the last layer; with LayerDrop skipping it, H is the output of the layers that ran
+            decoded = decoder(self.layers[-1], x if before_last is None else before_last, term)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
             if return_all_hiddens:
                 inner_states[-1] = x.transpose(0, 1)
-        return x, inner_states, attentions
+            decoded = None if decoded is None else self.layer_norm(decoded)
+        return x if decoded is None else decoded, inner_states, attentions
