@@ -6,7 +6,8 @@ model's parameters and loops over heads, computing each logit term of TUPE Eq. 3
 Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 2021 Eq. 4 pair by pair,
 the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair, RoPE's rotation as 2x2 blocks (its angles
 scaled for longer inputs as --rotary-scaling says) and DeBERTa's content-to-position and position-to-content
-terms (He et al. 2021 Eq. 3-4) pair by pair.
+terms (He et al. 2021 Eq. 3-4) pair by pair, with the passes of its Enhanced Mask Decoder (§3.2) before the
+masked-LM head.
 """
 
 import math
@@ -274,8 +275,9 @@ def content_free_correlation(encoder, seq_len, head):
     return v if used else None
 
 
-def attention_layer(encoder, layer, x, padding_mask):
-    """One layer's multi-head attention output for x (B, T, C), head by head."""
+def attention_layer(encoder, layer, x, padding_mask, query=None):
+    """One layer's multi-head attention output for x (B, T, C), head by head; with ``query`` (B, T, C) the
+    queries are read from it, the keys and values from x (DeBERTa's Enhanced Mask Decoder)."""
     attn = layer.self_attn
     batch, seq_len, embed_dim = x.shape
     head_dim = attn.head_dim
@@ -284,7 +286,7 @@ def attention_layer(encoder, layer, x, padding_mask):
     heads = []
     for h in range(attn.num_heads):
         rows = slice(h * head_dim, (h + 1) * head_dim)
-        q = x @ w[:embed_dim][rows].t() + b[:embed_dim][rows]
+        q = (x if query is None else query) @ w[:embed_dim][rows].t() + b[:embed_dim][rows]
         k = x @ w[embed_dim : 2 * embed_dim][rows].t() + b[embed_dim : 2 * embed_dim][rows]
         v = x @ w[2 * embed_dim :][rows].t() + b[2 * embed_dim :][rows]
         if encoder.config.rotary_applies:
@@ -332,26 +334,71 @@ def attention_layer(encoder, layer, x, padding_mask):
     return out @ attn.out_proj.weight.t() + attn.out_proj.bias
 
 
-def encoder_features(encoder, src_tokens):
-    """The encoder's final hidden states (B, T, C) with dropout off (TUPE Eq. 3 input)."""
+def embedded(encoder, src_tokens):
+    """The input of the first layer (B, T, C): word embeddings (+ absolute positions), padding zeroed."""
     padding_mask = src_tokens.eq(encoder.padding_idx)
     x = encoder.embed_tokens.weight[src_tokens]
     if encoder.embed_positions is not None:
         x = x + torch.stack([absolute_position(encoder, t) for t in range(src_tokens.size(1))])
     if encoder.layernorm_embedding is not None:
         x = layer_norm(x, encoder.layernorm_embedding)
-    x = x * (~padding_mask).unsqueeze(-1).float()
+    return x * (~padding_mask).unsqueeze(-1).float()
+
+
+def encoder_layer(encoder, layer, x, padding_mask, query=None):
+    """One post-LN (or pre-LN) layer; with ``query`` its attention reads queries from ``query`` and keys and
+    values from x, and the residual stream is the query's."""
+    pre = layer.normalize_before
+    stream = x if query is None else query
+    keys = layer_norm(x, layer.self_attn_layer_norm) if pre else x
+    queries = layer_norm(stream, layer.self_attn_layer_norm) if pre else stream
+    out = stream + attention_layer(encoder, layer, keys, padding_mask, None if query is None else queries)
+    if not pre:
+        out = layer_norm(out, layer.self_attn_layer_norm)
+    h = layer_norm(out, layer.final_layer_norm) if pre else out
+    h = F.gelu(h @ layer.fc1.weight.t() + layer.fc1.bias) @ layer.fc2.weight.t() + layer.fc2.bias
+    out = out + h
+    if not pre:
+        out = layer_norm(out, layer.final_layer_norm)
+    return out
+
+
+def encoder_features(encoder, src_tokens):
+    """The encoder's final hidden states (B, T, C) with dropout off (TUPE Eq. 3 input)."""
+    padding_mask = src_tokens.eq(encoder.padding_idx)
+    x = embedded(encoder, src_tokens)
     for layer in encoder.layers:
-        pre = layer.normalize_before
-        h = layer_norm(x, layer.self_attn_layer_norm) if pre else x
-        x = x + attention_layer(encoder, layer, h, padding_mask)
-        if not pre:
-            x = layer_norm(x, layer.self_attn_layer_norm)
-        h = layer_norm(x, layer.final_layer_norm) if pre else x
-        h = F.gelu(h @ layer.fc1.weight.t() + layer.fc1.bias) @ layer.fc2.weight.t() + layer.fc2.bias
-        x = x + h
-        if not pre:
-            x = layer_norm(x, layer.final_layer_norm)
+        x = encoder_layer(encoder, layer, x, padding_mask)
     if encoder.layer_norm is not None:
         x = layer_norm(x, encoder.layer_norm)
     return x
+
+
+def enhanced_mask_decoder_features(encoder, src_tokens):
+    """DeBERTa's Enhanced Mask Decoder (He et al. 2021 §3.2, as the released masked-LM head builds it): H, the
+    output of the second-to-last layer; Q_0 = H + P with P_t the learned absolute embedding of position t;
+    Q_{s+1} = the last layer with queries from Q_s, keys and values from H, --deberta-emd-layers times."""
+    padding_mask = src_tokens.eq(encoder.padding_idx)
+    hidden = embedded(encoder, src_tokens)
+    for layer in encoder.layers[:-1]:
+        hidden = encoder_layer(encoder, layer, hidden, padding_mask)
+    table = encoder.enhanced_mask_decoder.embed_positions.weight
+    query = hidden + torch.stack([table[t] for t in range(src_tokens.size(1))])
+    for _ in range(encoder.config.deberta_emd_layers):
+        query = encoder_layer(encoder, encoder.layers[-1], hidden, padding_mask, query)
+    if encoder.layer_norm is not None:
+        query = layer_norm(query, encoder.layer_norm)
+    return query
+
+
+def masked_lm_logits(model, src_tokens):
+    """RoBERTa's LM head (dense, GELU, LayerNorm, the tied word embeddings and a bias) on the features the
+    head reads: the Enhanced Mask Decoder's with --deberta-emd, the encoder's otherwise."""
+    encoder = model.encoder.sentence_encoder
+    if encoder.config.deberta_emd:
+        x = enhanced_mask_decoder_features(encoder, src_tokens)
+    else:
+        x = encoder_features(encoder, src_tokens)
+    head = model.encoder.lm_head
+    x = layer_norm(F.gelu(x @ head.dense.weight.t() + head.dense.bias), head.layer_norm)
+    return x @ head.weight.t() + head.bias

@@ -22,6 +22,13 @@ from tupe_plugin.modules.position_config import PositionConfig, PositionFlagErro
     ("bert_rpe", dict(deberta_share_att_key=True),
      "--deberta-share-att-key is an option of DeBERTa; add --rel-pos deberta \\(got --rel-pos shaw-learned"),
     ("bert_r", dict(deberta_buckets=256), "--deberta-buckets is an option of DeBERTa; .*--rel-pos t5"),
+    ("bert_r", dict(deberta_emd=True),
+     "--deberta-emd is an option of DeBERTa; add --rel-pos deberta \\(got --rel-pos t5"),
+    ("deberta", dict(abs_pos="learned", deberta_emd=True),
+     "--deberta-emd with --abs-pos learned: .*--abs-pos none"),
+    ("deberta", dict(deberta_emd_layers=3),
+     "--deberta-emd-layers is an option of the Enhanced Mask Decoder; add --deberta-emd"),
+    ("deberta_emd", dict(deberta_emd_layers=0), "--deberta-emd-layers must be >= 1, got 0"),
 ])
 def test_deberta_refuses_combinations_it_does_not_define(preset, flags, message, dictionary):
     with pytest.raises(PositionFlagError, match=message):
