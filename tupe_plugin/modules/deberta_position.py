@@ -21,7 +21,8 @@ authors' released code (and Hugging Face's port) gathers the same row delta(i, j
 The terms depend on the content, as Shaw keys do: each layer multiplies q (and k) by the rows of the
 table this length reaches and gathers (T, T) entries, never a (T, T, d) tensor. The table and the
 (T, T) index are handed over in the forward's positional term; the layer adds its terms to the mask.
-No absolute position enters the model (the Enhanced Mask Decoder, §3.2, is not built).
+No absolute position enters the encoder; with ``--deberta-emd`` the Enhanced Mask Decoder (§3.2) adds them
+before the masked-LM head (:mod:`.enhanced_mask_decoder`).
 """
 
 import math
