@@ -18,7 +18,8 @@ class PositionalTransformerEncoder(nn.Module):
     RoBERTa does. ``--encoder-layerdrop p`` skips each layer with probability p in training
     (LayerDrop: Fan, Grave, Joulin, "Reducing Transformer Depth on Demand with Structured Dropout",
     arXiv 1909.11556); evaluation runs every layer, and the shared term is built once per forward
-    either way. The attention dropout in effect is decided here, once, with the attention path.
+    either way. The attention dropout in effect is decided here, once, with the attention path. With
+    ``--deberta-emd`` the masked-LM features are the Enhanced Mask Decoder's (:mod:`.enhanced_mask_decoder`).
     """
 
     def __init__(self, args, embed_tokens):
@@ -119,13 +120,13 @@ class PositionalTransformerEncoder(nn.Module):
                 inner_states.append(x.transpose(0, 1))
             if need_attn:
                 attentions.append(attn)
-        decoded = None
-        if decoder is not None:
-            # H enters the last layer; with LayerDrop skipping it, H is the output of the layers that ran
-            decoded = decoder(self.layers[-1], x if before_last is None else before_last, term)
+        # H enters the last layer; with LayerDrop skipping it, H is the output of the layers that ran
+        hidden = x if before_last is None else before_last
         if self.layer_norm is not None:
             x = self.layer_norm(x)
             if return_all_hiddens:
                 inner_states[-1] = x.transpose(0, 1)
-            decoded = None if decoded is None else self.layer_norm(decoded)
-        return x if decoded is None else decoded, inner_states, attentions
+        if decoder is not None:
+            x = decoder(self.layers[-1], hidden, term)
+            x = x if self.layer_norm is None else self.layer_norm(x)
+        return x, inner_states, attentions
