@@ -27,6 +27,9 @@ KNOWN_WARNINGS = (
      "fairseq's train_step enters torch.cuda.amp.autocast(enabled=False) unless --amp: a no-op"),
     (FutureWarning, r"`torch\.cuda\.amp\.GradScaler\(args\.\.\.\)` is deprecated",
      "fairseq's --amp optimizer builds the old name of torch.amp.GradScaler('cuda'), the same class"),
+    (FutureWarning, r"Using (a )?non-full backward hook",
+     "fairseq's NanDetector (after a NaN loss, or --detect-anomaly) hooks every module with the old "
+     "register_backward_hook; it only reads the gradients it is given to name the first non-finite one"),
 )
 
 
