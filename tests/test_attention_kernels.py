@@ -1,9 +1,11 @@
-"""BiasedFlashAttention against softmax(scale q k^T + mask) v written out, forward and gradients."""
+"""BiasedFlashAttention and ChunkedAttention against softmax(scale q k^T + mask) v written out (with
+dropout: the probabilities times the keep-mask over the keep probability), forward and gradients."""
 
 import pytest
 import torch
 from tupe_plugin.modules import attention_kernels
-from tupe_plugin.modules.attention_kernels import BiasedFlashAttention
+from tupe_plugin.modules.attention_dropout import keep_mask, keep_probability
+from tupe_plugin.modules.attention_kernels import BiasedFlashAttention, ChunkedAttention
 
 BATCH, HEADS, LENGTH, HEAD_DIM = 3, 2, 6, 8
 SCALE = 0.3
@@ -75,3 +77,102 @@ def test_padded_keys_get_no_attention_and_no_gradient():
     out.sum().backward()
     last_row = BATCH - 1
     assert torch.all(v.grad[last_row, :, LENGTH - last_row:] == 0)
+
+
+DROPOUT = 0.3
+
+
+def _plain_dropped(q, k, v, mask, keep):
+    """softmax(scale q k^T + mask), times the keep-mask over the keep probability, times v; ``mask``
+    additive or boolean (True = attend) or None."""
+    logits = torch.matmul(q, k.transpose(-1, -2)) * SCALE
+    if mask is not None and mask.dtype == torch.bool:
+        logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+    elif mask is not None:
+        logits = logits + mask
+    probs = torch.softmax(logits, -1)
+    return torch.matmul(probs * keep / keep_probability(DROPOUT), v)
+
+
+def _key_padding():
+    """(B, 1, 1, T), True = attend: row b keeps its first LENGTH - b keys."""
+    return (torch.arange(LENGTH)[None, :] < LENGTH - torch.arange(BATCH)[:, None])[:, None, None, :]
+
+
+MASKS = {
+    "no_mask": lambda: None,
+    "key_padding": _key_padding,
+    "shared_learned_bias": lambda: _padded(torch.randn(1, HEADS, LENGTH, LENGTH, dtype=torch.float64))[:1],
+    "per_row_learned_mask": lambda: _padded(torch.randn(1, HEADS, LENGTH, LENGTH, dtype=torch.float64)),
+}
+
+
+@pytest.mark.parametrize("mask_kind", sorted(MASKS))
+@pytest.mark.parametrize("chunk_heads", [1, HEADS, BATCH * HEADS])
+def test_chunked_attention_with_dropout_equals_the_dropped_formula(mask_kind, chunk_heads, monkeypatch):
+    monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", chunk_heads * LENGTH * LENGTH)
+    torch.manual_seed(0)
+    q, k, v, _ = _inputs(1)
+    mask = MASKS[mask_kind]()
+    grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    learned = mask is not None and mask.dtype != torch.bool
+    inputs = (q, k, v, mask) if learned else (q, k, v)
+
+    torch.manual_seed(7)
+    keep = keep_mask((BATCH, HEADS, LENGTH, LENGTH), DROPOUT, "cpu")
+    expected, expected_grads = _value_and_grads(
+        lambda q, k, v, m=mask: _plain_dropped(q, k, v, m, keep), inputs, grad_out)
+    torch.manual_seed(7)  # the kernel draws one keep-mask of the whole (B, H, T, T)
+    got, got_grads = _value_and_grads(
+        lambda q, k, v, m=mask: ChunkedAttention.apply(q, k, v, m, SCALE, DROPOUT), inputs, grad_out)
+
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+    for name, g, e in zip("qkvm", got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)
+
+
+def test_chunked_attention_without_dropout_is_the_plain_formula():
+    q, k, v, bias = _inputs(1)
+    grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    expected, expected_grads = _value_and_grads(lambda *t: _plain(*t[:3], _padded(t[3])), (q, k, v, bias),
+                                                grad_out)
+    got, got_grads = _value_and_grads(lambda *t: ChunkedAttention.apply(*t[:3], _padded(t[3]), SCALE, 0.0),
+                                      (q, k, v, bias), grad_out)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+    for g, e in zip(got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10)
+
+
+def test_chunked_attention_draws_what_dropout_keeps_and_scales_the_kept_probabilities():
+    """With v the identity, each output row is that row's dropped probabilities: zero where the
+    keep-mask drops, the probability over the keep probability elsewhere."""
+    torch.manual_seed(1)
+    q, k = (torch.randn(1, 1, 64, 8) for _ in range(2))
+    v = torch.eye(64).expand(1, 1, 64, 64)
+    out = ChunkedAttention.apply(q, k, v, None, SCALE, 0.5)
+    probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * SCALE, -1)
+    dropped = out == 0
+    assert 0.4 < dropped.float().mean().item() < 0.6
+    torch.testing.assert_close(out[~dropped], probs[~dropped] / keep_probability(0.5))
+
+
+def test_chunked_attention_computes_in_float32_and_answers_in_the_inputs_dtype():
+    torch.manual_seed(2)
+    q, k, v, bias = (t.float() for t in _inputs(1))
+    bias = bias.requires_grad_()
+    low = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(3)
+    out = ChunkedAttention.apply(*low, bias, SCALE, DROPOUT)
+    out.float().sum().backward()
+    torch.manual_seed(3)
+    reference = ChunkedAttention.apply(*(t.bfloat16().float() for t in (q, k, v)), bias.detach(), SCALE, DROPOUT)
+    assert out.dtype == torch.bfloat16 and all(t.grad.dtype == torch.bfloat16 for t in low)
+    assert bias.grad.dtype == torch.float32
+    torch.testing.assert_close(out.float(), reference, atol=1e-2, rtol=1e-2)
+
+
+def test_a_fixed_mask_gets_no_gradient():
+    q, k, v, bias = (t.float() for t in _inputs(1))
+    q.requires_grad_()
+    ChunkedAttention.apply(q, k, v, _padded(bias), SCALE, DROPOUT).sum().backward()
+    assert q.grad is not None and bias.grad is None

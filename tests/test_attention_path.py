@@ -3,8 +3,8 @@ path wants it, and every layer runs the path it was given."""
 
 import pytest
 import torch
-from conftest import build_model, random_tokens
-from tupe_plugin.modules import attention_kernels
+from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
+from tupe_plugin.modules import attention_kernels, positional_encoder
 from tupe_plugin.modules.attention_kernels import AttentionPath, choose_path, fold_untied_term
 from tupe_plugin.modules.position_config import PositionConfig
 
@@ -19,10 +19,10 @@ LONG = 3 * TUPE_R.head_dim  # longer than twice the head dimension
 
 @pytest.mark.parametrize("config, device, dropout, need_weights, expected", [
     (TUPE_A, "cpu", 0.0, False, AttentionPath.SDPA),
-    (TUPE_A, "cpu", 0.1, False, AttentionPath.EXPLICIT),
+    (TUPE_A, "cpu", 0.1, False, AttentionPath.CHUNKED),
     (TUPE_A, "cpu", 0.0, True, AttentionPath.EXPLICIT),
     (TUPE_R, "cpu", 0.0, False, AttentionPath.BIASED_FLASH),
-    (TUPE_R, "cpu", 0.1, False, AttentionPath.EXPLICIT),
+    (TUPE_R, "cpu", 0.1, False, AttentionPath.CHUNKED),
     (TUPE_R, "cuda", 0.1, False, AttentionPath.SDPA),
     (TUPE_A, "cuda", 0.0, True, AttentionPath.EXPLICIT),
     (SHAW_VALUES, "cuda", 0.0, False, AttentionPath.EXPLICIT),
@@ -47,9 +47,9 @@ def test_a_learned_bias_without_gradients_keeps_the_plain_fused_kernel():
 
 
 @pytest.mark.parametrize("path", list(AttentionPath))
-def test_the_untied_term_is_folded_on_the_explicit_path_and_beside_a_t5_bias(path):
+def test_the_untied_term_is_folded_on_the_explicit_and_chunked_paths_and_beside_a_t5_bias(path):
     assert fold_untied_term(path, TUPE_R)
-    assert fold_untied_term(path, TUPE_A) == (path is AttentionPath.EXPLICIT)
+    assert fold_untied_term(path, TUPE_A) == (path in (AttentionPath.EXPLICIT, AttentionPath.CHUNKED))
 
 
 def _head_widths_on_explicit_path(model, dictionary, monkeypatch, **forward_kwargs):
@@ -139,3 +139,24 @@ def test_attention_backend_flag_reaches_every_layers_sdpa_call(dictionary, monke
         model(random_tokens(dictionary, [20, 15]), features_only=True)
     assert len(calls) == 2 and all(backends == (torch.nn.attention.SDPBackend.MATH,)
                                    for _, _, backends in calls)
+
+
+@pytest.mark.parametrize("preset, overrides", [("bert_a", {}), ("tupe_a", {}), ("tupe_r", {}),
+                                               ("bert_alibi", {}), ("bert_rope", {}),
+                                               ("bert_rpe", {"shaw_keys_only": True}), ("deberta", {})])
+def test_training_with_attention_dropout_runs_the_chunked_path_as_the_explicit_one(
+        preset, overrides, dictionary, monkeypatch):
+    """Both paths draw one keep-mask of (B, H, T, T) a layer from the same generator: with the same seed
+    the chunked kernel gives the explicit path's function and gradients."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_dropout=0.3, **overrides)
+    tokens = random_tokens(dictionary, [7, 5, 3])
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
+    paths = []
+    recorded = positional_encoder.choose_path
+    monkeypatch.setattr(positional_encoder, "choose_path", lambda *a: paths.append(recorded(*a)) or paths[-1])
+    chunked, chunked_grads = features_and_grads(model, tokens, weights, seed=3)
+    assert paths == [AttentionPath.CHUNKED]
+    monkeypatch.setattr(positional_encoder, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    explicit, explicit_grads = features_and_grads(model, tokens, weights, seed=3)
+    torch.testing.assert_close(chunked, explicit, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(chunked_grads, explicit_grads)

@@ -7,31 +7,38 @@ to every layer, and :func:`attend` runs what it is given:
 
 * ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
   always, on CPU when there is no dropout and no mask that needs a gradient;
+* ``CHUNKED``: :class:`ChunkedAttention` — on CPU with attention dropout, where SDPA has no fused
+  kernel and its math fallback is slower still: matmul-softmax-dropout-matmul one cache-sized chunk
+  of heads of one batch row at a time, the mask (a learned bias included) added inside the logits'
+  product, the probabilities and the keep-mask kept for an exact backward that reduces the bias
+  gradient in the same chunk;
 * ``BIASED_FLASH``: :class:`BiasedFlashAttention` — on CPU, no dropout, a learned dense bias (the
   T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
   Pre-training", arXiv 2006.15595; Shaw key terms) and sequences longer than ``2 d_h``: SDPA would drop
   to its slow math path for a grad-requiring mask, so the flash kernel runs the forward with the
   mask as a constant and an exact backward follows, keeping no (B, H, T, T) tensor;
-* ``EXPLICIT``: matmul-softmax-matmul — where the probabilities are needed (``need_weights``,
-  Shaw value vectors), on CPU with attention dropout, where SDPA has no fused kernel and its
-  math fallback is slower than the explicit path, and on CPU for a learned dense bias without
-  dropout when ``T <= 2 d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
+* ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
+  (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
+  ``T <= 2 d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
   B H T^2 numbers a layer, are at most twice the layer's hidden states (B T H d_h): the memory bound
-  of the choice. Both comparisons are measured in docs/benchmarks.md
+  of the choice. The comparisons are measured in docs/benchmarks.md
   (``benchmarks/benchmark_attention.py``).
 
 :func:`fold_untied_term` is the matching decision for TUPE's untied term (see
 :mod:`positional_term`): multiplied out into the dense bias on the explicit path and where a dense
 T5 bias is added anyway, kept factored (widened heads) otherwise.
 
-BiasedFlashAttention computes ``softmax(scale * q k^T + mask) v`` where ``mask`` (1 or B, H, T, T)
-requires grad: the forward runs the CPU flash kernel with the mask as a constant and keeps only
-its output; the backward recomputes, a few heads of one batch row at a time, the probabilities
-``P = softmax(scale * q k^T + mask)`` (one ``baddbmm`` and one softmax, both over a chunk that stays
-in cache) and the softmax gradient ``dS = P * (dO v^T - rowsum(dO * O))``, from which come
-dq = scale dS k, dk = scale (q^T dS)^T, dv = (dO^T P)^T and the mask gradient dS (summed over the batch
-when the mask is shared). At most ``CHUNK_LOGITS`` logits live at a time, and the forward keeps no
-(B, H, T, T) activations.
+Both autograd functions compute ``softmax(scale * q k^T + mask) v`` (with dropout: the probabilities
+times a keep-mask over the keep probability) and share one backward over chunks of heads of one batch
+row (:func:`_chunk_gradients`): from the probabilities ``P`` of the chunk and the softmax gradient
+``dS = P * (dP - rowsum(dO * O))``, where ``dP = dO v^T`` (times the keep-mask over the keep
+probability with dropout), come dq = scale dS k, dk = scale (q^T dS)^T, dv = (dO^T P~)^T with ``P~``
+the dropped probabilities, and the mask gradient dS (summed over the batch when the mask is shared).
+:class:`BiasedFlashAttention` runs the CPU flash kernel forward with the mask as a constant and
+recomputes ``P`` in the backward (one ``baddbmm`` and one softmax per chunk), keeping no (B, H, T, T)
+activation; :class:`ChunkedAttention` keeps ``P`` (and the keep-mask, one byte an element) from its
+forward. At most ``CHUNK_LOGITS`` logits live at a time; heads are the outer loop, so that a shared
+bias chunk and its gradient stay in cache while every batch row reads and adds to them.
 """
 
 import contextlib
@@ -51,6 +58,70 @@ CHUNK_LOGITS = 2**18
 EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 2
 
 
+def _chunks(batch, heads, seq_len):
+    """(batch row, slice of heads) of every chunk, heads outer (see the module docstring)."""
+    group = min(heads, max(1, CHUNK_LOGITS // (seq_len * seq_len)))
+    for start in range(0, heads, group):
+        for b in range(batch):
+            yield b, slice(start, start + group)
+
+
+def _chunk_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index):
+    """The gradients of one chunk (``index`` = (b, heads)) written into ``grads`` = (dq, dk^T, dv^T);
+    ``grad_out`` already divided by the keep probability when ``keep`` is given. Returns dS (the
+    unscaled logits' gradient, also the mask's)."""
+    q, k, v, grad_out = q[index], k[index], v[index], grad_out[index]
+    if keep is None:
+        grad_logits = torch.baddbmm(minus_delta[index], grad_out, v.transpose(-1, -2))
+        dropped = probs
+    else:
+        grad_logits = torch.bmm(grad_out, v.transpose(-1, -2)).mul_(keep).add_(minus_delta[index])
+        dropped = probs * keep
+    grad_logits.mul_(probs)
+    grad_q, grad_k_t, grad_v_t = grads
+    # dk and dv are computed transposed (q^T dS, dO^T P): a plain-layout product, faster than
+    # (dS^T q) on this CPU's GEMM; their transposed views are the gradients
+    torch.bmm(grad_logits, k, out=grad_q[index])
+    torch.bmm(q.transpose(-1, -2), grad_logits, out=grad_k_t[index])
+    torch.bmm(grad_out.transpose(-1, -2), dropped, out=grad_v_t[index])
+    return grad_logits
+
+
+def _backward(q, k, v, out, grad_out, scale, mask_shape, probs_of, keep=None, keep_prob=1.0):
+    """dq, dk, dv and the mask's gradient (None when ``mask_shape`` is None) by chunks; ``probs_of(index)``
+    gives the probabilities of a chunk, ``keep`` (B, H, T, T) the dropout keep-mask."""
+    grad_out = grad_out.contiguous()
+    batch, heads, seq_len, head_dim = q.shape
+    minus_delta = (grad_out * out).sum(-1, keepdim=True).neg_()
+    if keep is not None:
+        grad_out = grad_out * (1.0 / keep_prob)
+    grads = (torch.empty_like(q), q.new_empty(batch, heads, head_dim, seq_len),
+             v.new_empty(batch, heads, v.size(-1), seq_len))
+    shared = mask_shape is not None and mask_shape[0] == 1
+    grad_mask = None if mask_shape is None else q.new_zeros(mask_shape) if shared else q.new_empty(mask_shape)
+    for b, h in _chunks(batch, heads, seq_len):
+        index = (b, h)
+        grad_logits = _chunk_gradients(q, k, v, grad_out, minus_delta, probs_of(index),
+                                       None if keep is None else keep[index], grads, index)
+        if shared:
+            grad_mask[0, h] += grad_logits
+        elif grad_mask is not None:
+            grad_mask[index] = grad_logits
+    grad_q, grad_k_t, grad_v_t = grads
+    return grad_q.mul_(scale), grad_k_t.mul_(scale).transpose(-1, -2), grad_v_t.transpose(-1, -2), grad_mask
+
+
+def _chunk_logits(q, k, mask, scale, index):
+    """scale * q k^T + mask of one chunk: a float mask is the product's accumulator (no pass of its
+    own), a boolean keep-mask (B, 1, 1, T) fills the dropped keys."""
+    b, h = index
+    k_t = k[index].transpose(-1, -2)
+    if mask is None or mask.dtype == torch.bool:
+        logits = torch.baddbmm(q.new_empty(()), q[index], k_t, beta=0, alpha=scale)
+        return logits if mask is None else logits.masked_fill_(~mask[b], torch.finfo(logits.dtype).min)
+    return torch.baddbmm(mask[0 if mask.size(0) == 1 else b, h], q[index], k_t, alpha=scale)
+
+
 class BiasedFlashAttention(torch.autograd.Function):
     """Dropout-free attention whose additive ``mask`` needs a gradient (CPU flash kernel forward)."""
 
@@ -66,39 +137,54 @@ class BiasedFlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, mask, out = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        batch, heads, seq_len, head_dim = q.shape
-        grad_q = torch.empty_like(q)
-        # dk and dv are computed transposed (q^T dS, dO^T P): a plain-layout product, faster than
-        # (dS^T q) on this CPU's GEMM; their transposed views are the gradients
-        grad_k_t, grad_v_t = (q.new_empty(batch, heads, head_dim, seq_len) for _ in range(2))
-        shared = mask.size(0) == 1
-        grad_mask = torch.zeros_like(mask) if shared else torch.empty_like(mask)
-        minus_delta = (grad_out * out).sum(-1, keepdim=True).neg_()
         logits_mask = mask.to(q.dtype)
-        group = min(heads, max(1, CHUNK_LOGITS // (seq_len * seq_len)))
-        for b in range(batch):
-            for start in range(0, heads, group):
-                h = slice(start, start + group)
-                q_bh, k_bh, v_bh, grad_out_bh = q[b, h], k[b, h], v[b, h], grad_out[b, h]
-                logits = torch.baddbmm(logits_mask[0 if shared else b, h], q_bh, k_bh.transpose(-1, -2),
-                                       alpha=ctx.scale)
-                probs = torch.softmax(logits, dim=-1)
-                grad_logits = torch.baddbmm(minus_delta[b, h], grad_out_bh, v_bh.transpose(-1, -2))
-                grad_logits.mul_(probs)
-                if shared:
-                    grad_mask[0, h] += grad_logits
-                else:
-                    grad_mask[b, h] = grad_logits
-                torch.bmm(grad_logits, k_bh, out=grad_q[b, h])
-                torch.bmm(q_bh.transpose(-1, -2), grad_logits, out=grad_k_t[b, h])
-                torch.bmm(grad_out_bh.transpose(-1, -2), probs, out=grad_v_t[b, h])
-        grad_k = grad_k_t.mul_(ctx.scale).transpose(-1, -2)
-        return grad_q.mul_(ctx.scale), grad_k, grad_v_t.transpose(-1, -2), grad_mask, None
+
+        def probs_of(index):
+            return torch.softmax(_chunk_logits(q, k, logits_mask, ctx.scale, index), dim=-1)
+
+        return *_backward(q, k, v, out, grad_out, ctx.scale, mask.shape, probs_of), None
+
+
+class ChunkedAttention(torch.autograd.Function):
+    """Attention with dropout (and an optional mask, boolean or additive, learned or not) on CPU, by
+    chunks; the arithmetic is float32 whatever the inputs' dtype, the output in q's."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, dropout):
+        dtype = q.dtype
+        q, k, v = (t.to(torch.promote_types(dtype, torch.float32)) for t in (q, k, v))
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.detach().to(q.dtype)
+        batch, heads, seq_len, _ = q.shape
+        probs = q.new_empty(batch, heads, seq_len, seq_len)
+        keep = keep_mask(probs.shape, dropout, q.device) if dropout > 0 else None
+        out = v.new_empty(batch, heads, seq_len, v.size(-1))
+        for index in _chunks(batch, heads, seq_len):
+            chunk = torch.ops.aten._softmax.out(_chunk_logits(q, k, mask, scale, index), -1, False,
+                                                out=probs[index])
+            torch.bmm(chunk if keep is None else chunk * keep[index], v[index], out=out[index])
+        keep_prob = keep_probability(dropout, q.device.type)
+        if keep is not None:
+            out.mul_(1.0 / keep_prob)
+        ctx.save_for_backward(q, k, v, probs, keep, out)
+        ctx.scale, ctx.keep_prob, ctx.dtype = scale, keep_prob, dtype
+        ctx.mask_shape = mask.shape if ctx.needs_input_grad[3] else None
+        ctx.mask_dtype = None if mask is None else mask.dtype
+        return out.to(dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, probs, keep, out = ctx.saved_tensors
+        grad_q, grad_k, grad_v, grad_mask = _backward(
+            q, k, v, out, grad_out.to(q.dtype), ctx.scale, ctx.mask_shape, probs.__getitem__, keep, ctx.keep_prob
+        )
+        grad_mask = None if grad_mask is None else grad_mask.to(ctx.mask_dtype)
+        return grad_q.to(ctx.dtype), grad_k.to(ctx.dtype), grad_v.to(ctx.dtype), grad_mask, None, None
 
 
 class AttentionPath(enum.Enum):
     SDPA = "sdpa"
+    CHUNKED = "chunked"
     BIASED_FLASH = "biased-flash"
     EXPLICIT = "explicit"
 
@@ -110,8 +196,10 @@ def choose_path(device, dropout, need_weights, config, seq_len):
     :class:`~.position_config.PositionConfig`, ``seq_len`` the length T of the batch.
     """
     on_cpu = torch.device(device).type == "cpu"
-    if need_weights or config.shaw_values or (on_cpu and dropout > 0):
+    if need_weights or config.shaw_values:
         return AttentionPath.EXPLICIT
+    if on_cpu and dropout > 0:
+        return AttentionPath.CHUNKED
     if on_cpu and config.learned_dense_bias and torch.is_grad_enabled():
         if seq_len <= EXPLICIT_MAX_LENGTH_PER_HEAD_DIM * config.head_dim:
             return AttentionPath.EXPLICIT
@@ -148,9 +236,10 @@ def sdpa_mask(mask, dtype):
 
 def fold_untied_term(path, config):
     """Whether TUPE's untied term is multiplied out into the dense bias for ``path``: always on the
-    explicit path (its matmuls would otherwise run on heads of 2 d_h + 2), and wherever the T5 bias
-    is added in every layer anyway (the untied product joins it for free)."""
-    return path is AttentionPath.EXPLICIT or config.t5_bias
+    explicit and chunked paths, which add a bias inside the logits' product at no cost (their matmuls
+    would otherwise run on heads of 2 d_h + 2), and wherever the T5 bias is added in every layer anyway
+    (the untied product joins it for free)."""
+    return path in (AttentionPath.EXPLICIT, AttentionPath.CHUNKED) or config.t5_bias
 
 
 def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None):
@@ -167,6 +256,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
         raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
     if path is AttentionPath.BIASED_FLASH:
         return BiasedFlashAttention.apply(q, k, v, mask, scale), None
+    if path is AttentionPath.CHUNKED:
+        return ChunkedAttention.apply(q, k, v, mask, scale, dropout), None
     with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask(mask, q.dtype), dropout_p=dropout,
                                              scale=scale)
