@@ -3,13 +3,17 @@
 
 For each sequence length, one layer's attention (forward and backward, a learned (1, H, T, T) bias
 as TUPE-R's T5 term) runs on each CPU path of ``tupe_plugin.modules.attention_kernels``:
-``biased-flash`` (flash forward, recomputing backward) and ``explicit`` (matmul-softmax-matmul,
-keeping the probabilities), beside ``sdpa`` without a bias (what BERT-A runs: the floor). Paths
-alternate within every round; each figure is the median over rounds with the spread (min-max),
-as CPU time of this process (robust to other processes on a shared machine) and as wall time.
-The memory column is what a path keeps between forward and backward beyond q, k, v and the output.
+``biased-flash`` (flash forward, recomputing backward), ``explicit`` (matmul-softmax-matmul over
+whole tensors, keeping the probabilities) and ``chunked`` (the same by cache-sized chunks), beside
+``sdpa`` without a bias (what BERT-A runs: the floor). With ``--attention-dropout P`` the paths that
+take dropout on CPU run: ``explicit`` and ``chunked`` with the bias, beside ``chunked-no-bias``
+(BERT-A's call then: the floor). Paths alternate within every round; each figure is the median over
+rounds with the spread (min-max), as CPU time of this process (robust to other processes on a shared
+machine) and as wall time; "/ floor" is the median of the ratios paired within each round. The memory
+column is what a path keeps between forward and backward beyond q, k, v and the output.
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
+    python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
 """
 
 import argparse
@@ -23,9 +27,11 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmarks import paired  # noqa: E402
 from tupe_plugin.modules.attention_kernels import AttentionPath, attend  # noqa: E402
 
-PATHS = ("sdpa", "biased-flash", "explicit")
+PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
+DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
 
 
 def parse_args(argv=None):
@@ -38,11 +44,15 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--calls", type=int, default=3, help="timed forward+backward calls per path per round")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--attention-dropout", type=float, default=0.0, metavar="P",
+                        help=f"above 0: time {', '.join(DROPOUT_PATHS)} with this dropout")
     parser.add_argument("--json", default="benchmark_attention.json", help="where to write the results")
     args = parser.parse_args(argv)
     for name in ("tokens", "heads", "head_dim", "rounds", "calls", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0 <= args.attention_dropout < 1:
+        parser.error(f"--attention-dropout must lie in [0, 1), got {args.attention_dropout}")
     too_long = [t for t in args.seq_lens if t < 1 or t > args.tokens]
     if too_long:
         parser.error(f"--seq-lens {too_long} must lie between 1 and --tokens {args.tokens}")
@@ -58,20 +68,30 @@ def inputs(batch, heads, seq_len, head_dim, seed=0):
     return q, k, v, bias, grad_out
 
 
-def forward_backward(path, q, k, v, bias, grad_out):
-    """One layer's attention on ``path``, forward and backward (``sdpa``: no bias, BERT-A's call)."""
+def paths(args):
+    return DROPOUT_PATHS if args.attention_dropout > 0 else PATHS
+
+
+def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0):
+    """One layer's attention on ``path``, forward and backward (``sdpa``, ``chunked-no-bias``: no bias,
+    BERT-A's call)."""
     scale = q.size(-1) ** -0.5
     if path == "sdpa":
-        out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, 0.0)
+        out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, dropout)
+    elif path == "chunked-no-bias":
+        out, _ = attend(AttentionPath.CHUNKED, q, k, v, None, scale, dropout)
     else:
-        out, _ = attend(AttentionPath(path), q, k, v, bias, scale, 0.0)
+        out, _ = attend(AttentionPath(path), q, k, v, bias, scale, dropout)
     out.backward(grad_out)
 
 
-def kept_bytes(path, batch, heads, seq_len):
+def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
     """Bytes a path keeps from forward to backward beyond q, k, v and the output (float32)."""
-    if path == "explicit":
-        return 4 * batch * heads * seq_len * seq_len  # the probabilities
+    logits = batch * heads * seq_len * seq_len
+    if path == "explicit":  # the probabilities; with dropout the dropped ones and the keep-mask too
+        return 4 * logits + (5 * logits if dropout else 0)
+    if path.startswith("chunked"):  # the probabilities, and the keep-mask (a byte each) with dropout
+        return 4 * logits + (logits if dropout else 0)
     if path == "sdpa":
         return 4 * batch * heads * seq_len  # the rows' log-sum-exp for the flash backward
     return 0  # recomputes the probabilities from q, k and the bias
@@ -82,20 +102,22 @@ def measure(args):
     for seq_len in args.seq_lens:
         batch = max(1, args.tokens // seq_len)
         tensors = inputs(batch, args.heads, seq_len, args.head_dim)
-        cpu = {path: [] for path in PATHS}
-        wall = {path: [] for path in PATHS}
-        for path in PATHS:
-            forward_backward(path, *tensors)  # warm-up
+        names = paths(args)
+        cpu = {path: [] for path in names}
+        wall = {path: [] for path in names}
+        for path in names:
+            forward_backward(path, *tensors, args.attention_dropout)  # warm-up
         for round_index in range(args.rounds):
-            order = PATHS[round_index % len(PATHS):] + PATHS[:round_index % len(PATHS)]
+            order = names[round_index % len(names):] + names[:round_index % len(names)]
             for path in order:
                 for _ in range(args.calls):
                     cpu_start, wall_start = time.process_time(), time.perf_counter()
-                    forward_backward(path, *tensors)
+                    forward_backward(path, *tensors, args.attention_dropout)
                     cpu[path].append(time.process_time() - cpu_start)
                     wall[path].append(time.perf_counter() - wall_start)
         shapes.append({"seq_len": seq_len, "batch": batch, "cpu_seconds": cpu, "wall_seconds": wall,
-                       "kept_bytes": {p: kept_bytes(p, batch, args.heads, seq_len) for p in PATHS}})
+                       "kept_bytes": {p: kept_bytes(p, batch, args.heads, seq_len, args.attention_dropout)
+                                      for p in names}})
         print(f"T = {seq_len} done", file=sys.stderr, flush=True)
     return shapes
 
@@ -105,18 +127,21 @@ def spread(values):
 
 
 def table(args, shapes):
+    names = paths(args)
+    floor = names[0]
     lines = [f"H = {args.heads}, d_h = {args.head_dim}, {args.tokens} tokens a batch, "
+             f"attention dropout {args.attention_dropout}, "
              f"{args.threads} threads, {args.rounds} rounds x {args.calls} calls",
              "",
              "| T | B | path | CPU ms (median [min–max]) | wall ms (median [min–max]) | "
-             "CPU / sdpa | kept (MiB) |",
+             f"CPU / {floor} (paired) | kept (MiB) |",
              "|---:|---:|---|---:|---:|---:|---:|"]
     for shape in shapes:
-        floor = statistics.median(shape["cpu_seconds"]["sdpa"])
-        for path in PATHS:
+        for path in names:
             cpu = shape["cpu_seconds"][path]
+            ratio = paired.summary(paired.ratios(cpu, shape["cpu_seconds"][floor]))
             lines.append(f"| {shape['seq_len']} | {shape['batch']} | {path} | {spread(cpu)} | "
-                         f"{spread(shape['wall_seconds'][path])} | {statistics.median(cpu) / floor:.3f} | "
+                         f"{spread(shape['wall_seconds'][path])} | {paired.cell(ratio)} | "
                          f"{shape['kept_bytes'][path] / 2**20:.2f} |")
     return "\n".join(lines)
 

@@ -266,9 +266,25 @@ def test_attention_mode_times_every_path_at_every_length(tmp_path, capsys):
     for shape in result["shapes"]:
         for path in benchmark_attention.PATHS:
             assert len(shape["cpu_seconds"][path]) == len(shape["wall_seconds"][path]) == 4
-    assert shape["kept_bytes"]["explicit"] == 4 * 2 * 2 * 16 * 16
+    assert shape["kept_bytes"]["explicit"] == shape["kept_bytes"]["chunked"] == 4 * 2 * 2 * 16 * 16
     printed = capsys.readouterr().out
     assert all(f"| {path} |" in printed for path in benchmark_attention.PATHS)
+
+
+def test_attention_mode_with_dropout_times_the_paths_that_take_it_against_the_unbiased_chunked_call(
+        tmp_path, capsys):
+    out = tmp_path / "attention.json"
+    benchmark_attention.main(["--seq-lens", "16", "--tokens", "32", "--heads", "2", "--head-dim", "8",
+                              "--rounds", "2", "--calls", "1", "--attention-dropout", "0.1",
+                              "--json", str(out)])
+    shape = json.loads(out.read_text())["shapes"][0]
+    assert set(shape["cpu_seconds"]) == set(benchmark_attention.DROPOUT_PATHS)
+    # the chunked path keeps the probabilities and a byte of keep-mask; the explicit one the dropped
+    # probabilities too
+    assert shape["kept_bytes"]["chunked"] == 5 * 2 * 2 * 16 * 16
+    assert shape["kept_bytes"]["explicit"] == 9 * 2 * 2 * 16 * 16
+    printed = capsys.readouterr().out
+    assert "CPU / chunked-no-bias (paired)" in printed and "attention dropout 0.1" in printed
 
 
 def test_attention_mode_refuses_a_length_longer_than_the_batch(capsys):
