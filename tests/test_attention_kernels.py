@@ -176,3 +176,15 @@ def test_a_fixed_mask_gets_no_gradient():
     q.requires_grad_()
     ChunkedAttention.apply(q, k, v, _padded(bias), SCALE, DROPOUT).sum().backward()
     assert q.grad is not None and bias.grad is None
+
+
+def test_chunked_attention_under_cpu_autocast_computes_in_float32():
+    q, k, v, bias = (t.float().requires_grad_() for t in _inputs(1))
+    torch.manual_seed(4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ChunkedAttention.apply(q, k, v, bias, SCALE, DROPOUT)
+    out.sum().backward()
+    torch.manual_seed(4)
+    reference = ChunkedAttention.apply(q.detach(), k.detach(), v.detach(), bias.detach(), SCALE, DROPOUT)
+    assert out.dtype == torch.float32 and bias.grad.dtype == torch.float32
+    torch.testing.assert_close(out, reference)

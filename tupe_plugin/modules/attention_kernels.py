@@ -147,9 +147,11 @@ class BiasedFlashAttention(torch.autograd.Function):
 
 class ChunkedAttention(torch.autograd.Function):
     """Attention with dropout (and an optional mask, boolean or additive, learned or not) on CPU, by
-    chunks; the arithmetic is float32 whatever the inputs' dtype, the output in q's."""
+    chunks; the arithmetic is float32 whatever the inputs' dtype (under CPU autocast too), the output in
+    q's."""
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
     def forward(ctx, q, k, v, mask, scale, dropout):
         dtype = q.dtype
         q, k, v = (t.to(torch.promote_types(dtype, torch.float32)) for t in (q, k, v))
@@ -173,6 +175,7 @@ class ChunkedAttention(torch.autograd.Function):
         return out.to(dtype)
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad_out):
         q, k, v, probs, keep, out = ctx.saved_tensors
         grad_q, grad_k, grad_v, grad_mask = _backward(
