@@ -4,8 +4,9 @@ The whole model against the paper's Eq. 4 is in test_attention_matches_paper_equ
 
 import pytest
 import torch
-from conftest import build_model
-from paper_equations import deberta_delta
+from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
+from paper_equations import deberta_delta, encoder_features
+from tupe_plugin.modules import toeplitz_scores
 from tupe_plugin.modules.deberta_position import log_bucket
 from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
 
@@ -101,3 +102,32 @@ def test_identical_content_gives_position_terms_constant_along_each_offset(dicti
         torch.testing.assert_close(term[..., 1:, 1:], term[..., :-1, :-1])
         assert not torch.allclose(term[..., 0, 1], term[..., 0, 2])
 
+
+
+@pytest.mark.parametrize("flags", [{}, {"deberta_share_att_key": True}, {"deberta_max_distance": 6},
+                                   {"deberta_buckets": 8, "deberta_max_distance": 12}])
+def test_position_terms_by_bands_equal_the_paper_equations(flags, dictionary, monkeypatch):
+    """With bands of two query rows every table here is longer than the bands reach: the banded products
+    give the paper's Eq. 4, forward and every gradient."""
+    monkeypatch.setattr(toeplitz_scores, "BAND_ROWS", 2)
+    calls = []
+    original = toeplitz_scores.ToeplitzScores.apply
+    monkeypatch.setattr(toeplitz_scores.ToeplitzScores, "apply", lambda *a: calls.append(1) or original(*a))
+    model = build_model("deberta_tiny", dictionary, **flags)
+    tokens = random_tokens(dictionary, [9, 6, 4])
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
+    encoder = model.encoder.sentence_encoder
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
+    assert len(calls) == 2 * model.args.encoder_layers
+    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, plain_grads)
+
+
+def test_offsets_lay_out_the_relative_index_by_offset(dictionary):
+    term = build_model("deberta_tiny", dictionary, deberta_max_distance=3).encoder.sentence_encoder \
+        .positional_term.content_free(7)
+    positions = torch.arange(7)
+    by_offset = term.disentangled_offsets[positions[None, :] - positions[:, None] + 6]
+    assert torch.equal(by_offset, term.disentangled_index)

@@ -7,8 +7,8 @@ ICLR 2021. Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v``
 relative vectors add ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered)
 to the mask, and their value term ``sum_j alpha_ij a_{j-i}`` to the output; DeBERTa's content-to-position
 and position-to-content terms (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
-Attention", arXiv 2006.03654, Eq. 4) are computed the same way, q and k against the rows of the shared
-table projected by the layer (:mod:`.deberta_position`). Which kernel runs, and
+Attention", arXiv 2006.03654, Eq. 4) from q and k against the rows of the shared table projected by the
+layer (:mod:`.deberta_position`, :mod:`.toeplitz_scores`). Which kernel runs, and
 with which attention dropout, was decided once for the whole forward and is carried by the term
 (:func:`~.attention_kernels.choose_path`); this layer only executes it.
 """
@@ -20,6 +20,7 @@ from torch import nn
 from .attention_kernels import add_bias, attend
 from .deberta_position import DisentangledProjections
 from .rotary_position import rotate
+from .toeplitz_scores import offset_scores
 
 
 class PositionalSelfAttention(nn.Module):
@@ -94,7 +95,7 @@ class PositionalSelfAttention(nn.Module):
 
     def disentangled_terms(self, q, k, term):
         """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(j,i), each (B, H, T, T): q and k
-        against the table rows this length reaches (R of them), gathered by the (T, T) index."""
+        against the table rows this length reaches (:func:`~.toeplitz_scores.offset_scores`)."""
         table = term.disentangled_table.to(q.dtype)
         if self.relative_projections is not None:
             query_rows, key_rows = self.relative_projections(table)
@@ -105,9 +106,10 @@ class PositionalSelfAttention(nn.Module):
         rows = table.size(0)
         query_rows = query_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)  # (H, R, d_h)
         key_rows = key_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)
-        index = term.disentangled_index.expand(*q.shape[:2], -1, -1)
+        index, offsets = term.disentangled_index, term.disentangled_offsets
         # scaled before the products: (B, H, T, d_h) multiplications instead of (B, H, T, T) ones
-        content_to_position = torch.matmul(q * term.scale, key_rows.transpose(-1, -2)).gather(-1, index)
-        # row j, column i: k_j . Q^r_delta(j,i); transposed to (query i, key j)
-        position_to_content = torch.matmul(k * term.scale, query_rows.transpose(-1, -2)).gather(-1, index)
+        content_to_position = offset_scores(q * term.scale, key_rows, index, offsets)
+        # row j, column i: k_j . Q^r_delta(j,i) (delta(j, i) of the pair (j, i) is index[j, i]); transposed
+        # to (query i, key j)
+        position_to_content = offset_scores(k * term.scale, query_rows, index, offsets)
         return content_to_position, position_to_content.transpose(-1, -2)

@@ -19,8 +19,10 @@ authors' released code (and Hugging Face's port) gathers the same row delta(i, j
 (docs/deberta.md); this plugin builds the paper's equation.
 
 The terms depend on the content, as Shaw keys do: each layer multiplies q (and k) by the rows of the
-table this length reaches and gathers (T, T) entries, never a (T, T, d) tensor. The table and the
-(T, T) index are handed over in the forward's positional term; the layer adds its terms to the mask.
+table this length reaches, never building a (T, T, d) tensor: by bands of query rows against the rows
+laid out by offset when the table has more rows than the length (:mod:`.toeplitz_scores`), otherwise
+against every row, then gathering (T, T) entries. The table, the (T, T) index and the offsets are handed
+over in the forward's positional term; the layer adds its terms to the mask.
 No absolute position enters the encoder; with ``--deberta-emd`` the Enhanced Mask Decoder (§3.2) adds them
 before the masked-LM head (:mod:`.enhanced_mask_decoder`).
 """
@@ -56,7 +58,7 @@ class DisentangledRelativeTable(nn.Module):
         self.span = buckets or max_distance
         self.weight = nn.Parameter(torch.empty(2 * self.span, embed_dim))
         nn.init.normal_(self.weight, mean=0.0, std=0.02)
-        self._cached = None  # (seq_len, device, first row used, rows used, index from the first)
+        self._cached = None  # (seq_len, device, first row used, rows used, index and offsets from the first)
 
     def index(self, seq_len):
         """(T, T) delta(i, j) of every (query i, key j), on the CPU."""
@@ -67,20 +69,26 @@ class DisentangledRelativeTable(nn.Module):
         return (relative + self.span).clamp(0, 2 * self.span - 1)
 
     def rows_and_index(self, seq_len):
-        """(first, rows, index): the rows of P that a length T reaches, ``first`` to ``first + rows - 1``,
-        and ``index`` = delta(i, j) - first on the table's device; cached for the last length."""
+        """(first, rows, index, offsets): the rows of P that a length T reaches, ``first`` to
+        ``first + rows - 1``; ``index`` = delta(i, j) - first of every pair, and ``offsets`` (2T - 1,) the
+        same by offset: delta depends on i - j alone, and the pairs with j - i = o have the row
+        ``offsets[o + T - 1]``. On the table's device, cached for the last length."""
         device = self.weight.device
         if self._cached is None or self._cached[:2] != (seq_len, device):
             index = self.index(seq_len)
             first = int(index.min())
-            self._cached = (seq_len, device, first, int(index.max()) - first + 1, index.sub(first).to(device))
+            index = index.sub(first)
+            offsets = torch.cat([index[:, 0].flip(0), index[0, 1:]])
+            self._cached = (seq_len, device, first, int(index.max()) + 1, index.to(device), offsets.to(device))
         return self._cached[2:]
 
     def contribute(self, term, seq_len):
-        """Add the rows of P that T positions reach and the (T, T) index into them to ``term``."""
-        first, rows, index = self.rows_and_index(seq_len)
+        """Add the rows of P that T positions reach, and the (T, T) index and the offsets into them, to
+        ``term``."""
+        first, rows, index, offsets = self.rows_and_index(seq_len)
         term.disentangled_table = self.weight[first: first + rows]
         term.disentangled_index = index
+        term.disentangled_offsets = offsets
 
 
 class DisentangledProjections(nn.Module):

@@ -54,6 +54,7 @@ class PositionalTerm:
     rel_values: bool = False
     disentangled_table: Optional[torch.Tensor] = None
     disentangled_index: Optional[torch.Tensor] = None
+    disentangled_offsets: Optional[torch.Tensor] = None
     rotary_cos: Optional[torch.Tensor] = None
     rotary_sin: Optional[torch.Tensor] = None
     path: AttentionPath = AttentionPath.SDPA

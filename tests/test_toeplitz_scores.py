@@ -1,0 +1,61 @@
+"""Scores against a table laid out by offset, by bands of query rows: S[b, h, i, j] = x_i . table[j - i + T - 1]
+written out pair by pair, forward and gradients; and the choice between bands and a full product."""
+
+import pytest
+import torch
+from tupe_plugin.modules import toeplitz_scores
+from tupe_plugin.modules.toeplitz_scores import ToeplitzScores, offset_scores
+
+BATCH, HEADS, HEAD_DIM = 2, 3, 4
+
+
+def _pairwise(x, table):
+    """x_i . table[j - i + T - 1], one pair at a time."""
+    seq_len = x.size(-2)
+    scores = x.new_zeros(*x.shape[:2], seq_len, seq_len)
+    for i in range(seq_len):
+        for j in range(seq_len):
+            scores[:, :, i, j] = (x[:, :, i] * table[None, :, j - i + seq_len - 1]).sum(-1)
+    return scores
+
+
+@pytest.mark.parametrize("seq_len, band_rows", [(1, 32), (5, 32), (7, 3), (9, 4), (12, 5), (6, 1)])
+def test_band_scores_equal_the_pairwise_products_forward_and_gradients(seq_len, band_rows, monkeypatch):
+    monkeypatch.setattr(toeplitz_scores, "BAND_ROWS", band_rows)
+    torch.manual_seed(seq_len)
+    x = torch.randn(BATCH, HEADS, seq_len, HEAD_DIM, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(HEADS, 2 * seq_len - 1, HEAD_DIM, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(BATCH, HEADS, seq_len, seq_len, dtype=torch.float64)
+    got = ToeplitzScores.apply(x, table)
+    expected = _pairwise(x, table)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-12)
+    for g, e in zip(torch.autograd.grad(got, (x, table), grad), torch.autograd.grad(expected, (x, table), grad)):
+        torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-12)
+
+
+def test_a_table_of_another_length_is_refused():
+    with pytest.raises(ValueError, match="a table of 8 offsets for 5 positions"):
+        ToeplitzScores.apply(torch.zeros(1, 1, 5, 2), torch.zeros(1, 8, 2))
+
+
+def _clipped_index(seq_len, reach):
+    """A clipped relative index, as DeBERTa's: rows 0 .. 2 reach, offsets beyond +-reach share the end rows."""
+    positions = torch.arange(seq_len)
+    index = (positions[None, :] - positions[:, None]).clamp(-reach, reach) + reach
+    offsets = torch.cat([index[:, 0].flip(0), index[0, 1:]])
+    return index, offsets
+
+
+@pytest.mark.parametrize("reach, banded", [(8, True), (2, False)])
+def test_offset_scores_take_bands_only_for_a_table_longer_than_the_bands_reach(reach, banded, monkeypatch):
+    monkeypatch.setattr(toeplitz_scores, "BAND_ROWS", 2)
+    calls = []
+    original = ToeplitzScores.apply
+    monkeypatch.setattr(ToeplitzScores, "apply", lambda *a: calls.append(1) or original(*a))
+    seq_len = 10
+    index, offsets = _clipped_index(seq_len, reach)
+    x = torch.randn(BATCH, HEADS, seq_len, HEAD_DIM, dtype=torch.float64)
+    rows = torch.randn(HEADS, 2 * reach + 1, HEAD_DIM, dtype=torch.float64)
+    got = offset_scores(x, rows, index, offsets)
+    assert bool(calls) == banded
+    torch.testing.assert_close(got, _pairwise(x, rows[:, offsets]), atol=1e-12, rtol=1e-12)

@@ -1,0 +1,73 @@
+"""Scores of every query against a per-head table of the 2T - 1 offsets, by bands of query rows.
+
+``S[b, h, i, j] = x[b, h, i] . table[h, j - i + T - 1]``: the content-to-position and position-to-content
+terms of DeBERTa (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", arXiv
+2006.03654, Eq. 4) once the table's rows are laid out by offset (:mod:`.deberta_position`). Multiplying
+every query by all 2T - 1 rows and gathering (T, T) entries costs two q k^T products; a band of c query
+rows only reaches T + c - 1 consecutive rows, so each band is one product of c x (T + c - 1) scores whose
+diagonal strip, read through a strided view, is the band's (c, T) scores (the skew of Huang et al., "Music
+Transformer", arXiv 1809.04281, for both directions): (1 + c / T) q k^T products in all, and no (T, T)
+index. The backward writes the gradient back into the strip of a zeroed band and takes the two products'
+gradients, the table's summed over the batch.
+"""
+
+import torch
+
+# Query rows of a band: the products cost 1 + BAND_ROWS / T of q k^T.
+BAND_ROWS = 32
+
+
+def _strip(band, rows, seq_len):
+    """The (B, H, rows, T) view of a band's scores (B, H, rows, T + rows - 1) where the band's row i
+    against key j lies: ``band[..., i, j + rows - 1 - i]``."""
+    batch, heads, _, width = band.shape
+    return band.as_strided((batch, heads, rows, seq_len), (heads * rows * width, rows * width, width - 1, 1),
+                           band.storage_offset() + rows - 1)
+
+
+def _bands(seq_len):
+    """(first query row, rows, first table row) of every band."""
+    for start in range(0, seq_len, BAND_ROWS):
+        rows = min(BAND_ROWS, seq_len - start)
+        yield start, rows, seq_len - start - rows
+
+
+class ToeplitzScores(torch.autograd.Function):
+    """``x`` (B, H, T, d), ``table`` (H, 2T - 1, d) -> S (B, H, T, T), see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, x, table):
+        batch, heads, seq_len, _ = x.shape
+        if table.shape[-2] != 2 * seq_len - 1:
+            raise ValueError(f"a table of {table.shape[-2]} offsets for {seq_len} positions: it needs 2T - 1")
+        scores = x.new_empty(batch, heads, seq_len, seq_len)
+        for start, rows, first in _bands(seq_len):
+            band = torch.matmul(x[:, :, start:start + rows],
+                                table[:, first:first + seq_len + rows - 1].transpose(-1, -2))
+            scores[:, :, start:start + rows] = _strip(band, rows, seq_len)
+        ctx.save_for_backward(x, table)
+        return scores
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, table = ctx.saved_tensors
+        batch, heads, seq_len, _ = x.shape
+        grad_x = torch.empty_like(x)
+        grad_table = torch.zeros_like(table)
+        for start, rows, first in _bands(seq_len):
+            band = grad.new_zeros(batch, heads, rows, seq_len + rows - 1)
+            _strip(band, rows, seq_len).copy_(grad[:, :, start:start + rows])
+            reached = slice(first, first + seq_len + rows - 1)
+            grad_x[:, :, start:start + rows] = torch.matmul(band, table[:, reached])
+            grad_table[:, reached] += torch.matmul(band.transpose(-1, -2), x[:, :, start:start + rows]).sum(0)
+        return grad_x, grad_table
+
+
+def offset_scores(x, rows, index, offsets):
+    """``S[b, h, i, j] = x[b, h, i] . rows[h, index[i, j]]`` for an index that depends on j - i alone,
+    ``index[i, j] = offsets[j - i + T - 1]``: by bands (:class:`ToeplitzScores`) when the table has more
+    rows than the bands reach, else x against every row and the (T, T) entries gathered."""
+    seq_len = x.size(-2)
+    if rows.size(-2) > seq_len + BAND_ROWS:
+        return ToeplitzScores.apply(x, rows[:, offsets])
+    return torch.matmul(x, rows.transpose(-1, -2)).gather(-1, index.expand(*x.shape[:2], -1, -1))
