@@ -188,3 +188,21 @@ def test_chunked_attention_under_cpu_autocast_computes_in_float32():
     reference = ChunkedAttention.apply(q.detach(), k.detach(), v.detach(), bias.detach(), SCALE, DROPOUT)
     assert out.dtype == torch.float32 and bias.grad.dtype == torch.float32
     torch.testing.assert_close(out, reference)
+
+
+def test_a_last_chunk_with_fewer_heads_is_computed_like_the_others(monkeypatch):
+    """Three heads in chunks of two: the last chunk holds one head."""
+    monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", 2 * LENGTH * LENGTH)
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(BATCH, 3, LENGTH, HEAD_DIM, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, 3, LENGTH, LENGTH, dtype=torch.float64)
+    grad_out = torch.randn(BATCH, 3, LENGTH, HEAD_DIM, dtype=torch.float64)
+    torch.manual_seed(6)
+    keep = keep_mask((BATCH, 3, LENGTH, LENGTH), DROPOUT, "cpu")
+    expected, expected_grads = _value_and_grads(lambda *t: _plain_dropped(*t, keep), (q, k, v, bias), grad_out)
+    torch.manual_seed(6)
+    got, got_grads = _value_and_grads(lambda *t: ChunkedAttention.apply(*t, SCALE, DROPOUT), (q, k, v, bias),
+                                      grad_out)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+    for g, e in zip(got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10)
