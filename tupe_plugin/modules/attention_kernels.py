@@ -1,7 +1,7 @@
 """The attention kernels and the one decision of which runs (as x-transformers' ``Attend``, for CPU and GPU).
 
 :func:`choose_path` decides once per forward, from the device, the attention dropout in effect, whether
-the probabilities are wanted, the position config and the sequence length, which of three paths every
+the probabilities are wanted, the position config and the sequence length, which of four paths every
 layer takes; the forward's :class:`~.positional_term.PositionalTerm` carries the path and that dropout
 to every layer, and :func:`attend` runs what it is given:
 
@@ -25,8 +25,8 @@ to every layer, and :func:`attend` runs what it is given:
   (``benchmarks/benchmark_attention.py``).
 
 :func:`fold_untied_term` is the matching decision for TUPE's untied term (see
-:mod:`positional_term`): multiplied out into the dense bias on the explicit path and where a dense
-T5 bias is added anyway, kept factored (widened heads) otherwise.
+:mod:`positional_term`): multiplied out into the dense bias on the explicit and chunked paths and where
+a dense T5 bias is added anyway, kept factored (widened heads) otherwise.
 
 Both autograd functions compute ``softmax(scale * q k^T + mask) v`` (with dropout: the probabilities
 times a keep-mask over the keep probability) and share one backward over chunks of heads of one batch
@@ -50,8 +50,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention_dropout import keep_mask, keep_probability
 
-# Logits recomputed at once in the backward (heads of one batch row): 1 MiB of float32, which
-# stays in the CPU's caches while it is normalised, multiplied and reduced.
+# Logits of one chunk (heads of one batch row): 1 MiB of float32, which stays in the CPU's caches
+# while it is normalised, dropped, multiplied and reduced.
 CHUNK_LOGITS = 2**18
 
 # Without dropout, a learned dense bias takes the explicit path up to T = 2 d_h (see above).
