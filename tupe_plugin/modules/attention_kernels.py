@@ -113,7 +113,7 @@ def _backward(q, k, v, out, grad_out, scale, mask_shape, probs_of, keep=None, ke
 
 def _chunk_logits(q, k, mask, scale, index):
     """scale * q k^T + mask of one chunk: a float mask is the product's accumulator (no pass of its
-    own), a boolean keep-mask (B, 1, 1, T) fills the dropped keys."""
+    own); a boolean key-padding mask (B, 1, 1, T), True = attend, fills the padded keys."""
     b, h = index
     k_t = k[index].transpose(-1, -2)
     if mask is None or mask.dtype == torch.bool:
@@ -154,6 +154,7 @@ class ChunkedAttention(torch.autograd.Function):
     @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
     def forward(ctx, q, k, v, mask, scale, dropout):
         dtype = q.dtype
+        ctx.mask_dtype = None if mask is None else mask.dtype
         q, k, v = (t.to(torch.promote_types(dtype, torch.float32)) for t in (q, k, v))
         if mask is not None and mask.dtype != torch.bool:
             mask = mask.detach().to(q.dtype)
@@ -171,7 +172,6 @@ class ChunkedAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, probs, keep, out)
         ctx.scale, ctx.keep_prob, ctx.dtype = scale, keep_prob, dtype
         ctx.mask_shape = mask.shape if ctx.needs_input_grad[3] else None
-        ctx.mask_dtype = None if mask is None else mask.dtype
         return out.to(dtype)
 
     @staticmethod

@@ -26,10 +26,11 @@ def _strip(band, rows, seq_len):
 
 
 def _bands(seq_len):
-    """(first query row, rows, first table row) of every band."""
+    """(query rows, their count, the table rows they reach) of every band, as slices and an int."""
     for start in range(0, seq_len, BAND_ROWS):
         rows = min(BAND_ROWS, seq_len - start)
-        yield start, rows, seq_len - start - rows
+        first = seq_len - start - rows
+        yield slice(start, start + rows), rows, slice(first, first + seq_len + rows - 1)
 
 
 class ToeplitzScores(torch.autograd.Function):
@@ -41,10 +42,9 @@ class ToeplitzScores(torch.autograd.Function):
         if table.shape[-2] != 2 * seq_len - 1:
             raise ValueError(f"a table of {table.shape[-2]} offsets for {seq_len} positions: it needs 2T - 1")
         scores = x.new_empty(batch, heads, seq_len, seq_len)
-        for start, rows, first in _bands(seq_len):
-            band = torch.matmul(x[:, :, start:start + rows],
-                                table[:, first:first + seq_len + rows - 1].transpose(-1, -2))
-            scores[:, :, start:start + rows] = _strip(band, rows, seq_len)
+        for queries, rows, reached in _bands(seq_len):
+            band = torch.matmul(x[:, :, queries], table[:, reached].transpose(-1, -2))
+            scores[:, :, queries] = _strip(band, rows, seq_len)
         ctx.save_for_backward(x, table)
         return scores
 
@@ -54,12 +54,11 @@ class ToeplitzScores(torch.autograd.Function):
         batch, heads, seq_len, _ = x.shape
         grad_x = torch.empty_like(x)
         grad_table = torch.zeros_like(table)
-        for start, rows, first in _bands(seq_len):
+        for queries, rows, reached in _bands(seq_len):
             band = grad.new_zeros(batch, heads, rows, seq_len + rows - 1)
-            _strip(band, rows, seq_len).copy_(grad[:, :, start:start + rows])
-            reached = slice(first, first + seq_len + rows - 1)
-            grad_x[:, :, start:start + rows] = torch.matmul(band, table[:, reached])
-            grad_table[:, reached] += torch.matmul(band.transpose(-1, -2), x[:, :, start:start + rows]).sum(0)
+            _strip(band, rows, seq_len).copy_(grad[:, :, queries])
+            grad_x[:, :, queries] = torch.matmul(band, table[:, reached])
+            grad_table[:, reached] += torch.matmul(band.transpose(-1, -2), x[:, :, queries]).sum(0)
         return grad_x, grad_table
 
 
