@@ -156,6 +156,33 @@ def test_fairseq_spawn_trains_a_plugin_architecture_on_two_workers(wikitext_bin,
     assert sorted(os.listdir(save_dir)) == ["checkpoint_best.pt", "checkpoint_last.pt"]  # lock released
 
 
+TEARDOWN = """
+import atexit
+import sys
+
+import torch.distributed
+
+atexit.register(lambda: print("process group at interpreter shutdown:", torch.distributed.is_initialized()))
+sys.path.insert(0, sys.argv[1])
+import tupe_plugin  # registered after the line above, so its handler runs before it
+
+torch.distributed.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+torch.distributed.barrier()
+"""
+
+
+def test_a_workers_process_group_is_destroyed_before_the_interpreter_shuts_down(tmp_path):
+    """fairseq ends a worker without destroy_process_group(); gloo's teardown during interpreter
+    finalisation now and then aborts a worker that has finished its run."""
+    script = tmp_path / "teardown.py"
+    script.write_text(TEARDOWN)
+    proc = subprocess.run([sys.executable, str(script), REPO, str(tmp_path / "store")], text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "process group at interpreter shutdown: False" in proc.stdout
+
+
 HYDRA_CONFIG = """
 common: {{user_dir: {plugin}, cpu: true, seed: 1, log_format: simple, log_interval: 1}}
 task: {{_name: masked_lm, data: {data}, tokens_per_sample: 64, mask_prob: {mask_prob}}}
