@@ -3,7 +3,7 @@ dropout: the probabilities times the keep-mask over the keep probability), forwa
 
 import pytest
 import torch
-from tupe_plugin.modules import attention_kernels
+from tupe_plugin.modules import attention_kernels, compiled_kernels
 from tupe_plugin.modules.attention_dropout import keep_mask, keep_probability
 from tupe_plugin.modules.attention_kernels import BiasedFlashAttention, ChunkedAttention
 
@@ -35,11 +35,31 @@ def _value_and_grads(fn, inputs, grad_out):
     return out.detach(), [t.grad for t in inputs]
 
 
+@pytest.fixture(params=["compiled", "python"])
+def biased_backward(request, monkeypatch):
+    """BiasedFlashAttention's backward: the compiled kernel (which must build here), or the Python one
+    that runs where it cannot be built."""
+    if request.param == "compiled":
+        assert compiled_kernels.biased_attention_backward() is not None, "the compiled kernel did not build"
+    else:
+        monkeypatch.setattr(compiled_kernels, "biased_attention_backward", lambda: None)
+    return request.param
+
+
+def _block(monkeypatch, backward, block):
+    """``block`` query rows per block of the compiled backward, heads per chunk of the Python one."""
+    if backward == "compiled":
+        monkeypatch.setattr(attention_kernels, "MIN_BLOCK_ROWS", 1)
+        monkeypatch.setattr(attention_kernels, "BLOCK_LOGITS", block * LENGTH)
+    else:
+        monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", block * LENGTH * LENGTH)
+
+
 @pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
-@pytest.mark.parametrize("chunk_heads", [1, HEADS, BATCH * HEADS])
-def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch, chunk_heads,
+@pytest.mark.parametrize("block", [1, 4, LENGTH])
+def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch, block, biased_backward,
                                                                     monkeypatch):
-    monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", chunk_heads * LENGTH * LENGTH)
+    _block(monkeypatch, biased_backward, block)
     q, k, v, bias = _inputs(mask_batch)
     grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
 
@@ -57,6 +77,62 @@ def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch, 
     for name, g, e in zip("qkv", got_grads[:3], expected_grads[:3]):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5, msg=name)
     torch.testing.assert_close(got_grads[3], expected_grads[3], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
+def test_gradients_in_float64_equal_the_plain_formula_to_rounding(mask_batch, biased_backward):
+    q, k, v, bias = _inputs(mask_batch)
+    grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)
+    got, got_grads = _value_and_grads(lambda *t: BiasedFlashAttention.apply(*t, SCALE), (q, k, v, bias),
+                                      grad_out)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+    for name, g, e in zip("qkvm", got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)
+
+
+def test_a_long_row_of_large_logits_has_float32_gradients(biased_backward):
+    """A sequence of 200 with logits over tens of units (the exponential over its whole useful range)."""
+    q, k, v = (torch.randn(2, 3, 200, 16, dtype=torch.float64) * 2 for _ in range(3))
+    bias = torch.randn(1, 3, 200, 200, dtype=torch.float64) * 8
+    grad_out = torch.randn(2, 3, 200, 16, dtype=torch.float64)
+    expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)
+    got, got_grads = _value_and_grads(
+        lambda *t: BiasedFlashAttention.apply(*(x.float() for x in t), SCALE).double(), (q, k, v, bias), grad_out
+    )
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for name, g, e in zip("qkvm", got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_the_switch_turns_the_compiled_kernel_off_and_says_so(monkeypatch, caplog):
+    monkeypatch.setenv(compiled_kernels.SWITCH, "0")
+    compiled_kernels.biased_attention_backward.cache_clear()
+    try:
+        with caplog.at_level("INFO", logger=compiled_kernels.__name__):
+            assert compiled_kernels.biased_attention_backward() is None
+    finally:
+        monkeypatch.undo()
+        compiled_kernels.biased_attention_backward.cache_clear()
+    assert f"{compiled_kernels.SWITCH}=0" in caplog.text
+
+
+def test_a_machine_that_cannot_build_the_kernel_gets_the_python_backward_and_the_reason(monkeypatch, caplog):
+    from torch.utils import cpp_extension
+
+    def no_ninja(**kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(cpp_extension, "load", no_ninja)
+    compiled_kernels.biased_attention_backward.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger=compiled_kernels.__name__):
+            assert compiled_kernels.biased_attention_backward() is None
+    finally:
+        monkeypatch.undo()
+        compiled_kernels.biased_attention_backward.cache_clear()
+    assert "could not be built (Ninja is required to load C++ extensions)" in caplog.text
+    assert "pip install ninja" in caplog.text
 
 
 def test_shared_bias_gradient_is_the_batch_sum_of_the_per_row_gradients():

@@ -4,7 +4,7 @@ path wants it, and every layer runs the path it was given."""
 import pytest
 import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
-from tupe_plugin.modules import attention_kernels, positional_encoder
+from tupe_plugin.modules import attention_kernels, compiled_kernels, positional_encoder
 from tupe_plugin.modules.attention_kernels import AttentionPath, choose_path, fold_untied_term
 from tupe_plugin.modules.position_config import PositionConfig
 
@@ -160,3 +160,24 @@ def test_training_with_attention_dropout_runs_the_chunked_path_as_the_explicit_o
     explicit, explicit_grads = features_and_grads(model, tokens, weights, seed=3)
     torch.testing.assert_close(chunked, explicit, atol=1e-5, rtol=1e-5)
     assert_gradients_close(chunked_grads, explicit_grads)
+
+
+@pytest.mark.parametrize("preset, overrides", [("tupe_r", {}), ("bert_r", {}),
+                                               ("bert_rpe", {"shaw_keys_only": True})])
+def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit_path(
+        preset, overrides, dictionary, monkeypatch):
+    """Without dropout, on CPU, past T = 2 d_h: the flash forward and the compiled backward, every layer."""
+    model = build_model(f"{preset}_tiny", dictionary, max_positions=80, **overrides)
+    tokens = random_tokens(dictionary, [75, 70, 40])
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
+    compiled = compiled_kernels.biased_attention_backward()
+    assert compiled is not None, "the compiled kernel did not build"
+    calls = []
+    monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
+                        lambda: lambda *a: calls.append(a[6].shape) or compiled(*a))
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    assert len(calls) == model.args.encoder_layers
+    monkeypatch.setattr(positional_encoder, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    explicit, explicit_grads = features_and_grads(model, tokens, weights)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, explicit_grads)

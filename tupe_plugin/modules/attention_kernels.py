@@ -48,11 +48,17 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import compiled_kernels
 from .attention_dropout import keep_mask, keep_probability
 
 # Logits of one chunk (heads of one batch row): 1 MiB of float32, which stays in the CPU's caches
 # while it is normalised, dropped, multiplied and reduced.
 CHUNK_LOGITS = 2**18
+
+# The compiled backward's block of query rows: BLOCK_LOGITS logits (256 KiB of float32: its logits and
+# their gradient stay in the CPU's L2 cache), at least MIN_BLOCK_ROWS rows.
+BLOCK_LOGITS = 2**16
+MIN_BLOCK_ROWS = 16
 
 # Without dropout, a learned dense bias takes the explicit path up to T = 2 d_h (see above).
 EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 2
@@ -123,26 +129,48 @@ def _chunk_logits(q, k, mask, scale, index):
 
 
 class BiasedFlashAttention(torch.autograd.Function):
-    """Dropout-free attention whose additive ``mask`` needs a gradient (CPU flash kernel forward)."""
+    """Dropout-free attention whose additive ``mask`` needs a gradient (CPU flash kernel forward; the
+    compiled backward of :mod:`.compiled_kernels` where it applies, else the chunked one below)."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale):
-        out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=mask.detach(), scale=scale
         )
-        ctx.save_for_backward(q, k, v, mask, out)
+        ctx.save_for_backward(q, k, v, mask, out, lse)
         ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, mask, out = ctx.saved_tensors
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        compiled = compiled_kernels.biased_attention_backward()
+        if compiled is not None and _compiled_backward_applies(q, k, v, mask):
+            rows = max(MIN_BLOCK_ROWS, BLOCK_LOGITS // q.size(2))
+            q, k, v, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, grad_out))
+            grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows)
+            return *grads, None
         logits_mask = mask.to(q.dtype)
 
         def probs_of(index):
             return torch.softmax(_chunk_logits(q, k, logits_mask, ctx.scale, index), dim=-1)
 
         return *_backward(q, k, v, out, grad_out, ctx.scale, mask.shape, probs_of), None
+
+
+def _compiled_backward_applies(q, k, v, mask):
+    """Whether the compiled backward takes these tensors: float32 or float64, one dtype, q and k of one
+    shape, and a contiguous mask of (1 or B, H, T, T)."""
+    batch, heads, seq_len, _ = q.shape
+    return (q.dtype in (torch.float32, torch.float64) and all(t.dtype == q.dtype for t in (k, v, mask))
+            and k.shape == q.shape and v.shape[:3] == q.shape[:3] and mask.is_contiguous() and mask.dim() == 4
+            and mask.size(0) in (1, batch) and mask.shape[1:] == (heads, seq_len, seq_len))
+
+
+def _with_contiguous_rows(t):
+    """``t`` itself where its rows are contiguous (a projection's (B, T, H, D) layout viewed as heads
+    is), else a contiguous copy."""
+    return t if t.stride(-1) == 1 and t.stride(-2) >= t.size(-1) else t.contiguous()
 
 
 class ChunkedAttention(torch.autograd.Function):

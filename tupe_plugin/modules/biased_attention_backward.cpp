@@ -1,0 +1,222 @@
+// The exact backward of softmax(scale * q k^T + mask) v for a mask that needs its gradient (the T5 bias of
+// TUPE Eq. 5 / 8, Ke, He, Liu, arXiv 2006.15595), on the CPU, fused by blocks of query rows.
+//
+// For a block of rows of one (batch row, head): the logits are recomputed (one GEMM), P = exp(logits - lse)
+// with lse the row's log-sum-exp from the forward, dP = dO v^T (one GEMM), dS = P * (dP - rowsum(dO * O)),
+// and in the same pass over the block dS is added to the mask's gradient; dq = scale dS k, dk += scale dS^T q,
+// dv += P^T dO (three GEMMs). The block's logits stay in cache from the first GEMM to the last; no
+// (B, H, T, T) tensor is made. A mask shared by the batch (size 1 in its first dimension) gets its gradient
+// summed over the batch: one task per head walks the batch rows in turn, so no two threads add to the same
+// gradient. The GEMMs are the BLAS torch is built with (sgemm_ / dgemm_ of libtorch_cpu).
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+extern "C" {
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+            const float*, const int*, const float*, float*, const int*);
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*,
+            const int*, const double*, const int*, const double*, double*, const int*);
+}
+
+namespace {
+
+// Row-major c (m x n) = alpha op(a) op(b) + beta c, op(x) = x or x^T: the column-major BLAS call on the
+// transposed problem c^T = op(b)^T op(a)^T.
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc) {
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  sgemm_(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
+          int ldb, double beta, double* c, int ldc) {
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  dgemm_(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+
+// exp(x) for float, written so that the compiler vectorises the loop it is in: 2^n times a degree-6
+// polynomial of the remainder r = x - n ln 2, |r| <= ln 2 / 2 (relative error below 2e-7); 0 below -87.3
+// (a masked logit), where the result would be subnormal.
+inline float exp_approx(float x) {
+  const float lower = -87.3f, upper = 88.7f;
+  const float kept = x < lower ? 0.0f : 1.0f;
+  x = x < lower ? lower : x;
+  x = x > upper ? upper : x;
+  // round to nearest by the 1.5 * 2^23 shift (SSE2 has no vector rounding instruction)
+  const float shift = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + shift) - shift;
+  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale * kept;
+}
+
+inline double exp_approx(double x) { return std::exp(x); }
+
+// One block of rows: probs holds the logits on entry, P on exit; grad holds dP on entry, dS on exit,
+// which is added to (shared mask) or written into (mask per batch row) grad_mask.
+template <typename scalar_t, bool shared>
+inline void softmax_gradient(int rows, int64_t keys, scalar_t* probs, scalar_t* grad, const scalar_t* mask,
+                      scalar_t* grad_mask, const scalar_t* lse, const scalar_t* delta) {
+  for (int r = 0; r < rows; ++r) {
+    scalar_t* p = probs + r * keys;
+    scalar_t* g = grad + r * keys;
+    const scalar_t* mk = mask + r * keys;
+    scalar_t* gm = grad_mask + r * keys;
+    const scalar_t l = lse[r], dl = delta[r];
+    for (int64_t j = 0; j < keys; ++j) {
+      const scalar_t e = exp_approx(p[j] + mk[j] - l);
+      const scalar_t ds = e * (g[j] - dl);
+      p[j] = e;
+      g[j] = ds;
+      if (shared) {
+        gm[j] += ds;
+      } else {
+        gm[j] = ds;
+      }
+    }
+  }
+}
+
+// The float loop also in AVX-512 and AVX2 + FMA versions, one chosen when the library loads, by the CPU.
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void softmax_gradient_float(bool shared, int rows, int64_t keys, float* probs, float* grad, const float* mask,
+                            float* grad_mask, const float* lse, const float* delta) {
+  if (shared) {
+    softmax_gradient<float, true>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
+  } else {
+    softmax_gradient<float, false>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
+  }
+}
+
+void softmax_gradient_of(bool shared, int rows, int64_t keys, float* probs, float* grad, const float* mask,
+                         float* grad_mask, const float* lse, const float* delta) {
+  softmax_gradient_float(shared, rows, keys, probs, grad, mask, grad_mask, lse, delta);
+}
+
+void softmax_gradient_of(bool shared, int rows, int64_t keys, double* probs, double* grad, const double* mask,
+                         double* grad_mask, const double* lse, const double* delta) {
+  if (shared) {
+    softmax_gradient<double, true>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
+  } else {
+    softmax_gradient<double, false>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
+  }
+}
+
+// Rows of the heads of a (B, H, T, D) tensor whose rows are contiguous (any strides over B, H and T): the
+// (B, T, H, D) layout of a projection viewed as heads, too.
+template <typename scalar_t>
+struct Heads {
+  scalar_t* data;
+  int64_t batch_stride, head_stride;
+  int row_stride;
+
+  explicit Heads(const at::Tensor& t)
+      : data(t.data_ptr<scalar_t>()), batch_stride(t.stride(0)), head_stride(t.stride(1)),
+        row_stride(static_cast<int>(t.stride(2))) {}
+
+  scalar_t* row(int64_t b, int64_t h, int64_t i) const {
+    return data + b * batch_stride + h * head_stride + i * row_stride;
+  }
+};
+
+template <typename scalar_t>
+void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& grad_out,
+                     const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& mask, double scale_,
+                     int64_t block, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dmask) {
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
+  const bool shared = mask.size(0) == 1;
+  const scalar_t scale = static_cast<scalar_t>(scale_);
+  const Heads<scalar_t> Q(q), K(k), V(v), dO(grad_out), dQ(dq), dK(dk), dV(dv);
+  const scalar_t *L = lse.data_ptr<scalar_t>(), *Dl = delta.data_ptr<scalar_t>(), *M = mask.data_ptr<scalar_t>();
+  scalar_t* dM = dmask.data_ptr<scalar_t>();
+  const int t = static_cast<int>(length), d = static_cast<int>(q.size(3)), dv_dim = static_cast<int>(v.size(3));
+  at::parallel_for(0, shared ? heads : batch * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<scalar_t> probs_buffer(block * length), grad_buffer(block * length);
+    scalar_t *P = probs_buffer.data(), *G = grad_buffer.data();
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t h = shared ? task : task % heads;
+      const int64_t first = shared ? 0 : task / heads, last = shared ? batch : first + 1;
+      for (int64_t i0 = 0; i0 < length; i0 += block) {
+        const int m = static_cast<int>(std::min(block, length - i0));
+        const int64_t mask_block = (first * heads + h) * length * length + i0 * length;
+        for (int64_t b = first; b < last; ++b) {
+          const int64_t rows = (b * heads + h) * length + i0;
+          const scalar_t *q_rows = Q.row(b, h, i0), *k_all = K.row(b, h, 0), *v_all = V.row(b, h, 0),
+                         *grad_rows = dO.row(b, h, i0);
+          gemm(false, true, m, t, d, scale, q_rows, Q.row_stride, k_all, K.row_stride, scalar_t(0), P, t);
+          gemm(false, true, m, t, dv_dim, scalar_t(1), grad_rows, dO.row_stride, v_all, V.row_stride, scalar_t(0),
+               G, t);
+          softmax_gradient_of(shared, m, length, P, G, M + mask_block, dM + mask_block, L + rows, Dl + rows);
+          gemm(true, false, t, dv_dim, m, scalar_t(1), P, t, grad_rows, dO.row_stride, scalar_t(1),
+               dV.row(b, h, 0), dV.row_stride);
+          gemm(false, false, m, d, t, scale, G, t, k_all, K.row_stride, scalar_t(0), dQ.row(b, h, i0),
+               dQ.row_stride);
+          gemm(true, false, t, d, m, scale, G, t, q_rows, Q.row_stride, scalar_t(1), dK.row(b, h, 0),
+               dK.row_stride);
+        }
+      }
+    }
+  });
+}
+
+// q, k: (B, H, T, D), v, out, grad_out: (B, H, T, Dv), each with contiguous rows; lse: (B, H, T) from the
+// flash forward, contiguous; mask: (1 or B, H, T, T) contiguous, the additive mask of the forward.
+// Returns dq, dk, dv (in the layouts of q, k, v) and the mask's gradient (the mask's shape).
+std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                  const at::Tensor& out, const at::Tensor& grad_out,
+                                                  const at::Tensor& lse, const at::Tensor& mask, double scale,
+                                                  int64_t block) {
+  for (const at::Tensor* t : {&q, &k, &v, &out, &grad_out, &lse, &mask}) {
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == q.scalar_type(),
+                "biased_attention_backward: CPU tensors of one dtype");
+  }
+  for (const at::Tensor* t : {&q, &k, &v, &grad_out}) {
+    TORCH_CHECK(t->dim() == 4 && t->stride(3) == 1 && t->stride(2) >= t->size(3),
+                "biased_attention_backward: q, k, v, grad_out of 4 dimensions with contiguous rows");
+  }
+  TORCH_CHECK(k.sizes() == q.sizes() && v.sizes().slice(0, 3) == q.sizes().slice(0, 3) &&
+                  out.sizes() == v.sizes() && grad_out.sizes() == v.sizes(),
+              "biased_attention_backward: q, k of (B, H, T, D), v, out, grad_out of (B, H, T, Dv)");
+  TORCH_CHECK(lse.is_contiguous() && lse.sizes() == q.sizes().slice(0, 3),
+              "biased_attention_backward: lse of (B, H, T), contiguous");
+  TORCH_CHECK(mask.is_contiguous() && mask.dim() == 4 && (mask.size(0) == 1 || mask.size(0) == q.size(0)) &&
+                  mask.size(1) == q.size(1) && mask.size(2) == q.size(2) && mask.size(3) == q.size(2),
+              "biased_attention_backward: mask of (1 or B, H, T, T), contiguous");
+  TORCH_CHECK(block > 0, "biased_attention_backward: block > 0");
+  auto delta = (grad_out * out).sum(-1).contiguous();
+  auto dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  auto dmask = mask.size(0) == 1 ? at::zeros_like(mask) : at::empty_like(mask);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "biased_attention_backward", [&] {
+    backward_kernel<scalar_t>(q, k, v, grad_out, lse, delta, mask, scale, block, dq, dk, dv, dmask);
+  });
+  return {dq, dk, dv, dmask};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(tupe_plugin, m) {
+  m.def(
+      "biased_attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor grad_out, Tensor lse, "
+      "Tensor mask, float scale, int block) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(tupe_plugin, CPU, m) { m.impl("biased_attention_backward", &biased_attention_backward); }
