@@ -164,11 +164,13 @@ def test_training_with_attention_dropout_runs_the_chunked_path_as_the_explicit_o
 
 @pytest.mark.parametrize("preset, overrides", [("tupe_r", {}), ("bert_r", {}),
                                                ("bert_rpe", {"shaw_keys_only": True})])
+@pytest.mark.parametrize("lengths", [[75, 70, 40], [75, 75]], ids=["padded", "unpadded"])
 def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit_path(
-        preset, overrides, dictionary, monkeypatch):
-    """Without dropout, on CPU, past T = 2 d_h: the flash forward and the compiled backward, every layer."""
+        preset, overrides, lengths, dictionary, monkeypatch):
+    """Without dropout, on CPU, past T = 2 d_h: the flash forward and the compiled backward, every layer
+    (with padding the mask is per batch row; without, the bias shared by the batch)."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=80, **overrides)
-    tokens = random_tokens(dictionary, [75, 70, 40])
+    tokens = random_tokens(dictionary, lengths)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
     compiled = compiled_kernels.biased_attention_backward()
     assert compiled is not None, "the compiled kernel did not build"

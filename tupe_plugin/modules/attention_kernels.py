@@ -16,7 +16,9 @@ to every layer, and :func:`attend` runs what it is given:
   T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
   Pre-training", arXiv 2006.15595; Shaw key terms) and sequences longer than ``2 d_h``: SDPA would drop
   to its slow math path for a grad-requiring mask, so the flash kernel runs the forward with the
-  mask as a constant and an exact backward follows, keeping no (B, H, T, T) tensor;
+  mask as a constant and an exact backward follows, keeping no (B, H, T, T) tensor: the compiled
+  kernel of :mod:`.compiled_kernels` (blocks of query rows, the mask's gradient in the pass that
+  computes dS) where it can be built, else the chunked backward below;
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
   ``T <= 2 d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,

@@ -24,7 +24,9 @@ class OffsetBias(nn.Module):
 
     def forward(self, seq_len):
         """The (H, T, T) bias, a fresh tensor."""
-        per_offset = self.per_offset(seq_len)[1]
+        # contiguous rows (a table lookup gives (2T-1, H) transposed): the flip's copy then lays the
+        # matrix out as (H, T, T), the layout the attention kernels read the bias in
+        per_offset = self.per_offset(seq_len)[1].contiguous()
         # window r holds the offsets r - (T - 1) .. r, which are the j - i of row i = T - 1 - r
         return per_offset.unfold(1, seq_len, 1).flip(1)
 
