@@ -149,7 +149,7 @@ class BiasedFlashAttention(torch.autograd.Function):
         compiled = compiled_kernels.biased_attention_backward()
         if compiled is not None and _compiled_backward_applies(q, k, v, mask):
             rows = max(MIN_BLOCK_ROWS, BLOCK_LOGITS // q.size(2))
-            q, k, v, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, grad_out))
+            q, k, v, out, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, out, grad_out))
             grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows)
             return *grads, None
         logits_mask = mask.to(q.dtype)

@@ -70,8 +70,8 @@ inline float exp_approx(float x) {
 inline double exp_approx(double x) { return std::exp(x); }
 
 // One block of rows: probs holds the logits on entry, P on exit; grad holds dP on entry, dS on exit,
-// which is added to (shared mask) or written into (mask per batch row) grad_mask.
-template <typename scalar_t, bool shared>
+// which is added to (accumulate) or written into grad_mask.
+template <typename scalar_t, bool accumulate>
 inline void softmax_gradient(int rows, int64_t keys, scalar_t* probs, scalar_t* grad, const scalar_t* mask,
                       scalar_t* grad_mask, const scalar_t* lse, const scalar_t* delta) {
   for (int r = 0; r < rows; ++r) {
@@ -85,7 +85,7 @@ inline void softmax_gradient(int rows, int64_t keys, scalar_t* probs, scalar_t* 
       const scalar_t ds = e * (g[j] - dl);
       p[j] = e;
       g[j] = ds;
-      if (shared) {
+      if (accumulate) {
         gm[j] += ds;
       } else {
         gm[j] = ds;
@@ -98,23 +98,23 @@ inline void softmax_gradient(int rows, int64_t keys, scalar_t* probs, scalar_t* 
 #if defined(__x86_64__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-void softmax_gradient_float(bool shared, int rows, int64_t keys, float* probs, float* grad, const float* mask,
+void softmax_gradient_float(bool accumulate, int rows, int64_t keys, float* probs, float* grad, const float* mask,
                             float* grad_mask, const float* lse, const float* delta) {
-  if (shared) {
+  if (accumulate) {
     softmax_gradient<float, true>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
   } else {
     softmax_gradient<float, false>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
   }
 }
 
-void softmax_gradient_of(bool shared, int rows, int64_t keys, float* probs, float* grad, const float* mask,
+void softmax_gradient_of(bool accumulate, int rows, int64_t keys, float* probs, float* grad, const float* mask,
                          float* grad_mask, const float* lse, const float* delta) {
-  softmax_gradient_float(shared, rows, keys, probs, grad, mask, grad_mask, lse, delta);
+  softmax_gradient_float(accumulate, rows, keys, probs, grad, mask, grad_mask, lse, delta);
 }
 
-void softmax_gradient_of(bool shared, int rows, int64_t keys, double* probs, double* grad, const double* mask,
+void softmax_gradient_of(bool accumulate, int rows, int64_t keys, double* probs, double* grad, const double* mask,
                          double* grad_mask, const double* lse, const double* delta) {
-  if (shared) {
+  if (accumulate) {
     softmax_gradient<double, true>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
   } else {
     softmax_gradient<double, false>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
@@ -139,39 +139,48 @@ struct Heads {
 };
 
 template <typename scalar_t>
-void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& grad_out,
-                     const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& mask, double scale_,
+void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                     const at::Tensor& grad_out, const at::Tensor& lse, const at::Tensor& mask, double scale_,
                      int64_t block, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dmask) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const bool shared = mask.size(0) == 1;
   const scalar_t scale = static_cast<scalar_t>(scale_);
-  const Heads<scalar_t> Q(q), K(k), V(v), dO(grad_out), dQ(dq), dK(dk), dV(dv);
-  const scalar_t *L = lse.data_ptr<scalar_t>(), *Dl = delta.data_ptr<scalar_t>(), *M = mask.data_ptr<scalar_t>();
+  const Heads<scalar_t> Q(q), K(k), V(v), O(out), dO(grad_out), dQ(dq), dK(dk), dV(dv);
+  const scalar_t *L = lse.data_ptr<scalar_t>(), *M = mask.data_ptr<scalar_t>();
   scalar_t* dM = dmask.data_ptr<scalar_t>();
   const int t = static_cast<int>(length), d = static_cast<int>(q.size(3)), dv_dim = static_cast<int>(v.size(3));
   at::parallel_for(0, shared ? heads : batch * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<scalar_t> probs_buffer(block * length), grad_buffer(block * length);
-    scalar_t *P = probs_buffer.data(), *G = grad_buffer.data();
+    // kept by the thread from call to call: no allocation (and no page faults) per layer
+    thread_local std::vector<scalar_t> buffer;
+    buffer.resize(2 * block * length + block);
+    scalar_t *P = buffer.data(), *G = P + block * length, *delta = G + block * length;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t h = shared ? task : task % heads;
       const int64_t first = shared ? 0 : task / heads, last = shared ? batch : first + 1;
       for (int64_t i0 = 0; i0 < length; i0 += block) {
         const int m = static_cast<int>(std::min(block, length - i0));
         const int64_t mask_block = (first * heads + h) * length * length + i0 * length;
+        // the first block of a head writes dk and dv, later ones add to them: no zero-filled outputs
+        const scalar_t keys_beta = i0 == 0 ? scalar_t(0) : scalar_t(1);
         for (int64_t b = first; b < last; ++b) {
-          const int64_t rows = (b * heads + h) * length + i0;
           const scalar_t *q_rows = Q.row(b, h, i0), *k_all = K.row(b, h, 0), *v_all = V.row(b, h, 0),
                          *grad_rows = dO.row(b, h, i0);
+          for (int r = 0; r < m; ++r) {  // rowsum(dO * O)
+            const scalar_t *g = grad_rows + r * dO.row_stride, *o = O.row(b, h, i0 + r);
+            scalar_t sum = 0;
+            for (int j = 0; j < dv_dim; ++j) sum += g[j] * o[j];
+            delta[r] = sum;
+          }
           gemm(false, true, m, t, d, scale, q_rows, Q.row_stride, k_all, K.row_stride, scalar_t(0), P, t);
           gemm(false, true, m, t, dv_dim, scalar_t(1), grad_rows, dO.row_stride, v_all, V.row_stride, scalar_t(0),
                G, t);
-          softmax_gradient_of(shared, m, length, P, G, M + mask_block, dM + mask_block, L + rows, Dl + rows);
-          gemm(true, false, t, dv_dim, m, scalar_t(1), P, t, grad_rows, dO.row_stride, scalar_t(1),
-               dV.row(b, h, 0), dV.row_stride);
+          softmax_gradient_of(b > first, m, length, P, G, M + mask_block, dM + mask_block,
+                              L + (b * heads + h) * length + i0, delta);
+          gemm(true, false, t, dv_dim, m, scalar_t(1), P, t, grad_rows, dO.row_stride, keys_beta, dV.row(b, h, 0),
+               dV.row_stride);
           gemm(false, false, m, d, t, scale, G, t, k_all, K.row_stride, scalar_t(0), dQ.row(b, h, i0),
                dQ.row_stride);
-          gemm(true, false, t, d, m, scale, G, t, q_rows, Q.row_stride, scalar_t(1), dK.row(b, h, 0),
-               dK.row_stride);
+          gemm(true, false, t, d, m, scale, G, t, q_rows, Q.row_stride, keys_beta, dK.row(b, h, 0), dK.row_stride);
         }
       }
     }
@@ -189,9 +198,9 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
     TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == q.scalar_type(),
                 "biased_attention_backward: CPU tensors of one dtype");
   }
-  for (const at::Tensor* t : {&q, &k, &v, &grad_out}) {
+  for (const at::Tensor* t : {&q, &k, &v, &out, &grad_out}) {
     TORCH_CHECK(t->dim() == 4 && t->stride(3) == 1 && t->stride(2) >= t->size(3),
-                "biased_attention_backward: q, k, v, grad_out of 4 dimensions with contiguous rows");
+                "biased_attention_backward: q, k, v, out, grad_out of 4 dimensions with contiguous rows");
   }
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes().slice(0, 3) == q.sizes().slice(0, 3) &&
                   out.sizes() == v.sizes() && grad_out.sizes() == v.sizes(),
@@ -202,11 +211,9 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
                   mask.size(1) == q.size(1) && mask.size(2) == q.size(2) && mask.size(3) == q.size(2),
               "biased_attention_backward: mask of (1 or B, H, T, T), contiguous");
   TORCH_CHECK(block > 0, "biased_attention_backward: block > 0");
-  auto delta = (grad_out * out).sum(-1).contiguous();
-  auto dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
-  auto dmask = mask.size(0) == 1 ? at::zeros_like(mask) : at::empty_like(mask);
+  auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v), dmask = at::empty_like(mask);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "biased_attention_backward", [&] {
-    backward_kernel<scalar_t>(q, k, v, grad_out, lse, delta, mask, scale, block, dq, dk, dv, dmask);
+    backward_kernel<scalar_t>(q, k, v, out, grad_out, lse, mask, scale, block, dq, dk, dv, dmask);
   });
   return {dq, dk, dv, dmask};
 }
