@@ -149,7 +149,9 @@ class BiasedFlashAttention(torch.autograd.Function):
         compiled = compiled_kernels.biased_attention_backward()
         if compiled is not None and _compiled_backward_applies(q, k, v, mask):
             rows = max(MIN_BLOCK_ROWS, BLOCK_LOGITS // q.size(2))
-            q, k, v, out, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, out, grad_out))
+            # contiguous heads: the kernel also reads the rows of a projection's (B, T, 3, H, D) layout,
+            # but 1536 floats apart its GEMMs ran ~5 % slower than on copies (address translation)
+            q, k, v, out, grad_out = (t.contiguous() for t in (q, k, v, out, grad_out))
             grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows)
             return *grads, None
         logits_mask = mask.to(q.dtype)
@@ -167,12 +169,6 @@ def _compiled_backward_applies(q, k, v, mask):
     return (q.dtype in (torch.float32, torch.float64) and all(t.dtype == q.dtype for t in (k, v, mask))
             and k.shape == q.shape and v.shape[:3] == q.shape[:3] and mask.is_contiguous() and mask.dim() == 4
             and mask.size(0) in (1, batch) and mask.shape[1:] == (heads, seq_len, seq_len))
-
-
-def _with_contiguous_rows(t):
-    """``t`` itself where its rows are contiguous (a projection's (B, T, H, D) layout viewed as heads
-    is), else a contiguous copy."""
-    return t if t.stride(-1) == 1 and t.stride(-2) >= t.size(-1) else t.contiguous()
 
 
 class ChunkedAttention(torch.autograd.Function):
