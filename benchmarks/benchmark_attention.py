@@ -92,9 +92,8 @@ def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
         return 4 * logits + (5 * logits if dropout else 0)
     if path.startswith("chunked"):  # the probabilities, and the keep-mask (a byte each) with dropout
         return 4 * logits + (logits if dropout else 0)
-    if path == "sdpa":
-        return 4 * batch * heads * seq_len  # the rows' log-sum-exp for the flash backward
-    return 0  # recomputes the probabilities from q, k and the bias
+    # sdpa, biased-flash: the rows' log-sum-exp, from which the backward recomputes the probabilities
+    return 4 * batch * heads * seq_len
 
 
 def measure(args):
