@@ -105,15 +105,21 @@ def test_a_long_row_of_large_logits_has_float32_gradients(biased_backward):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_the_switch_turns_the_compiled_kernel_off_and_says_so(monkeypatch, caplog):
-    monkeypatch.setenv(compiled_kernels.SWITCH, "0")
+def _first_call(monkeypatch, caplog, level):
+    """compiled_kernels.biased_attention_backward() as a process's first call makes it, under the patches
+    already in place; the patches undone and the cached answer forgotten afterwards."""
     compiled_kernels.biased_attention_backward.cache_clear()
     try:
-        with caplog.at_level("INFO", logger=compiled_kernels.__name__):
-            assert compiled_kernels.biased_attention_backward() is None
+        with caplog.at_level(level, logger=compiled_kernels.__name__):
+            return compiled_kernels.biased_attention_backward()
     finally:
         monkeypatch.undo()
         compiled_kernels.biased_attention_backward.cache_clear()
+
+
+def test_the_switch_turns_the_compiled_kernel_off_and_says_so(monkeypatch, caplog):
+    monkeypatch.setenv(compiled_kernels.SWITCH, "0")
+    assert _first_call(monkeypatch, caplog, "INFO") is None
     assert f"{compiled_kernels.SWITCH}=0" in caplog.text
 
 
@@ -124,13 +130,7 @@ def test_a_machine_that_cannot_build_the_kernel_gets_the_python_backward_and_the
         raise RuntimeError("Ninja is required to load C++ extensions")
 
     monkeypatch.setattr(cpp_extension, "load", no_ninja)
-    compiled_kernels.biased_attention_backward.cache_clear()
-    try:
-        with caplog.at_level("WARNING", logger=compiled_kernels.__name__):
-            assert compiled_kernels.biased_attention_backward() is None
-    finally:
-        monkeypatch.undo()
-        compiled_kernels.biased_attention_backward.cache_clear()
+    assert _first_call(monkeypatch, caplog, "WARNING") is None
     assert "could not be built (Ninja is required to load C++ extensions)" in caplog.text
     assert "pip install ninja" in caplog.text
 

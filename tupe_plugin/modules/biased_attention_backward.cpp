@@ -70,26 +70,26 @@ inline float exp_approx(float x) {
 inline double exp_approx(double x) { return std::exp(x); }
 
 // One block of rows: probs holds the logits on entry, P on exit; grad holds dP on entry, dS on exit,
-// which is added to (accumulate) or written into grad_mask.
-template <typename scalar_t, bool accumulate>
-inline void softmax_gradient(int rows, int64_t keys, scalar_t* probs, scalar_t* grad, const scalar_t* mask,
-                      scalar_t* grad_mask, const scalar_t* lse, const scalar_t* delta) {
+// which is added to (accumulate) or written into grad_mask. Each branch is one loop the compiler vectorises.
+template <typename scalar_t>
+inline void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* probs, scalar_t* grad,
+                             const scalar_t* mask, scalar_t* grad_mask, const scalar_t* lse, const scalar_t* delta) {
   for (int r = 0; r < rows; ++r) {
     scalar_t* p = probs + r * keys;
     scalar_t* g = grad + r * keys;
     const scalar_t* mk = mask + r * keys;
     scalar_t* gm = grad_mask + r * keys;
     const scalar_t l = lse[r], dl = delta[r];
-    for (int64_t j = 0; j < keys; ++j) {
+    const auto element = [&](int64_t j) {
       const scalar_t e = exp_approx(p[j] + mk[j] - l);
-      const scalar_t ds = e * (g[j] - dl);
       p[j] = e;
-      g[j] = ds;
-      if (accumulate) {
-        gm[j] += ds;
-      } else {
-        gm[j] = ds;
-      }
+      g[j] = e * (g[j] - dl);
+      return g[j];
+    };
+    if (accumulate) {
+      for (int64_t j = 0; j < keys; ++j) gm[j] += element(j);
+    } else {
+      for (int64_t j = 0; j < keys; ++j) gm[j] = element(j);
     }
   }
 }
@@ -98,27 +98,14 @@ inline void softmax_gradient(int rows, int64_t keys, scalar_t* probs, scalar_t* 
 #if defined(__x86_64__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-void softmax_gradient_float(bool accumulate, int rows, int64_t keys, float* probs, float* grad, const float* mask,
-                            float* grad_mask, const float* lse, const float* delta) {
-  if (accumulate) {
-    softmax_gradient<float, true>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
-  } else {
-    softmax_gradient<float, false>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
-  }
-}
-
 void softmax_gradient_of(bool accumulate, int rows, int64_t keys, float* probs, float* grad, const float* mask,
                          float* grad_mask, const float* lse, const float* delta) {
-  softmax_gradient_float(accumulate, rows, keys, probs, grad, mask, grad_mask, lse, delta);
+  softmax_gradient<float>(accumulate, rows, keys, probs, grad, mask, grad_mask, lse, delta);
 }
 
 void softmax_gradient_of(bool accumulate, int rows, int64_t keys, double* probs, double* grad, const double* mask,
                          double* grad_mask, const double* lse, const double* delta) {
-  if (accumulate) {
-    softmax_gradient<double, true>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
-  } else {
-    softmax_gradient<double, false>(rows, keys, probs, grad, mask, grad_mask, lse, delta);
-  }
+  softmax_gradient<double>(accumulate, rows, keys, probs, grad, mask, grad_mask, lse, delta);
 }
 
 // Rows of the heads of a (B, H, T, D) tensor whose rows are contiguous (any strides over B, H and T): the
