@@ -98,7 +98,8 @@ def test_a_long_row_of_large_logits_has_float32_gradients(biased_backward):
     grad_out = torch.randn(2, 3, 200, 16, dtype=torch.float64)
     expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)
     got, got_grads = _value_and_grads(
-        lambda *t: BiasedFlashAttention.apply(*(x.float() for x in t), SCALE).double(), (q, k, v, bias), grad_out
+        lambda *t: BiasedFlashAttention.apply(*(x.float() for x in t), SCALE).double(), (q, k, v, bias),
+        grad_out
     )
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     for name, g, e in zip("qkvm", got_grads, expected_grads):
@@ -275,7 +276,8 @@ def test_a_last_chunk_with_fewer_heads_is_computed_like_the_others(monkeypatch):
     grad_out = torch.randn(BATCH, 3, LENGTH, HEAD_DIM, dtype=torch.float64)
     torch.manual_seed(6)
     keep = keep_mask((BATCH, 3, LENGTH, LENGTH), DROPOUT, "cpu")
-    expected, expected_grads = _value_and_grads(lambda *t: _plain_dropped(*t, keep), (q, k, v, bias), grad_out)
+    expected, expected_grads = _value_and_grads(lambda *t: _plain_dropped(*t, keep), (q, k, v, bias),
+                                                grad_out)
     torch.manual_seed(6)
     got, got_grads = _value_and_grads(lambda *t: ChunkedAttention.apply(*t, SCALE, DROPOUT), (q, k, v, bias),
                                       grad_out)
