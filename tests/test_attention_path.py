@@ -90,13 +90,14 @@ def test_attention_maps_do_not_change_the_features(preset, dictionary):
 
 
 @pytest.mark.parametrize("config, device, requested, expected", [
-    (TUPE_R, "cuda", "auto", (torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION,)),
+    (TUPE_R, "cuda", "auto", (torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION,
+                              torch.nn.attention.SDPBackend.MATH)),
     (TUPE_A, "cuda", "auto", None),
     (TUPE_R, "cpu", "auto", None),
     (TUPE_A, "cuda", "cudnn", (torch.nn.attention.SDPBackend.CUDNN_ATTENTION,)),
     (TUPE_R, "cpu", "math", (torch.nn.attention.SDPBackend.MATH,)),
 ])
-def test_a_learned_bias_on_cuda_takes_the_memory_efficient_kernel_unless_another_is_asked(
+def test_a_learned_bias_on_cuda_takes_the_memory_efficient_kernel_with_math_behind_unless_another_is_asked(
         config, device, requested, expected):
     assert attention_kernels.sdpa_backends(device, config, requested) == expected
 

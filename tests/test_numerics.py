@@ -11,6 +11,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from fairseq import options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 from tupe_plugin.modules.attention_kernels import choose_path
 from conftest import PRESETS, build_model, random_tokens
 
@@ -119,8 +122,8 @@ def test_dense_term_does_not_overflow_fp16_where_the_scaled_logits_fit(dictionar
 def test_sinusoids_of_a_cast_model_are_the_float32_ones_rounded(preset, dtype, dictionary):
     """fairseq's --bf16 / --fp16 cast the model: positions up to 511 and their angles (hundreds of
     radians) must not be rounded to that dtype before the sine (the cosine and sine of RoPE's
-    rotation), only the result. Fixed frequencies stay exact; learnable ones are the model's
-    parameters, rounded by the cast."""
+    rotation), only the result. The frequencies, learnable ones too, stay float32: a learned
+    frequency rounded to bf16 puts position 511 up to a radian off the float32 model's."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=512)
     encoder = model.encoder.sentence_encoder
     rotary = encoder.positional_term.rotary
@@ -134,17 +137,37 @@ def test_sinusoids_of_a_cast_model_are_the_float32_ones_rounded(preset, dtype, d
         shaw = encoder.positional_term.shaw
         sinusoid, positions = shaw.sinusoid, torch.arange(-shaw.max_distance, shaw.max_distance + 1)
         compute = shaw.table
+    float32_frequencies = sinusoid.frequencies.detach().clone()
     model.to(dtype)
     with torch.no_grad():
-        dim = 2 * sinusoid.frequencies.numel()
-        frequencies = sinusoid.frequencies.double() if isinstance(sinusoid.frequencies, torch.nn.Parameter) \
-            else 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.double) / dim)
-        angles = positions.double()[:, None] * frequencies
+        angles = positions.double()[:, None] * float32_frequencies.double()
         reference = torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
         waves = compute()
+    assert sinusoid.frequencies.dtype == torch.float32
+    torch.testing.assert_close(sinusoid.frequencies, float32_frequencies, atol=0, rtol=0)
     assert waves.dtype == dtype
     # float32 angles and sines against float64, both rounded to dtype: at most one rounding step
-    # apart (before the fix: 1.6 in bf16, 0.12 in fp16 for the absolute sinusoids at T = 512; for
-    # RoPE, 1.68 in bf16, where positions 256 and 257 shared one rotation)
+    # apart (with positions rounded: 1.6 in bf16, 0.12 in fp16 for the absolute sinusoids at T = 512;
+    # for RoPE, 1.68 in bf16, where positions 256 and 257 shared one rotation; with learned
+    # frequencies rounded, up to 0.9 in bf16)
     torch.testing.assert_close(waves.double(), reference.to(dtype).double(),
                                atol=torch.finfo(dtype).eps, rtol=0)
+
+
+@pytest.mark.parametrize("optimizer", [FP16Optimizer, MemoryEfficientFP16Optimizer])
+def test_float32_frequencies_of_a_cast_model_train_through_fairseqs_fp16_optimizers(optimizer, dictionary):
+    """fairseq's --bf16 builds FP16Optimizer (or, with --memory-efficient-bf16, its memory-efficient
+    twin) over a model cast to bf16: the frequencies the cast left float32 take their update and
+    stay float32."""
+    argv = ["DATA", "--task", "masked_lm", "--arch", "bert_lsin_ape_tiny", "--bf16",
+            "--optimizer", "adam", "--lr", "0.1"]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(),
+                                                                     input_args=argv))
+    model = build_model("bert_lsin_ape_tiny", dictionary, max_positions=512).to(torch.bfloat16)
+    frequencies = model.encoder.sentence_encoder.embed_positions.sinusoid.frequencies
+    before = frequencies.detach().clone()
+    trainer_optimizer = optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+    trainer_optimizer.backward(model(random_tokens(dictionary, [300, 20]))[0].float().sum())
+    trainer_optimizer.step()
+    assert frequencies.dtype == torch.float32
+    assert (frequencies - before).abs().max() > 0.05  # Adam's first step moves each by ~lr

@@ -147,14 +147,15 @@ def test_gradients_are_finite_and_close_to_float32(preset, size, precision, mode
     grads = _gradients(model, _context(precision, mode))
     reference = _float32_gradients(preset, size)
     assert set(grads) == set(reference)
+    # A gradient that vanishes in float32 is judged against a thousandth of the largest one: FIRE's
+    # output bias shifts every logit of a row alike, which the softmax ignores (its exact gradient is 0).
+    floor = 1e-3 * max(gradient.norm().item() for gradient in reference.values())
     worst, worst_name = 0.0, None
     for name, grad in grads.items():
         assert torch.isfinite(grad).all(), name
-        norm = reference[name].norm().item()
-        if norm > 0:
-            error = (grad - reference[name]).norm().item() / norm
-            if error > worst:
-                worst, worst_name = error, name
+        error = (grad - reference[name]).norm().item() / max(reference[name].norm().item(), floor)
+        if error > worst:
+            worst, worst_name = error, name
     record_property("max_relative_gradient_error", worst)
     record_property("worst_parameter", worst_name)
     assert worst <= GRADIENT_TOLERANCE[precision, mode], worst_name
@@ -187,7 +188,7 @@ def _large_position_parameters(model, peak=2e4):
             table = positional.relative_bias.relative_attention_bias.weight
             table.mul_(peak / table.abs().max().item())
         if positional.untied_position is not None:
-            untied = dataclasses.replace(positional(512), bias=None).dense().abs().max().item()
+            untied = dataclasses.replace(positional.content_free(512), bias=None).dense().abs().max().item()
             for projection in (positional.untied_position.q_proj, positional.untied_position.k_proj):
                 projection.weight.mul_((peak / untied) ** 0.5)
 

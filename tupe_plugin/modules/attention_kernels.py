@@ -245,11 +245,12 @@ def sdpa_backends(device, config, requested="auto"):
     """The SDPA kernels a forward may use (None: torch chooses). ``requested`` (``--attention-backend``)
     names one; by default, on CUDA, a learned dense bias takes the memory-efficient kernel: it returns
     the bias gradient, where cuDNN's backward can return NaN for masked rows at T % 128 == 64
-    (pytorch#196678) and flash takes no bias at all."""
+    (pytorch#196678) and flash takes no bias at all. The math kernel stands behind it for the inputs
+    it refuses (on an H100 with torch 2.11: a model cast to bf16 / fp16 fed a row of one token)."""
     if requested != "auto":
         return (SDPA_BACKENDS[requested],)
     if torch.device(device).type == "cuda" and config.learned_dense_bias:
-        return (SDPBackend.EFFICIENT_ATTENTION,)
+        return (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
     return None
 
 
@@ -306,11 +307,14 @@ def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_in
     dropped = probs if dropout == 0 else probs * keep_mask(probs.shape, dropout, probs.device)
     out = torch.matmul(dropped, v)
     if value_table is not None:
+        # each clipped distance sums up to T - K probabilities: in float32, since in bf16 (fp16) every
+        # addition to a sum near 1 drops what lies below 2^-8 (2^-11), most of a probability of ~1/T
         per_distance = torch.zeros(
-            *probs.shape[:-1], value_table.size(0), dtype=probs.dtype, device=probs.device
+            *probs.shape[:-1], value_table.size(0), dtype=logits.dtype, device=probs.device
         )
         index = value_index.expand(*probs.shape[:2], -1, -1)
-        shaw = torch.matmul(per_distance.scatter_add(-1, index, dropped), value_table.to(probs.dtype))
+        per_distance = per_distance.scatter_add(-1, index, dropped.to(logits.dtype)).to(probs.dtype)
+        shaw = torch.matmul(per_distance, value_table.to(probs.dtype))
         out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
     if dropout > 0:  # the kept probabilities' scale, applied to the (B, H, T, d) output: linear in them
         out = out * (1.0 / keep_probability(dropout, probs.device.type))

@@ -48,15 +48,15 @@ class RotaryPosition(nn.Module):
         return self.sinusoid.angles(positions)
 
     def forward(self, seq_len):
-        """(cos, sin) of the angles theta_k t for t = 0..T-1, each (T, d_h / 2), in the frequencies' dtype.
+        """(cos, sin) of the angles theta_k t for t = 0..T-1, each (T, d_h / 2), in the model's dtype.
 
         Positions, angles, cos and sin are float32 whatever dtype the model was cast to (fairseq's
         --bf16/--fp16): bf16 cannot tell position 257 from 256, which gave neighbouring positions one
         rotation. Only the finished tables are cast, as :meth:`.Sinusoid.forward` does.
         """
-        frequencies = self.sinusoid.frequencies
-        angles = self.angles(torch.arange(seq_len, device=frequencies.device))
-        return angles.cos().to(frequencies.dtype), angles.sin().to(frequencies.dtype)
+        angles = self.angles(torch.arange(seq_len, device=self.sinusoid.frequencies.device))
+        dtype = self.sinusoid.output_dtype
+        return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def contribute(self, term, seq_len):
         """Add the cos/sin tables every layer rotates q and k by to ``term``."""

@@ -27,23 +27,36 @@ class Sinusoid(nn.Module):
             self.frequencies = nn.Parameter(frequencies)
         else:
             self.register_buffer("frequencies", frequencies)
+        # follows the casts of the model (fairseq's --fp16 / --bf16): the dtype the waves are returned in
+        self.register_buffer("dtype_probe", torch.empty(0), persistent=False)
+
+    def _apply(self, fn, *args, **kwargs):
+        """Casts and moves as any module, except that the frequencies stay float32 when the model is cast
+        to fp16 / bf16: a learned frequency rounded to bf16 (8 significant bits) is off by ~0.2 %, a radian
+        at position 512, and a model trained in float32 then evaluated or fine-tuned with --bf16 saw
+        positions past a few hundred wrongly. Their float32 value is kept, moved to the new device."""
+        frequencies = self.frequencies.data
+        super()._apply(fn, *args, **kwargs)
+        if self.frequencies.dtype in (torch.float16, torch.bfloat16):
+            self.frequencies.data = frequencies.to(self.frequencies.device, torch.float32)
+        return self
+
+    @property
+    def output_dtype(self):
+        """The dtype of the module's (the model's) floating-point tensors, which the waves are cast to."""
+        return self.dtype_probe.dtype
 
     def angles(self, positions):
         """positions: integer or float tensor (...,) -> (..., dim / 2) angles w_i x, in float32.
 
-        The angles are taken in float32 whatever the frequencies' dtype: in a model cast to bf16
-        (fp16), positions above 256 (2048) are not representable, and an angle of a few hundred
-        radians is off by up to a radian (a quarter), which left the sinusoids of long inputs wrong
-        (fairseq's --bf16/--fp16). Fixed frequencies are float32 too (the cast rounds the buffer);
-        learnable ones are used as stored, in the precision the model trains them in.
+        Positions, frequencies and angles are float32 whatever dtype the model was cast to: in bf16
+        (fp16), positions above 256 (2048) are not representable, and an angle of a few hundred radians
+        is off by up to a radian (a quarter), which left the sinusoids of long inputs wrong.
         """
-        frequencies = self.frequencies.float()
-        if not self.learnable and self.frequencies.dtype != torch.float32:
-            frequencies = initial_frequencies(self.dim, self.base).to(frequencies.device)
-        return positions.float()[..., None] * frequencies
+        return positions.float()[..., None] * self.frequencies.float()
 
     def forward(self, positions):
-        """positions (...,) -> (..., dim), in the frequencies' dtype (computed in float32)."""
+        """positions (...,) -> (..., dim), computed in float32, returned in :attr:`output_dtype`."""
         angles = self.angles(positions)
         waves = torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
-        return waves.to(self.frequencies.dtype)
+        return waves.to(self.output_dtype)
