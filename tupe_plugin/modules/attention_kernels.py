@@ -246,7 +246,8 @@ def sdpa_backends(device, config, requested="auto"):
     names one; by default, on CUDA, a learned dense bias takes the memory-efficient kernel: it returns
     the bias gradient, where cuDNN's backward can return NaN for masked rows at T % 128 == 64
     (pytorch#196678) and flash takes no bias at all. The math kernel stands behind it for the inputs
-    it refuses (on an H100 with torch 2.11: a model cast to bf16 / fp16 fed a row of one token)."""
+    it refuses: on an H100 with torch 2.11, a one-token row's (1, H, 1, 1) bias, whose last dimension
+    may keep a stride of H (a dimension of size 1 keeps any stride) where GPU kernels want 1."""
     if requested != "auto":
         return (SDPA_BACKENDS[requested],)
     if torch.device(device).type == "cuda" and config.learned_dense_bias:
