@@ -80,12 +80,13 @@ def _chunk_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index):
     unscaled logits' gradient, also the mask's)."""
     q, k, v, grad_out = q[index], k[index], v[index], grad_out[index]
     if keep is None:
-        grad_logits = torch.baddbmm(minus_delta[index], grad_out, v.transpose(-1, -2))
+        grad_logits = torch.baddbmm(minus_delta[index], grad_out, v.transpose(-1, -2)).mul_(probs)
         dropped = probs
     else:
-        grad_logits = torch.bmm(grad_out, v.transpose(-1, -2)).mul_(keep).add_(minus_delta[index])
+        # P * (keep * dP + minus_delta) as (P * keep) * dP + P * minus_delta: P * keep is dv's factor anyway
         dropped = probs * keep
-    grad_logits.mul_(probs)
+        grad_logits = torch.bmm(grad_out, v.transpose(-1, -2)).mul_(dropped)
+        grad_logits.addcmul_(probs, minus_delta[index])
     grad_q, grad_k_t, grad_v_t = grads
     # dk and dv are computed transposed (q^T dS, dO^T P): a plain-layout product, faster than
     # (dS^T q) on this CPU's GEMM; their transposed views are the gradients
@@ -106,15 +107,15 @@ def _backward(q, k, v, out, grad_out, scale, mask_shape, probs_of, keep=None, ke
     grads = (torch.empty_like(q), q.new_empty(batch, heads, head_dim, seq_len),
              v.new_empty(batch, heads, v.size(-1), seq_len))
     shared = mask_shape is not None and mask_shape[0] == 1
-    grad_mask = None if mask_shape is None else q.new_zeros(mask_shape) if shared else q.new_empty(mask_shape)
+    grad_mask = None if mask_shape is None else q.new_empty(mask_shape)
     for b, h in _chunks(batch, heads, seq_len):
         index = (b, h)
         grad_logits = _chunk_gradients(q, k, v, grad_out, minus_delta, probs_of(index),
                                        None if keep is None else keep[index], grads, index)
-        if shared:
+        if shared and b > 0:
             grad_mask[0, h] += grad_logits
-        elif grad_mask is not None:
-            grad_mask[index] = grad_logits
+        elif grad_mask is not None:  # a shared mask's first batch row (the first chunk of its heads)
+            grad_mask[0 if shared else b, h] = grad_logits
     grad_q, grad_k_t, grad_v_t = grads
     return grad_q.mul_(scale), grad_k_t.mul_(scale).transpose(-1, -2), grad_v_t.transpose(-1, -2), grad_mask
 
