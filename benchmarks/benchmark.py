@@ -386,11 +386,16 @@ class Contender:
         return held + peak_of_allocations(prof)
 
     def profile(self, sample, top):
-        """The ``top`` operators of one step by self CPU time, as a printable table."""
-        with native_stderr_silenced(), torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        """The ``top`` operators of one step as a printable table: by self CPU time on CPU, by self
+        device time on a GPU (where the CPU only launches the kernels)."""
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device != "cpu":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with native_stderr_silenced(), torch.profiler.profile(activities=activities) as prof:
             self.step(sample)
-        return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+            synchronize(self.device)
+        order = "self_cpu_time_total" if self.device == "cpu" else "self_device_time_total"
+        return prof.key_averages().table(sort_by=order, row_limit=top)
 
     def attention_path(self):
         """The attention path every layer takes in the timed (training) steps."""

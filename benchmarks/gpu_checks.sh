@@ -42,12 +42,12 @@ torch.cuda.get_device_name())" || exit 1
 # B = 64 at T = 512, so that the GPU work of a step (tens of ms) outweighs the per-op launch cost of
 # fairseq's Adam (a Python loop over ~200 parameters). The runs with targets take the five contenders
 # they name (on an H100, 5 rounds of the five at both lengths took 56 s); every encoding is timed once,
-# at T = 512. The small-batch run (B = 32 / 16) shows the launch-bound regime. PYTHONWARNINGS hides
+# at T = 512, and four are profiled there (GPU kernels by device time). The small-batch run (B = 32 / 16) shows the launch-bound regime. PYTHONWARNINGS hides
 # fairseq's SyntaxWarnings on Python 3.12.
 export PYTHONWARNINGS=ignore::SyntaxWarning
 TARGETS="roberta bert_a tupe_r tupe_a plain_tupe_r"
 BENCH="python3 benchmarks/benchmark.py --device cuda --size base --warmup 2"
-date; timeout 120 $BENCH --seq-lens 128 512 --rounds 9 --kernels --contenders $TARGETS --bf16 \
+date; timeout 100 $BENCH --seq-lens 128 512 --rounds 7 --kernels --contenders $TARGETS --bf16 \
     --batch-sizes 256 64 --json "$OUTDIR/bench_bf16.json"; echo "rc=$?"
 date; timeout -s INT -k 15 110 python3 -m pytest -q -p no:cacheprovider tests/test_numerics_cuda.py -n 8 \
     -o junit_family=xunit1 --junitxml="$OUTDIR/numerics.xml" -rf 2>&1 | tail -40; echo "rc=$?"
@@ -58,4 +58,7 @@ date; timeout 80 $BENCH --seq-lens 128 512 --rounds 7 --contenders $TARGETS --bf
 date; timeout 130 $BENCH --seq-lens 512 --rounds 5 --kernels --bf16 --batch-sizes 64 \
     --json "$OUTDIR/bench_bf16_encodings.json"; echo "rc=$?"
 date; timeout 30 $BENCH --seq-lens 128 512 --rounds 5 --contenders $TARGETS --bf16 --batch-sizes 32 16 \
-    --json "$OUTDIR/bench_bf16_small.json"; echo "rc=$?"; date
+    --json "$OUTDIR/bench_bf16_small.json"; echo "rc=$?"
+# The costliest GPU kernels of one step (run.log): where Shaw keys and DeBERTa lose to bert_a at T = 512.
+date; timeout 20 $BENCH --seq-lens 512 --rounds 1 --warmup 1 --no-memory --bf16 --batch-sizes 64 \
+    --contenders bert_a tupe_r keys_bert_rpe deberta --profile 12; echo "rc=$?"; date

@@ -241,6 +241,17 @@ def test_attention_kernels_name_the_sdpa_backend(tmp_path, attention_dropout, fl
     assert all(count > 0 for count in kernels.values())
 
 
+def test_profile_lists_the_costliest_operators_of_one_step_by_self_cpu_time_on_cpu(tmp_path):
+    contender, sample = _contender(tmp_path, "tupe_r")
+    table = contender.profile(sample, 5)
+    rows = [line for line in table.splitlines()
+            if line.strip() and not line.startswith(("-", "Self")) and "Name" not in line]
+    assert "Self CPU" in table and len(rows) == 5 and "CUDA" not in table
+    self_times = [float(row.split()[-5].rstrip("ums")) * (1e3 if row.split()[-5].endswith("ms") else 1)
+                  for row in rows]
+    assert self_times == sorted(self_times, reverse=True)
+
+
 def test_positional_term_timing_builds_the_mask_in_the_dtype_the_model_uses(tmp_path, monkeypatch):
     """Under autocast the encoder builds its mask in its activations' dtype (float32); the timing
     of the positional term must build the same mask, not one in the autocast dtype."""
