@@ -385,17 +385,21 @@ class Contender:
             self.step(sample)
         return held + peak_of_allocations(prof)
 
-    def profile(self, sample, top):
-        """The ``top`` operators of one step as a printable table: by self CPU time on CPU, by self
-        device time on a GPU (where the CPU only launches the kernels)."""
+    def profiled_step(self, sample):
+        """torch.profiler's record of one step: CPU activity, and the GPU's kernels on a GPU."""
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.device != "cpu":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with native_stderr_silenced(), torch.profiler.profile(activities=activities) as prof:
             self.step(sample)
             synchronize(self.device)
+        return prof
+
+    def profile(self, sample, top):
+        """The ``top`` operators of one step as a printable table: by self CPU time on CPU, by self
+        device time on a GPU (where the CPU only launches the kernels)."""
         order = "self_cpu_time_total" if self.device == "cpu" else "self_device_time_total"
-        return prof.key_averages().table(sort_by=order, row_limit=top)
+        return self.profiled_step(sample).key_averages().table(sort_by=order, row_limit=top)
 
     def attention_path(self):
         """The attention path every layer takes in the timed (training) steps."""
@@ -412,13 +416,7 @@ class Contender:
         """Attention operators (aten) and GPU kernels one step runs, with their call counts: which
         ``scaled_dot_product_attention`` backend was picked (flash / efficient / cudnn / math), or
         none for the explicit path."""
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.device != "cpu":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with native_stderr_silenced(), torch.profiler.profile(activities=activities) as prof:
-            self.step(sample)
-            synchronize(self.device)
-        return attention_events(prof)
+        return attention_events(self.profiled_step(sample))
 
     def positional_term_seconds(self, sample, repeats):
         """Median forward time of the shared term and its mask (plugin contenders only)."""

@@ -311,11 +311,10 @@ def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_in
     if value_table is not None:
         # each clipped distance sums up to T - K probabilities: in float32, since in bf16 (fp16) every
         # addition to a sum near 1 drops what lies below 2^-8 (2^-11), most of a probability of ~1/T
+        index = value_index.expand(*probs.shape[:2], -1, -1)
         per_distance = torch.zeros(
             *probs.shape[:-1], value_table.size(0), dtype=logits.dtype, device=probs.device
-        )
-        index = value_index.expand(*probs.shape[:2], -1, -1)
-        per_distance = per_distance.scatter_add(-1, index, dropped.to(logits.dtype)).to(probs.dtype)
+        ).scatter_add_(-1, index, dropped.to(logits.dtype)).to(probs.dtype)
         shaw = torch.matmul(per_distance, value_table.to(probs.dtype))
         out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
     if dropout > 0:  # the kept probabilities' scale, applied to the (B, H, T, d) output: linear in them
