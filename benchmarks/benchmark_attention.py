@@ -12,8 +12,16 @@ rounds with the spread (min-max), as CPU time of this process (robust to other p
 machine) and as wall time; "/ floor" is the median of the ratios paired within each round. The memory
 column is what a path keeps between forward and backward beyond q, k, v and the output.
 
+With ``--device cuda`` (bf16 by default) the GPU kernels run instead, timed by wall clock around a
+synchronised call: ``sdpa`` without a bias (BERT-A: the floor), ``sdpa-fixed-bias`` (a bias without
+gradient: ALiBi, Sandwich), ``sdpa-bias`` (the learned bias on the kernels the plugin allows it,
+:func:`~tupe_plugin.modules.attention_kernels.sdpa_backends`) and, without dropout, ``flex-bias``:
+PyTorch's FlexAttention (compiled) with the learned bias read as a captured buffer and its gradient
+from the compiled backward, a candidate kernel that no model of the plugin runs.
+
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
+    python benchmarks/benchmark_attention.py --device cuda --seq-lens 128 512 --tokens 32768 --heads 12
 """
 
 import argparse
@@ -28,10 +36,14 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from benchmarks import paired  # noqa: E402
-from tupe_plugin.modules.attention_kernels import AttentionPath, attend  # noqa: E402
+from tupe_plugin.modules.attention_kernels import AttentionPath, attend, sdpa_backends  # noqa: E402
+from tupe_plugin.modules.position_config import PositionConfig  # noqa: E402
 
 PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
+CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "flex-bias")
+CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def parse_args(argv=None):
@@ -46,8 +58,15 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--attention-dropout", type=float, default=0.0, metavar="P",
                         help=f"above 0: time {', '.join(DROPOUT_PATHS)} with this dropout")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
+                        help="of q, k, v and the bias (auto: float32 on CPU, bfloat16 on CUDA)")
     parser.add_argument("--json", default="benchmark_attention.json", help="where to write the results")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
+    if args.dtype == "auto":
+        args.dtype = "float32" if args.device == "cpu" else "bfloat16"
     for name in ("tokens", "heads", "head_dim", "rounds", "calls", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -59,30 +78,62 @@ def parse_args(argv=None):
     return args
 
 
-def inputs(batch, heads, seq_len, head_dim, seed=0):
+def inputs(batch, heads, seq_len, head_dim, seed=0, device="cpu", dtype=torch.float32):
     generator = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=generator).requires_grad_()
-               for _ in range(3))
-    bias = torch.randn(1, heads, seq_len, seq_len, generator=generator).requires_grad_()
-    grad_out = torch.randn(batch, heads, seq_len, head_dim, generator=generator)
+
+    def tensor(*shape):
+        return torch.randn(*shape, generator=generator).to(device, dtype)
+
+    q, k, v = (tensor(batch, heads, seq_len, head_dim).requires_grad_() for _ in range(3))
+    bias = tensor(1, heads, seq_len, seq_len).requires_grad_()
+    grad_out = tensor(batch, heads, seq_len, head_dim)
     return q, k, v, bias, grad_out
 
 
 def paths(args):
+    if args.device == "cuda":
+        return CUDA_DROPOUT_PATHS if args.attention_dropout > 0 else CUDA_PATHS
     return DROPOUT_PATHS if args.attention_dropout > 0 else PATHS
 
 
-def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0):
+def flex_with_bias(bias):
+    """FlexAttention (compiled once per process) adding ``bias`` (1, H, T, T), captured with its
+    gradient, to the logits: ``fn(q, k, v, scale)``."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention)
+
+    def add_bias(score, batch, head, query, key):
+        return score + bias[0, head, query, key]
+
+    return lambda q, k, v, scale: _compiled_flex(q, k, v, score_mod=add_bias, scale=scale)
+
+
+_compiled_flex = None
+# the kernels the plugin allows a learned bias (sdpa_backends reads no more of the config than that)
+LEARNED_BIAS = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5")
+
+
+def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None):
     """One layer's attention on ``path``, forward and backward (``sdpa``, ``chunked-no-bias``: no bias,
-    BERT-A's call)."""
+    BERT-A's call; ``flex-bias``: ``flex`` from :func:`flex_with_bias`); returns the output."""
     scale = q.size(-1) ** -0.5
     if path == "sdpa":
         out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, dropout)
     elif path == "chunked-no-bias":
         out, _ = attend(AttentionPath.CHUNKED, q, k, v, None, scale, dropout)
+    elif path == "sdpa-fixed-bias":
+        out, _ = attend(AttentionPath.SDPA, q, k, v, bias.detach(), scale, dropout)
+    elif path == "sdpa-bias":
+        out, _ = attend(AttentionPath.SDPA, q, k, v, bias, scale, dropout,
+                        backends=sdpa_backends(q.device, LEARNED_BIAS))
+    elif path == "flex-bias":
+        out = flex(q, k, v, scale)
     else:
         out, _ = attend(AttentionPath(path), q, k, v, bias, scale, dropout)
     out.backward(grad_out)
+    return out
 
 
 def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
@@ -92,26 +143,35 @@ def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
         return 4 * logits + (5 * logits if dropout else 0)
     if path.startswith("chunked"):  # the probabilities, and the keep-mask (a byte each) with dropout
         return 4 * logits + (logits if dropout else 0)
-    # sdpa, biased-flash: the rows' log-sum-exp, from which the backward recomputes the probabilities
+    # sdpa, biased-flash, the CUDA kernels: the rows' log-sum-exp, from which the backward recomputes P
     return 4 * batch * heads * seq_len
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def measure(args):
     shapes = []
     for seq_len in args.seq_lens:
         batch = max(1, args.tokens // seq_len)
-        tensors = inputs(batch, args.heads, seq_len, args.head_dim)
+        tensors = inputs(batch, args.heads, seq_len, args.head_dim, device=args.device,
+                         dtype=DTYPES[args.dtype])
         names = paths(args)
+        flex = flex_with_bias(tensors[3]) if "flex-bias" in names else None
         cpu = {path: [] for path in names}
         wall = {path: [] for path in names}
         for path in names:
-            forward_backward(path, *tensors, args.attention_dropout)  # warm-up
+            forward_backward(path, *tensors, args.attention_dropout, flex)  # warm-up (FlexAttention compiles)
         for round_index in range(args.rounds):
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for path in order:
                 for _ in range(args.calls):
+                    synchronize(args.device)
                     cpu_start, wall_start = time.process_time(), time.perf_counter()
-                    forward_backward(path, *tensors, args.attention_dropout)
+                    forward_backward(path, *tensors, args.attention_dropout, flex)
+                    synchronize(args.device)
                     cpu[path].append(time.process_time() - cpu_start)
                     wall[path].append(time.perf_counter() - wall_start)
         shapes.append({"seq_len": seq_len, "batch": batch, "cpu_seconds": cpu, "wall_seconds": wall,
@@ -128,17 +188,20 @@ def spread(values):
 def table(args, shapes):
     names = paths(args)
     floor = names[0]
+    # on a GPU the process's CPU time is the host waiting on the device: the ratio is of wall time
+    timed, clock = ("wall_seconds", "wall") if args.device == "cuda" else ("cpu_seconds", "CPU")
+    where = (torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} threads")
     lines = [f"H = {args.heads}, d_h = {args.head_dim}, {args.tokens} tokens a batch, "
-             f"attention dropout {args.attention_dropout}, "
-             f"{args.threads} threads, {args.rounds} rounds x {args.calls} calls",
+             f"attention dropout {args.attention_dropout}, {args.dtype}, "
+             f"{where}, {args.rounds} rounds x {args.calls} calls",
              "",
              "| T | B | path | CPU ms (median [min–max]) | wall ms (median [min–max]) | "
-             f"CPU / {floor} (paired) | kept (MiB) |",
+             f"{clock} / {floor} (paired) | kept (MiB) |",
              "|---:|---:|---|---:|---:|---:|---:|"]
     for shape in shapes:
         for path in names:
             cpu = shape["cpu_seconds"][path]
-            ratio = paired.summary(paired.ratios(cpu, shape["cpu_seconds"][floor]))
+            ratio = paired.summary(paired.ratios(shape[timed][path], shape[timed][floor]))
             lines.append(f"| {shape['seq_len']} | {shape['batch']} | {path} | {spread(cpu)} | "
                          f"{spread(shape['wall_seconds'][path])} | {paired.cell(ratio)} | "
                          f"{shape['kept_bytes'][path] / 2**20:.2f} |")

@@ -302,3 +302,38 @@ def test_attention_mode_refuses_a_length_longer_than_the_batch(capsys):
     with pytest.raises(SystemExit):
         benchmark_attention.main(["--seq-lens", "64", "--tokens", "32"])
     assert "--seq-lens [64]" in capsys.readouterr().err
+
+
+def test_attention_mode_on_cuda_without_a_cuda_device_names_the_flag(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        benchmark_attention.main(["--device", "cuda"])
+    assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dropout, expected", [("0", "CUDA_PATHS"), ("0.1", "CUDA_DROPOUT_PATHS")])
+def test_attention_mode_on_cuda_times_the_gpu_kernels_against_sdpa_without_a_bias(
+        tmp_path, capsys, dropout, expected):
+    out = tmp_path / "attention.json"
+    benchmark_attention.main(["--device", "cuda", "--seq-lens", "64", "--tokens", "128", "--heads", "2",
+                              "--head-dim", "16", "--rounds", "2", "--calls", "1",
+                              "--attention-dropout", dropout, "--json", str(out)])
+    shape = json.loads(out.read_text())["shapes"][0]
+    assert tuple(shape["wall_seconds"]) == getattr(benchmark_attention, expected)
+    assert "wall / sdpa (paired)" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_flex_attention_candidate_with_a_learned_bias_matches_the_paper_equation_and_its_bias_gradient():
+    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 3, 64, 16, device="cuda")
+    flex = benchmark_attention.flex_with_bias(bias)
+    out = benchmark_attention.forward_backward("flex-bias", q, k, v, bias, grad_out, flex=flex)
+    got = [t.grad.clone() for t in (q, k, v, bias)]
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+    probs = torch.softmax(leaves[0] @ leaves[1].transpose(-1, -2) / 4 + leaves[3], dim=-1)
+    expected = probs @ leaves[2]
+    expected.backward(grad_out)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    for name, mine, reference in zip("qkvb", got, leaves):
+        torch.testing.assert_close(mine, reference.grad, atol=1e-4, rtol=1e-4, msg=f"d{name}")
