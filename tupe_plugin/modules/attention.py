@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention_kernels import add_bias, attend
+from .clipped_distances import ClippedDistanceScores
 from .deberta_position import DisentangledProjections
 from .rotary_position import rotate
 from .toeplitz_scores import offset_scores
@@ -80,7 +81,7 @@ class PositionalSelfAttention(nn.Module):
             v = F.pad(v, (0, extra))
         out, probs = attend(
             term.path, q, k, v, attn_mask, term.scale, term.dropout,
-            term.rel_table if term.rel_values else None, term.rel_index, term.backends,
+            term.rel_table if term.rel_values else None, term.backends,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
@@ -90,8 +91,7 @@ class PositionalSelfAttention(nn.Module):
         """scale * q_i . a_{clip(j-i)}: q against the 2K+1 table, gathered to (B, H, T, T)."""
         table = term.rel_table.to(q.dtype)
         per_distance = torch.matmul(q * term.scale, table.t())
-        index = term.rel_index.expand(*q.shape[:2], -1, -1)
-        return per_distance.gather(-1, index)
+        return ClippedDistanceScores.apply(per_distance, term.rel_index)
 
     def disentangled_terms(self, q, k, term):
         """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(j,i), each (B, H, T, T): q and k

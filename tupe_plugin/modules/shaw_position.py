@@ -14,6 +14,7 @@ are handed over and each layer adds q . a_{j-i} (and the value term) itself.
 import torch
 from torch import nn
 
+from .clipped_distances import clipped_index
 from .sinusoid import Sinusoid
 
 
@@ -44,9 +45,7 @@ class ShawRelativePosition(nn.Module):
 
     def index(self, seq_len, device):
         """(T, T) row of the table for each (query i, key j): clip(j - i, -K, K) + K."""
-        positions = torch.arange(seq_len, device=device)
-        relative = positions[None, :] - positions[:, None]
-        return relative.clamp(-self.max_distance, self.max_distance) + self.max_distance
+        return clipped_index(seq_len, self.max_distance, device)
 
     def contribute(self, term, seq_len):
         """Add the table, the (T, T) index into it and whether values take the vectors to ``term``."""
