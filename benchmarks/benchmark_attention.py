@@ -54,7 +54,8 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--calls", type=int, default=3, help="timed forward+backward calls per path per round")
+    parser.add_argument("--calls", type=int, default=3,
+                        help="timed forward+backward calls per path per round")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--attention-dropout", type=float, default=0.0, metavar="P",
                         help=f"above 0: time {', '.join(DROPOUT_PATHS)} with this dropout")

@@ -35,13 +35,14 @@ MODES = ["autocast", "model"]
 LENGTHS = [512, 1, 5]  # a long row, a row that is only <s>, a short one
 # Largest |features - float32 plain path| over real tokens (features are LayerNorm-ed, of order 1).
 # bf16 keeps 8 significant bits, fp16 11; a cast model also runs LayerNorm and the residual stream in
-# that dtype. Provisional: 2x to 20x the largest errors of the same checks run with CPU kernels (tiny,
-# T = 40; docs/benchmarks.md), since no GPU has run this file yet; medium at T = 512 may need more.
-FEATURE_TOLERANCE = {("fp16", "autocast"): 0.01, ("bf16", "autocast"): 0.05,
+# that dtype. On an H100 (two runs, the same largest errors: 0.0021, 0.019, 0.013, 0.108 in the order
+# below) the bounds are 1.4x to 3x those; a cast model's features are where bf16/fp16 rounding shows most.
+FEATURE_TOLERANCE = {("fp16", "autocast"): 0.006, ("bf16", "autocast"): 0.05,
                      ("fp16", "model"): 0.02, ("bf16", "model"): 0.15}
-# Largest relative error ||g - g_fp32|| / ||g_fp32|| of a parameter's gradient (training mode, no dropout).
-GRADIENT_TOLERANCE = {("fp16", "autocast"): 0.02, ("bf16", "autocast"): 0.1,
-                      ("fp16", "model"): 0.05, ("bf16", "model"): 0.3}
+# Largest relative error ||g - g_fp32|| / ||g_fp32|| of a parameter's gradient (training mode, no dropout);
+# measured on the H100: 0.0022, 0.020, 0.0028, 0.026; the bounds about 3x those.
+GRADIENT_TOLERANCE = {("fp16", "autocast"): 0.006, ("bf16", "autocast"): 0.06,
+                      ("fp16", "model"): 0.008, ("bf16", "model"): 0.08}
 LARGE_TERM_PRESETS = ["bert_r", "tupe_r", "tupe_a", "tupe_a_tie_cls", "bert_a_d", "bert_rpe"]
 
 
