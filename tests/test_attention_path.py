@@ -18,8 +18,9 @@ LONG = 3 * TUPE_R.head_dim  # longer than twice the head dimension
 
 
 @pytest.mark.parametrize("config, device, dropout, need_weights, expected", [
-    (TUPE_A, "cpu", 0.0, False, AttentionPath.SDPA),
+    (TUPE_A, "cpu", 0.0, False, AttentionPath.BIASED_FLASH),
     (TUPE_A, "cpu", 0.1, False, AttentionPath.CHUNKED),
+    (TUPE_A, "cuda", 0.0, False, AttentionPath.SDPA),
     (TUPE_A, "cpu", 0.0, True, AttentionPath.EXPLICIT),
     (TUPE_R, "cpu", 0.0, False, AttentionPath.BIASED_FLASH),
     (TUPE_R, "cpu", 0.1, False, AttentionPath.CHUNKED),
@@ -33,23 +34,26 @@ def test_the_path_follows_device_dropout_weights_and_value_terms(config, device,
     assert choose_path(device, dropout, need_weights, config, LONG) is expected
 
 
+@pytest.mark.parametrize("config", [TUPE_R, TUPE_A], ids=["t5_bias", "untied_term_alone"])
 @pytest.mark.parametrize("seq_len, expected", [
     (1, AttentionPath.EXPLICIT), (2 * TUPE_R.head_dim, AttentionPath.EXPLICIT),
     (2 * TUPE_R.head_dim + 1, AttentionPath.BIASED_FLASH),
 ])
-def test_a_learned_bias_without_dropout_takes_the_explicit_path_up_to_twice_the_head_dim(seq_len, expected):
-    assert choose_path("cpu", 0.0, False, TUPE_R, seq_len) is expected
+def test_a_learned_bias_without_dropout_takes_the_explicit_path_up_to_twice_the_head_dim(config, seq_len,
+                                                                                          expected):
+    assert choose_path("cpu", 0.0, False, config, seq_len) is expected
 
 
-def test_a_learned_bias_without_gradients_keeps_the_plain_fused_kernel():
+@pytest.mark.parametrize("config", [TUPE_R, TUPE_A], ids=["t5_bias", "untied_term_alone"])
+def test_a_learned_bias_without_gradients_keeps_the_plain_fused_kernel(config):
     with torch.no_grad():
-        assert choose_path("cpu", 0.0, False, TUPE_R, LONG) is AttentionPath.SDPA
+        assert choose_path("cpu", 0.0, False, config, LONG) is AttentionPath.SDPA
 
 
 @pytest.mark.parametrize("path", list(AttentionPath))
-def test_the_untied_term_is_folded_on_the_explicit_and_chunked_paths_and_beside_a_t5_bias(path):
+def test_the_untied_term_is_folded_on_the_cpu_paths_of_their_own_and_beside_a_t5_bias(path):
     assert fold_untied_term(path, TUPE_R)
-    assert fold_untied_term(path, TUPE_A) == (path in (AttentionPath.EXPLICIT, AttentionPath.CHUNKED))
+    assert fold_untied_term(path, TUPE_A) == (path is not AttentionPath.SDPA)
 
 
 def _head_widths_on_explicit_path(model, dictionary, monkeypatch, **forward_kwargs):

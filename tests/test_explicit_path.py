@@ -44,9 +44,16 @@ def test_a_t5_bias_takes_in_the_untied_term_without_dropout_too(dictionary, monk
     _assert_folds_once_without_changing_the_function(model, dictionary, monkeypatch)
 
 
-def test_without_a_dense_bias_or_dropout_the_untied_term_stays_factored(dictionary, monkeypatch):
+def test_cpu_training_without_dropout_folds_the_untied_term_alone_without_changing_the_function(
+        dictionary, monkeypatch):
     model = build_model("tupe_a_tiny", dictionary, attention_dropout=0.0)
+    _assert_folds_once_without_changing_the_function(model, dictionary, monkeypatch)
+
+
+def test_without_a_dense_bias_or_gradients_the_untied_term_stays_factored(dictionary, monkeypatch):
+    model = build_model("tupe_a_tiny", dictionary, attention_dropout=0.0).eval()
     folds = []
     monkeypatch.setattr(PositionalTerm, "folded", lambda term: folds.append(1) or term)
-    model(random_tokens(dictionary, [7, 5, 3]), features_only=True)[0].sum().backward()
+    with torch.no_grad():
+        model(random_tokens(dictionary, [7, 5, 3]), features_only=True)
     assert folds == []
