@@ -5,7 +5,7 @@ import torch
 from conftest import build_model, random_tokens
 from tupe_plugin.modules.alibi_position import AlibiBias, alibi_slopes
 from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
-from tupe_plugin.modules.rotary_position import RotaryPosition, rotate
+from tupe_plugin.modules.rotary_position import RotaryPosition, rotate, rotate_in_place
 
 
 @pytest.mark.parametrize("heads, expected", [
@@ -128,3 +128,23 @@ def test_meaningful_combinations_build(flags, dictionary):
     model = build_model("bert_nope_tiny", dictionary, **flags)
     out = model(random_tokens(dictionary, [6, 3]), features_only=True)[0]
     assert torch.isfinite(out).all()
+
+
+def test_fixed_tables_rotate_q_and_k_in_place_so_no_second_copy_is_kept():
+    cos, sin = RotaryPosition(8)(5)
+    projection = torch.randn(2, 5, 3, 8, requires_grad=True) * 1.0
+    x = projection[:, :, 0]
+    expected = rotate(x, cos, sin)
+    rotated = rotate_in_place(x, cos, sin)
+    assert rotated.data_ptr() == x.data_ptr() and torch.equal(rotated, expected)
+
+
+def test_learnable_tables_rotate_out_of_place_and_train_their_frequencies():
+    rope = RotaryPosition(8, learnable=True)
+    cos, sin = rope(5)
+    x = torch.randn(2, 5, 8)
+    before = x.clone()
+    rotated = rotate_in_place(x, cos, sin)
+    assert rotated.data_ptr() != x.data_ptr() and torch.equal(x, before)
+    rotated.sum().backward()
+    assert rope.sinusoid.frequencies.grad is not None and rope.sinusoid.frequencies.grad.abs().sum() > 0

@@ -20,7 +20,7 @@ from torch import nn
 from .attention_kernels import add_bias, attend
 from .clipped_distances import ClippedDistanceScores
 from .deberta_position import DisentangledProjections
-from .rotary_position import rotate
+from .rotary_position import rotate_in_place
 from .toeplitz_scores import offset_scores
 
 
@@ -50,8 +50,8 @@ class PositionalSelfAttention(nn.Module):
             weight, bias = self.in_proj.weight, self.in_proj.bias
             qkv = torch.cat([F.linear(query, weight[:embed_dim], bias[:embed_dim]),
                              F.linear(x, weight[embed_dim:], bias[embed_dim:])], -1)
-        qkv = qkv.view(batch, seq_len, 3, self.num_heads, self.head_dim)
-        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        qkv = qkv.view(batch, seq_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        return qkv[0], qkv[1], qkv[2]  # single views (not unbind's): RoPE may rotate q and k in place
 
     def forward(self, x, term, need_weights=False, query=None):
         """x: (B, T, C); term: the forward's PositionalTerm (with its path, dropout and mask); ``query``
@@ -67,8 +67,8 @@ class PositionalSelfAttention(nn.Module):
             q = q + term.q_shift.to(q.dtype)
             k = k + term.k_shift.to(k.dtype)
         if term.rotary_cos is not None:
-            q = rotate(q, term.rotary_cos, term.rotary_sin)
-            k = rotate(k, term.rotary_cos, term.rotary_sin)
+            q = rotate_in_place(q, term.rotary_cos, term.rotary_sin)
+            k = rotate_in_place(k, term.rotary_cos, term.rotary_sin)
         if term.rel_table is not None:
             attn_mask = add_bias(attn_mask, self._shaw_key_bias(q, term))
         if term.disentangled_table is not None:

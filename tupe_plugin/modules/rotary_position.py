@@ -70,6 +70,16 @@ def rotate(x, cos, sin):
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
 
 
+def rotate_in_place(x, cos, sin):
+    """:func:`rotate` written back into x, where tables without gradient let it: their products keep
+    nothing of x for the backward, so x (a view of the layer's q/k/v projection) holds the rotated
+    query or key the attention keeps, instead of a second copy beside the projection. Learnable
+    frequencies need x itself for their gradient: rotated out of place."""
+    if cos.requires_grad or sin.requires_grad:
+        return rotate(x, cos, sin)
+    return x.copy_(rotate(x, cos, sin))
+
+
 def build_rotary(config):
     """The RoPE tables of a :class:`~.position_config.PositionConfig`, or None."""
     if not config.rotary_applies:
