@@ -8,7 +8,15 @@ from tupe_plugin.modules.clipped_distances import (ClippedDistanceScores, band_d
                                                    distance_sums, scattered_distance_sums)
 
 SHAPES = [(1, 1), (5, 1), (9, 3), (6, 10)]  # (T, K), K >= T included
-SUMS = [distance_sums, scattered_distance_sums, band_distance_sums]
+
+
+def with_the_index(sums):
+    """``sums(x, K)`` for the sums that read the forward's clipped index (built here as the term builds it)."""
+    return lambda x, max_distance: sums(x, clipped_index(x.size(-1), max_distance, x.device), max_distance)
+
+
+SUMS = [with_the_index(distance_sums), with_the_index(scattered_distance_sums), band_distance_sums]
+SUM_IDS = ["distance_sums", "scattered", "band"]
 
 
 def test_clipped_index_is_the_clipped_distance_shifted_by_k():
@@ -16,7 +24,7 @@ def test_clipped_index_is_the_clipped_distance_shifted_by_k():
     assert all(index[i, j] == max(-2, min(2, j - i)) + 2 for i in range(6) for j in range(6))
 
 
-@pytest.mark.parametrize("sums", SUMS)
+@pytest.mark.parametrize("sums", SUMS, ids=SUM_IDS)
 @pytest.mark.parametrize("seq_len, max_distance", SHAPES)
 def test_distance_sums_add_every_key_onto_its_clipped_distance(sums, seq_len, max_distance):
     x = torch.randn(2, 3, seq_len, seq_len, dtype=torch.float64)
@@ -27,7 +35,7 @@ def test_distance_sums_add_every_key_onto_its_clipped_distance(sums, seq_len, ma
     torch.testing.assert_close(sums(x, max_distance), expected)
 
 
-@pytest.mark.parametrize("sums", SUMS)
+@pytest.mark.parametrize("sums", SUMS, ids=SUM_IDS)
 def test_distance_sums_of_bf16_probabilities_accumulate_in_float32(sums):
     seq_len, max_distance = 512, 4
     probs = torch.full((1, 1, seq_len, seq_len), 1.0 / seq_len).to(torch.bfloat16)

@@ -279,16 +279,16 @@ def fold_untied_term(path, config):
     return path in cpu_paths or config.t5_bias
 
 
-def attend(path, q, k, v, mask, scale, dropout, value_table=None, backends=None):
+def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
-    learned dense bias on BIASED_FLASH, see :func:`choose_path`); ``value_table`` (2K + 1, d) adds
-    Shaw value vectors ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path only); ``backends`` are the SDPA
-    kernels allowed (:func:`sdpa_backends`; None: torch chooses).
+    learned dense bias on BIASED_FLASH, see :func:`choose_path`); ``value_table`` (2K + 1, d) and its
+    (T, T) ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path only);
+    ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses).
     """
     if path is AttentionPath.EXPLICIT:
-        return explicit_attention(q, k, v, mask, scale, dropout, value_table)
+        return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
     if value_table is not None:
         raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
     if path is AttentionPath.BIASED_FLASH:
@@ -301,7 +301,7 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, backends=None)
     return out, None
 
 
-def explicit_attention(q, k, v, mask, scale, dropout, value_table=None):
+def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_index=None):
     """softmax(scale q k^T + mask) v step by step, with the probabilities (and Shaw value vectors);
     attention dropout with :func:`~.attention_dropout.keep_mask`."""
     # float32 logits before the mask is added: a float32 mask's padding value (its most negative
@@ -316,7 +316,7 @@ def explicit_attention(q, k, v, mask, scale, dropout, value_table=None):
     if value_table is not None:
         # each clipped distance sums up to T - K probabilities: in float32, since in bf16 (fp16) every
         # addition to a sum near 1 drops what lies below 2^-8 (2^-11), most of a probability of ~1/T
-        per_distance = distance_sums(dropped, (value_table.size(0) - 1) // 2).to(probs.dtype)
+        per_distance = distance_sums(dropped, value_index, (value_table.size(0) - 1) // 2).to(probs.dtype)
         shaw = torch.matmul(per_distance, value_table.to(probs.dtype))
         out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
     if dropout > 0:  # the kept probabilities' scale, applied to the (B, H, T, d) output: linear in them

@@ -19,21 +19,21 @@ def clipped_index(seq_len, max_distance, device):
     return (positions[None, :] - positions[:, None]).clamp(-max_distance, max_distance) + max_distance
 
 
-def distance_sums(x, max_distance):
+def distance_sums(x, index, max_distance):
     """``out[..., i, r] = sum_j x[..., i, j]`` over the keys j with ``clip(j - i, -K, K) = r - K``, for
-    ``x`` (..., T, T) and K = ``max_distance``: (..., T, 2K + 1) in float32 (float64 kept). A scatter-add
-    on CPU, :func:`band_distance_sums` elsewhere (see the module docstring)."""
+    ``x`` (..., T, T), K = ``max_distance`` and ``index`` its (T, T) :func:`clipped_index` (the one the
+    forward built): (..., T, 2K + 1) in float32 (float64 kept). A scatter-add on CPU,
+    :func:`band_distance_sums` elsewhere (see the module docstring)."""
     if x.device.type == "cpu":
-        return scattered_distance_sums(x, max_distance)
+        return scattered_distance_sums(x, index, max_distance)
     return band_distance_sums(x, max_distance)
 
 
-def scattered_distance_sums(x, max_distance):
-    """:func:`distance_sums` by one scatter-add of every key onto its distance."""
+def scattered_distance_sums(x, index, max_distance):
+    """:func:`distance_sums` by one scatter-add of every key onto its distance ``index``."""
     dtype = torch.promote_types(x.dtype, torch.float32)
-    index = clipped_index(x.size(-1), max_distance, x.device).expand(x.shape)
     sums = torch.zeros(*x.shape[:-1], 2 * max_distance + 1, dtype=dtype, device=x.device)
-    return sums.scatter_add_(-1, index, x.to(dtype))
+    return sums.scatter_add_(-1, index.expand(x.shape), x.to(dtype))
 
 
 def band_distance_sums(x, max_distance):
@@ -60,10 +60,12 @@ class ClippedDistanceScores(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, index):
+        ctx.save_for_backward(index)
         ctx.max_distance = (x.size(-1) - 1) // 2
         return x.gather(-1, index.expand(*x.shape[:-1], -1))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        return distance_sums(grad, ctx.max_distance).to(grad.dtype), None
+        (index,) = ctx.saved_tensors
+        return distance_sums(grad, index, ctx.max_distance).to(grad.dtype), None
