@@ -106,6 +106,21 @@ def test_a_long_row_of_large_logits_has_float32_gradients(biased_backward):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("head_dim", [16, 37])
+def test_head_sizes_of_whole_and_partial_vector_lanes_give_the_plain_gradients(head_dim, biased_backward):
+    """rowsum(dO * O) in the compiled kernel runs in 16 partial sums: a head of 37 has two full lanes and
+    a remainder of 5."""
+    q, k, v = (torch.randn(2, 2, 9, head_dim, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, 2, 9, 9, dtype=torch.float64)
+    grad_out = torch.randn(2, 2, 9, head_dim, dtype=torch.float64)
+    expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)
+    got, got_grads = _value_and_grads(lambda *t: BiasedFlashAttention.apply(*t, SCALE), (q, k, v, bias),
+                                      grad_out)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+    for name, g, e in zip("qkvm", got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)
+
+
 def _first_call(monkeypatch, caplog, level):
     """compiled_kernels.biased_attention_backward() as a process's first call makes it, under the patches
     already in place; the patches undone and the cached answer forgotten afterwards."""

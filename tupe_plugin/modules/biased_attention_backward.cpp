@@ -108,6 +108,22 @@ void softmax_gradient_of(bool accumulate, int rows, int64_t keys, double* probs,
   softmax_gradient<double>(accumulate, rows, keys, probs, grad, mask, grad_mask, lse, delta);
 }
 
+// The dot product of two rows, in LANES partial sums: the loop vectorises (one running sum would be a
+// chain of dependent additions, ~0.8 ms of a 35 ms backward at B = 4, H = 8, T = 512, d_h = 64).
+template <typename scalar_t>
+inline scalar_t dot(const scalar_t* a, const scalar_t* b, int n) {
+  constexpr int LANES = 16;
+  scalar_t partial[LANES] = {};
+  int j = 0;
+  for (; j + LANES <= n; j += LANES) {
+    for (int u = 0; u < LANES; ++u) partial[u] += a[j + u] * b[j + u];
+  }
+  scalar_t sum = 0;
+  for (; j < n; ++j) sum += a[j] * b[j];
+  for (int u = 0; u < LANES; ++u) sum += partial[u];
+  return sum;
+}
+
 // Rows of the heads of a (B, H, T, D) tensor whose rows are contiguous (any strides over B, H and T): the
 // (B, T, H, D) layout of a projection viewed as heads, too.
 template <typename scalar_t>
@@ -153,10 +169,7 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
           const scalar_t *q_rows = Q.row(b, h, i0), *k_all = K.row(b, h, 0), *v_all = V.row(b, h, 0),
                          *grad_rows = dO.row(b, h, i0);
           for (int r = 0; r < m; ++r) {  // rowsum(dO * O)
-            const scalar_t *g = grad_rows + r * dO.row_stride, *o = O.row(b, h, i0 + r);
-            scalar_t sum = 0;
-            for (int j = 0; j < dv_dim; ++j) sum += g[j] * o[j];
-            delta[r] = sum;
+            delta[r] = dot(grad_rows + r * dO.row_stride, O.row(b, h, i0 + r), dv_dim);
           }
           gemm(false, true, m, t, d, scale, q_rows, Q.row_stride, k_all, K.row_stride, scalar_t(0), P, t);
           gemm(false, true, m, t, dv_dim, scalar_t(1), grad_rows, dO.row_stride, v_all, V.row_stride, scalar_t(0),
