@@ -79,16 +79,20 @@ def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch, 
     torch.testing.assert_close(got_grads[3], expected_grads[3], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
-def test_gradients_in_float64_equal_the_plain_formula_to_rounding(mask_batch, biased_backward):
-    q, k, v, bias = _inputs(mask_batch)
-    grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+def _assert_equal_to_rounding(q, k, v, bias, grad_out):
+    """BiasedFlashAttention in float64: output and all four gradients equal the plain formula's to 1e-10."""
     expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)
     got, got_grads = _value_and_grads(lambda *t: BiasedFlashAttention.apply(*t, SCALE), (q, k, v, bias),
                                       grad_out)
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
     for name, g, e in zip("qkvm", got_grads, expected_grads):
         torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
+def test_gradients_in_float64_equal_the_plain_formula_to_rounding(mask_batch, biased_backward):
+    q, k, v, bias = _inputs(mask_batch)
+    _assert_equal_to_rounding(q, k, v, bias, torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64))
 
 
 def test_a_long_row_of_large_logits_has_float32_gradients(biased_backward):
@@ -112,13 +116,7 @@ def test_head_sizes_of_whole_and_partial_vector_lanes_give_the_plain_gradients(h
     a remainder of 5."""
     q, k, v = (torch.randn(2, 2, 9, head_dim, dtype=torch.float64) for _ in range(3))
     bias = torch.randn(1, 2, 9, 9, dtype=torch.float64)
-    grad_out = torch.randn(2, 2, 9, head_dim, dtype=torch.float64)
-    expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)
-    got, got_grads = _value_and_grads(lambda *t: BiasedFlashAttention.apply(*t, SCALE), (q, k, v, bias),
-                                      grad_out)
-    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
-    for name, g, e in zip("qkvm", got_grads, expected_grads):
-        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)
+    _assert_equal_to_rounding(q, k, v, bias, torch.randn(2, 2, 9, head_dim, dtype=torch.float64))
 
 
 def _first_call(monkeypatch, caplog, level):

@@ -60,7 +60,7 @@ CHUNK_LOGITS = 2**18
 
 # The compiled backward's block of query rows: BLOCK_LOGITS logits (1 MiB of float32, as much again for
 # their gradient), at least MIN_BLOCK_ROWS rows. Larger than an L2 cache, yet faster than L2-sized blocks
-# (256 KiB: 1.06 x slower at T = 512): dk and dv come from fewer, deeper GEMMs (benchmark_attention.py).
+# (256 KiB: 1.06 x slower at T = 512): dk and dv come from fewer, deeper GEMMs (docs/benchmarks.md).
 BLOCK_LOGITS = 2**18
 MIN_BLOCK_ROWS = 16
 
