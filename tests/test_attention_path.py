@@ -14,7 +14,7 @@ TUPE_A = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, untied_pos="t
 SHAW_VALUES = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="shaw-learned")
 
 
-LONG = 3 * TUPE_R.head_dim  # longer than twice the head dimension
+LONG = 3 * TUPE_R.head_dim  # longer than the head dimension
 
 
 @pytest.mark.parametrize("config, device, dropout, need_weights, expected", [
@@ -36,11 +36,10 @@ def test_the_path_follows_device_dropout_weights_and_value_terms(config, device,
 
 @pytest.mark.parametrize("config", [TUPE_R, TUPE_A], ids=["t5_bias", "untied_term_alone"])
 @pytest.mark.parametrize("seq_len, expected", [
-    (1, AttentionPath.EXPLICIT), (2 * TUPE_R.head_dim, AttentionPath.EXPLICIT),
-    (2 * TUPE_R.head_dim + 1, AttentionPath.BIASED_FLASH),
+    (1, AttentionPath.EXPLICIT), (TUPE_R.head_dim, AttentionPath.EXPLICIT),
+    (TUPE_R.head_dim + 1, AttentionPath.BIASED_FLASH), (2 * TUPE_R.head_dim, AttentionPath.BIASED_FLASH),
 ])
-def test_a_learned_bias_without_dropout_takes_the_explicit_path_up_to_twice_the_head_dim(config, seq_len,
-                                                                                          expected):
+def test_a_learned_bias_without_dropout_takes_the_explicit_path_up_to_the_head_dim(config, seq_len, expected):
     assert choose_path("cpu", 0.0, False, config, seq_len) is expected
 
 
@@ -172,7 +171,7 @@ def test_training_with_attention_dropout_runs_the_chunked_path_as_the_explicit_o
 @pytest.mark.parametrize("lengths", [[75, 70, 40], [75, 75]], ids=["padded", "unpadded"])
 def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit_path(
         preset, overrides, lengths, dictionary, monkeypatch):
-    """Without dropout, on CPU, past T = 2 d_h: the flash forward and the compiled backward, every layer
+    """Without dropout, on CPU, past T = d_h: the flash forward and the compiled backward, every layer
     (with padding the mask is per batch row; without, the bias shared by the batch)."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=80, **overrides)
     tokens = random_tokens(dictionary, lengths)

@@ -15,15 +15,16 @@ to every layer, and :func:`attend` runs what it is given:
 * ``BIASED_FLASH``: :class:`BiasedFlashAttention` — on CPU, no dropout, a learned dense bias (the
   T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
   Pre-training", arXiv 2006.15595; Shaw key terms; TUPE's untied term folded into one) and sequences
-  longer than ``2 d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the
+  longer than ``d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the
   flash kernel runs the forward with the mask as a constant and an exact backward follows, keeping
   no (B, H, T, T) tensor: the compiled kernel of :mod:`.compiled_kernels` (blocks of query rows, the
   mask's gradient in the pass that computes dS) where it can be built, else the chunked backward below;
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
-  ``T <= 2 d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
-  B H T^2 numbers a layer, are at most twice the layer's hidden states (B T H d_h): the memory bound
-  of the choice. The comparisons are measured in docs/benchmarks.md
+  ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
+  B H T^2 numbers a layer, are at most the layer's hidden states (B T H d_h): the memory bound of the
+  choice (at twice, T = 128 with d_h = 64, the peak memory of a training step was 1.059 x BERT-A's at
+  B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). The comparisons are measured in docs/benchmarks.md
   (``benchmarks/benchmark_attention.py``).
 
 :func:`fold_untied_term` is the matching decision for TUPE's untied term (see
@@ -64,8 +65,8 @@ CHUNK_LOGITS = 2**18
 BLOCK_LOGITS = 2**18
 MIN_BLOCK_ROWS = 16
 
-# Without dropout, a learned dense bias takes the explicit path up to T = 2 d_h (see above).
-EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 2
+# Without dropout, a learned dense bias takes the explicit path up to T = d_h (see above).
+EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 1
 
 
 def _chunks(batch, heads, seq_len):
