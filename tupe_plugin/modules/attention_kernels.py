@@ -24,8 +24,8 @@ to every layer, and :func:`attend` runs what it is given:
   ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
   B H T^2 numbers a layer, are at most the layer's hidden states (B T H d_h): the memory bound of the
   choice (at twice, T = 128 with d_h = 64, the peak memory of a training step was 1.059 x BERT-A's at
-  B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). The comparisons are measured in docs/benchmarks.md
-  (``benchmarks/benchmark_attention.py``).
+  B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). The comparisons are measured in
+  docs/benchmarks.md (``benchmarks/benchmark_attention.py``).
 
 :func:`fold_untied_term` is the matching decision for TUPE's untied term (see
 :mod:`positional_term`): multiplied out into the dense bias on the CPU's own paths (explicit, chunked,
