@@ -95,6 +95,17 @@ def test_gradients_in_float64_equal_the_plain_formula_to_rounding(mask_batch, bi
     _assert_equal_to_rounding(q, k, v, bias, torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64))
 
 
+def test_inputs_read_in_place_from_projection_layouts_give_the_plain_gradients(biased_backward):
+    """q, k, v as the heads of one (B, T, 3, H, D) projection and the output's gradient in (B, T, H, D):
+    rows apart in memory, read where they lie."""
+    projection = torch.randn(BATCH, LENGTH, 3, HEADS, HEAD_DIM, dtype=torch.float64)
+    q, k, v = (t.transpose(1, 2) for t in projection.unbind(2))
+    assert q.shape == (BATCH, HEADS, LENGTH, HEAD_DIM) and not q.is_contiguous()
+    bias = torch.randn(1, HEADS, LENGTH, LENGTH, dtype=torch.float64)
+    grad_out = torch.randn(BATCH, LENGTH, HEADS, HEAD_DIM, dtype=torch.float64).transpose(1, 2)
+    _assert_equal_to_rounding(q, k, v, bias, grad_out)
+
+
 def test_a_long_row_of_large_logits_has_float32_gradients(biased_backward):
     """A sequence of 200 with logits over tens of units (the exponential over its whole useful range)."""
     q, k, v = (torch.randn(2, 3, 200, 16, dtype=torch.float64) * 2 for _ in range(3))

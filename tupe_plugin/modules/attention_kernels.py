@@ -153,9 +153,10 @@ class BiasedFlashAttention(torch.autograd.Function):
         compiled = compiled_kernels.biased_attention_backward()
         if compiled is not None and _compiled_backward_applies(q, k, v, mask):
             rows = max(MIN_BLOCK_ROWS, BLOCK_LOGITS // q.size(2))
-            # contiguous heads: the kernel also reads the rows of a projection's (B, T, 3, H, D) layout,
-            # but 1536 floats apart its GEMMs ran ~5 % slower than on copies (address translation)
-            q, k, v, out, grad_out = (t.contiguous() for t in (q, k, v, out, grad_out))
+            # the kernel reads the rows where they are (a projection's (B, T, 3, H, D) layout, the flash
+            # output's (B, T, H, D)): copies to (B, H, T, D) cost more than they save at T = 128 (1.03-1.28 x
+            # the backward) and as much as they save at T = 512
+            q, k, v, out, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, out, grad_out))
             grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows)
             return *grads, None
         logits_mask = mask.to(q.dtype)
@@ -164,6 +165,11 @@ class BiasedFlashAttention(torch.autograd.Function):
             return torch.softmax(_chunk_logits(q, k, logits_mask, ctx.scale, index), dim=-1)
 
         return *_backward(q, k, v, out, grad_out, ctx.scale, mask.shape, probs_of), None
+
+
+def _with_contiguous_rows(t):
+    """``t`` (B, H, T, D) itself where each of its rows is contiguous and apart from the next, else a copy."""
+    return t if t.stride(-1) == 1 and (t.size(-2) == 1 or t.stride(-2) >= t.size(-1)) else t.contiguous()
 
 
 def _compiled_backward_applies(q, k, v, mask):

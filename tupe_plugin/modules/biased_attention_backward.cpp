@@ -199,7 +199,7 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
                 "biased_attention_backward: CPU tensors of one dtype");
   }
   for (const at::Tensor* t : {&q, &k, &v, &out, &grad_out}) {
-    TORCH_CHECK(t->dim() == 4 && t->stride(3) == 1 && t->stride(2) >= t->size(3),
+    TORCH_CHECK(t->dim() == 4 && t->stride(3) == 1 && (t->size(2) == 1 || t->stride(2) >= t->size(3)),
                 "biased_attention_backward: q, k, v, out, grad_out of 4 dimensions with contiguous rows");
   }
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes().slice(0, 3) == q.sizes().slice(0, 3) &&
