@@ -160,6 +160,33 @@ def test_a_machine_that_cannot_build_the_kernel_gets_the_python_backward_and_the
     assert "pip install ninja" in caplog.text
 
 
+def test_a_compiler_without_openmp_gets_a_one_thread_build_and_a_warning(monkeypatch, caplog):
+    assert compiled_kernels.biased_attention_backward() is not None, "the compiled kernel did not build"
+    from torch.utils import cpp_extension
+    builds = []
+
+    def load(**kwargs):
+        if "-fopenmp" in kwargs["extra_cflags"]:
+            raise RuntimeError("c++: error: unsupported option '-fopenmp'")
+        builds.append(kwargs["name"])
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    assert _first_call(monkeypatch, caplog, "WARNING") is not None
+    assert builds == ["tupe_plugin_kernels_one_thread"]
+    assert "without OpenMP (c++: error: unsupported option '-fopenmp') and runs on one thread" in caplog.text
+
+
+def test_the_compiled_kernel_splits_its_work_over_torchs_threads():
+    """at::parallel_for is a header template: a library built without OpenMP runs its loops on one thread."""
+    assert compiled_kernels.biased_attention_backward() is not None, "the compiled kernel did not build"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert torch.ops.tupe_plugin.parallel_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_shared_bias_gradient_is_the_batch_sum_of_the_per_row_gradients():
     q, k, v, bias = _inputs(1)
     grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM)

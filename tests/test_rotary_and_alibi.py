@@ -5,7 +5,8 @@ import torch
 from conftest import build_model, random_tokens
 from tupe_plugin.modules.alibi_position import AlibiBias, alibi_slopes
 from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
-from tupe_plugin.modules.rotary_position import RotaryPosition, rotate, rotate_in_place
+from tupe_plugin.modules.attention import PositionalSelfAttention
+from tupe_plugin.modules.rotary_position import RotaryPosition, rotate, rotate_in_place, rotates_in_place
 
 
 @pytest.mark.parametrize("heads, expected", [
@@ -132,19 +133,22 @@ def test_meaningful_combinations_build(flags, dictionary):
 
 def test_fixed_tables_rotate_q_and_k_in_place_so_no_second_copy_is_kept():
     cos, sin = RotaryPosition(8)(5)
-    projection = torch.randn(2, 5, 3, 8, requires_grad=True) * 1.0
-    x = projection[:, :, 0]
-    expected = rotate(x, cos, sin)
-    rotated = rotate_in_place(x, cos, sin)
-    assert rotated.data_ptr() == x.data_ptr() and torch.equal(rotated, expected)
+    projection = torch.randn(2, 5, 3, 4, 8)  # (B, T, q k v, H, d_h)
+    q, k, v = (t.transpose(1, 2) for t in projection.clone().unbind(2))
+    rotate_in_place(projection[:, :, :2], cos, sin)
+    torch.testing.assert_close(projection[:, :, 0].transpose(1, 2), rotate(q, cos, sin))
+    torch.testing.assert_close(projection[:, :, 1].transpose(1, 2), rotate(k, cos, sin))
+    assert torch.equal(projection[:, :, 2].transpose(1, 2), v)
 
 
 def test_learnable_tables_rotate_out_of_place_and_train_their_frequencies():
     rope = RotaryPosition(8, learnable=True)
     cos, sin = rope(5)
-    x = torch.randn(2, 5, 8)
-    before = x.clone()
-    rotated = rotate_in_place(x, cos, sin)
-    assert rotated.data_ptr() != x.data_ptr() and torch.equal(x, before)
-    rotated.sum().backward()
+    assert not rotates_in_place(cos, sin)
+    projection = torch.randn(2, 5, 3 * 4 * 8).view(2, 5, 3, 4, 8)
+    before = projection.clone()
+    q, k, _ = PositionalSelfAttention._rotated(projection, cos, sin)
+    assert torch.equal(projection, before)
+    torch.testing.assert_close(q, rotate(before[:, :, 0].transpose(1, 2), cos, sin))
+    (q.sum() + k.sum()).backward()
     assert rope.sinusoid.frequencies.grad is not None and rope.sinusoid.frequencies.grad.abs().sum() > 0

@@ -7,13 +7,16 @@
 // dv += P^T dO (three GEMMs). The block's logits stay in cache from the first GEMM to the last; no
 // (B, H, T, T) tensor is made. A mask shared by the batch (size 1 in its first dimension) gets its gradient
 // summed over the batch: one task per head walks the batch rows in turn, so no two threads add to the same
-// gradient. The GEMMs are the BLAS torch is built with (sgemm_ / dgemm_ of libtorch_cpu).
+// gradient. The tasks run on torch's intra-op threads (at::parallel_for, which needs the library built with
+// OpenMP); the GEMMs are the BLAS torch is built with (sgemm_ / dgemm_ of libtorch_cpu), one thread each
+// inside a task.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -189,7 +192,7 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 // q, k: (B, H, T, D), v, out, grad_out: (B, H, T, Dv), each with contiguous rows; lse: (B, H, T) from the
 // flash forward, contiguous; mask: (1 or B, H, T, T) contiguous, the additive mask of the forward.
-// Returns dq, dk, dv (in the layouts of q, k, v) and the mask's gradient (the mask's shape).
+// Returns dq, dk, dv (B, H, T, D) and the mask's gradient (the mask's shape).
 std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   const at::Tensor& out, const at::Tensor& grad_out,
                                                   const at::Tensor& lse, const at::Tensor& mask, double scale,
@@ -211,11 +214,24 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
                   mask.size(1) == q.size(1) && mask.size(2) == q.size(2) && mask.size(3) == q.size(2),
               "biased_attention_backward: mask of (1 or B, H, T, T), contiguous");
   TORCH_CHECK(block > 0, "biased_attention_backward: block > 0");
-  auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v), dmask = at::empty_like(mask);
+  // dq, dk, dv in the (B, T, H, D) layout viewed as (B, H, T, D), as the flash backward returns them: the
+  // projection's gradient (B, T, 3, H, D) is then stacked from them by contiguous rows
+  const auto heads_of = [](const at::Tensor& t) {
+    return at::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
+  };
+  auto dq = heads_of(q), dk = heads_of(k), dv = heads_of(v), dmask = at::empty_like(mask);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "biased_attention_backward", [&] {
     backward_kernel<scalar_t>(q, k, v, out, grad_out, lse, mask, scale, block, dq, dk, dv, dmask);
   });
   return {dq, dk, dv, dmask};
+}
+
+// The threads at::parallel_for splits a loop of this library over: torch's intra-op threads when it was
+// built with OpenMP, else 1 (the template then runs every loop on the calling thread).
+int64_t parallel_threads() {
+  std::atomic<int64_t> chunks{0};
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) { ++chunks; });
+  return chunks.load();
 }
 
 }  // namespace
@@ -224,6 +240,7 @@ TORCH_LIBRARY(tupe_plugin, m) {
   m.def(
       "biased_attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor grad_out, Tensor lse, "
       "Tensor mask, float scale, int block) -> Tensor[]");
+  m.def("parallel_threads() -> int", &parallel_threads);
 }
 
 TORCH_LIBRARY_IMPL(tupe_plugin, CPU, m) { m.impl("biased_attention_backward", &biased_attention_backward); }

@@ -70,14 +70,17 @@ def rotate(x, cos, sin):
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
 
 
-def rotate_in_place(x, cos, sin):
-    """:func:`rotate` written back into x, where tables without gradient let it: their products keep
-    nothing of x for the backward, so x (a view of the layer's q/k/v projection) holds the rotated
-    query or key the attention keeps, instead of a second copy beside the projection. Learnable
-    frequencies need x itself for their gradient: rotated out of place."""
-    if cos.requires_grad or sin.requires_grad:
-        return rotate(x, cos, sin)
-    return x.copy_(rotate(x, cos, sin))
+def rotates_in_place(cos, sin):
+    """Whether q and k may be rotated where they lie: tables without gradient keep nothing of them for the
+    backward; learnable frequencies need the unrotated q and k for their gradient."""
+    return not (cos.requires_grad or sin.requires_grad)
+
+
+def rotate_in_place(qk, cos, sin):
+    """q and k of a layer's (B, T, 2, H, d) projection slice rotated where they lie (tables of
+    :func:`rotates_in_place` only): the projection then holds the rotated query and key the attention
+    keeps, instead of a second copy beside it."""
+    qk.copy_(rotate(qk, cos[:, None, None], sin[:, None, None]))
 
 
 def build_rotary(config):
