@@ -4,6 +4,7 @@ baseline margin and its flag, the tables and the figures."""
 import copy
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -214,6 +215,14 @@ def test_commands_behind_every_number_are_in_the_report(written):
     text = written[1]
     assert "-m tupe_plugin.glue.finetune RTE" in text and "--seed 2" in text
     assert "fairseq-train" in text and "--arch tupe_r_tiny" in text
+
+
+def test_report_json_holds_every_jobs_commands_and_log(study, written):
+    jobs, report = study[1], written[0]
+    assert len(report["jobs"]) == len(jobs)
+    for job in jobs:
+        assert report["jobs"][job.name]["commands"] == [shlex.join(argv) for argv in job.commands]
+        assert report["jobs"][job.name]["log"] == os.path.join(job.folder, job.log)
 
 
 def test_interrupted_study_writes_the_report_of_the_finished_jobs(tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
 def trained_model(path):
     """``(max_positions, learned table, its PositionConfig)`` of a plugin checkpoint."""
     from ..checkpoint_config import saved_model_config
-    from ..modules.position_config import PositionConfig
+    from ..encodings.position_config import PositionConfig
 
     model = saved_model_config(path)
     config = PositionConfig.from_args(model)
@@ -42,7 +42,7 @@ def trained_model(path):
 def scaling_refused(config, overrides):
     """Why the model's position config refuses the RoPE scaling ``overrides`` (its message: no RoPE to
     scale, ntk on learnable frequencies, ...), or None."""
-    from ..modules.position_config import PositionFlagError
+    from ..encodings.position_config import PositionFlagError
 
     try:
         replace(config, **overrides).check()

@@ -8,7 +8,8 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .report import first_squad, mean  # noqa: E402
+from .results import first_squad  # noqa: E402
+from .statistics import mean  # noqa: E402
 
 
 def loss_figure(report, path):

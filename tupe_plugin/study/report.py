@@ -16,6 +16,8 @@ import os
 import shlex
 
 from . import results, statistics
+from .results import first_squad
+from .statistics import mean
 from .jobs import Model, along_models, extrapolation_name, glue_run_name, squad_run_name, stage_offsets
 from ..glue.tasks import GLUE_TASKS
 from .runner import DONE, FAILED
@@ -130,13 +132,6 @@ def _model_entry(config, model, done, jobs, curve=None):
 def scaling_label(scaling):
     """``linear x4``: a RoPE scaling's name in the report."""
     return f"{scaling['scaling']} x{scaling['factor']:g}"
-
-
-def first_squad(squad):
-    """The figures of the study's first SQuAD version in an arch's ``squad`` entry ({} when none)."""
-    if not squad:
-        return {}
-    return squad if "f1" in squad else next(iter(squad.values()))
 
 
 def _squad_entry(config, models):
@@ -267,11 +262,6 @@ def write_report(config, jobs, outcome, out):
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(markdown(report, out))
     return paths
-
-
-def mean(value):
-    """A figure's value: the number itself (one seed), or the mean of its spread over seeds."""
-    return value["mean"] if isinstance(value, dict) else value
 
 
 def _number(value, digits=3):

@@ -117,6 +117,13 @@ def squad_runs(runs):
             "runs": sorted(runs, key=lambda run: (run.get("pretrain_seed", 0), run["seed"]))}
 
 
+def first_squad(squad):
+    """The figures of the study's first SQuAD version in an arch's ``squad`` entry ({} when none)."""
+    if not squad:
+        return {}
+    return squad if "f1" in squad else next(iter(squad.values()))
+
+
 def squad_result(log_path):
     """EM and F1 of the last score line of the log (v1.1's ``exact_match`` or v2.0's ``exact``), and
     how many of the dev questions got a prediction (``questions``, ``predicted``; the others were

@@ -24,6 +24,11 @@ def spread(values):
             "min": min(values), "max": max(values), "n": len(values)}
 
 
+def mean(value):
+    """A figure's value: the number itself (one seed), or the mean of its spread over seeds."""
+    return value["mean"] if isinstance(value, dict) else value
+
+
 def t_quantile_975(df):
     """The 0.975 quantile of Student's t with ``df`` degrees of freedom."""
     from scipy.stats import t

@@ -1,1 +1,0 @@
-"""Position encodings and attention: plain torch modules, no fairseq registry code."""
