@@ -29,7 +29,7 @@ BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
 BENCH_DATA ?=
 
-.PHONY: help install test test-slow test-gpu demo study bench bench-train clean distclean
+.PHONY: help install test test-slow test-gpu demo study bench bench-train bench-report clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
@@ -45,6 +45,9 @@ help:
 	@echo "                 markdown tables, writes $(BENCH_JSON); extra flags: BENCH_ARGS=\"...\""
 	@echo "make bench-train real fairseq-train updates side by side, words/s from its log"
 	@echo "                 (benchmarks/benchmark_train.py): BENCH_DATA=data-bin folder, BENCH_ARGS=\"...\""
+	@echo "make bench-report regenerate the benchmark tables of the docs from benchmarks/results/"
+	@echo "                 (benchmarks/report.py --write); make bench and bench-train keep their run there"
+	@echo "                 with BENCH_ARGS=\"--results-dir benchmarks/results\""
 	@echo "make clean       remove the demo outputs in WORKDIR (data and every architecture's run)"
 	@echo "make distclean   clean, and remove .venv"
 
@@ -80,6 +83,9 @@ bench: install
 bench-train: install
 	@test -n "$(BENCH_DATA)" || { echo "make bench-train: set BENCH_DATA to a fairseq-preprocess output folder (make demo writes one)" >&2; exit 2; }
 	$(BIN)/python benchmarks/benchmark_train.py $(BENCH_DATA) --json benchmark_train.json $(BENCH_ARGS)
+
+bench-report: install
+	$(BIN)/python benchmarks/report.py --write
 
 clean:
 	rm -rf $(addprefix $(WORKDIR)/,$(DEMO_DATA))

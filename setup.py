@@ -26,7 +26,7 @@ setup(
         "encodings of 'On Position Embeddings in BERT'"
     ),
     packages=find_packages(include=["tupe_plugin", "tupe_plugin.*"]),
-    package_data={"tupe_plugin.modules": ["*.cpp"]},
+    package_data={"tupe_plugin.attention": ["*.cpp"]},
     python_requires=">=3.11",
     # torch >= 2.6: torch.load's weights_only default, which the plugin's checkpoint loading is built
     # around; < 2.14: the versions tested (2.13.0).
@@ -36,7 +36,7 @@ setup(
         "numpy",
         "omegaconf",
         "sentencepiece",
-        # builds the compiled CPU attention backward on first use (tupe_plugin/modules/compiled_kernels.py)
+        # builds the compiled CPU attention backward on first use (tupe_plugin/attention/compiled_kernels.py)
         "ninja",
     ],
     extras_require={

@@ -31,21 +31,22 @@ state) are added. The profiled step is not timed.
 The positional term (``--positional-term``): the forward of the encoder's shared positional term
 plus the mask it hands to every layer, timed alone, as a share of the median step.
 
-Prints the markdown tables and writes everything (settings, machine, every timing) to ``--json``.
+Prints the markdown tables and writes everything (command, machine, commit, settings, every timing) to
+``--json`` in the format of ``benchmarks/results_file.py``; ``--results-dir benchmarks/results`` keeps the
+run there too, for ``benchmarks/report.py``.
 """
 
 import argparse
 import contextlib
-import json
 import logging
 import os
-import platform
 import re
 import statistics
 import sys
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -53,10 +54,10 @@ from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from benchmarks import paired  # noqa: E402
+from benchmarks import paired, results_file  # noqa: E402
 from tupe_plugin.models.architectures import SIZES  # noqa: E402
-from tupe_plugin.modules.attention_kernels import AttentionPath, choose_path  # noqa: E402
-from tupe_plugin.modules.positional_term import PositionalTerm  # noqa: E402
+from tupe_plugin.attention.paths import AttentionPath, choose_path, fold_untied_term, plan_attention  # noqa: E402
+from tupe_plugin.encodings.positional_term import PositionalTerm  # noqa: E402
 
 PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
 PLAIN_PREFIX = "plain_"
@@ -130,6 +131,9 @@ def parse_args(argv=None):
                         help="also profile one step per contender and keep its N costliest ops "
                         "(self CPU time) in the JSON and on stderr")
     parser.add_argument("--json", default="benchmark.json", help="where to write the results")
+    parser.add_argument("--results-dir", metavar="DIR",
+                        help="also keep the run in DIR as benchmark-DATE-SETTING.json (benchmarks/results: "
+                        "the files benchmarks/report.py makes the docs' tables from)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     if args.batch_sizes is None:
@@ -177,7 +181,7 @@ def check_contender(name):
 
 def shaw_preset(preset):
     from tupe_plugin.models.architectures import POSITION_PRESETS
-    from tupe_plugin.modules.position_config import PositionConfig
+    from tupe_plugin.encodings.position_config import PositionConfig
 
     flags = POSITION_PRESETS[preset]
     return PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **flags).shaw_table is not None
@@ -219,8 +223,10 @@ def write_dictionary(data_dir, vocab):
             f.write(f"w{i} {vocab - i}\n")
 
 
-class WrappedPositionalTerm(nn.Module):
-    """A contender's own ``build`` around the plugin's shared term (its tables and config)."""
+class PlainPositionalTerm(nn.Module):
+    """The shared term's interface (``build``) around the plugin's term (its tables and config),
+    straightforwardly: the dense (H, T, T) content-free logits plus padding, materialised per batch row,
+    whatever the plan."""
 
     def __init__(self, shared):
         super().__init__()
@@ -230,12 +236,7 @@ class WrappedPositionalTerm(nn.Module):
     def content_free(self, seq_len):
         return self.shared.content_free(seq_len)
 
-
-class PlainPositionalTerm(WrappedPositionalTerm):
-    """The shared term's interface (``build``), straightforwardly: the dense (H, T, T) content-free
-    logits plus padding, materialised per batch row, whatever the path."""
-
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0, backends=None):
+    def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32):
         term = self.content_free(seq_len)
         bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
@@ -246,7 +247,7 @@ class PlainPositionalTerm(WrappedPositionalTerm):
             padding = torch.zeros(key_padding_mask.shape, dtype=dtype, device=key_padding_mask.device)
             padding = padding.masked_fill(key_padding_mask, float("-inf"))[:, None, None, :]
             mask = padding if mask is None else mask + padding
-        return PositionalTerm(scale=term.scale, path=AttentionPath.EXPLICIT, dropout=dropout, attn_mask=mask)
+        return PositionalTerm(scale=term.scale, attn_mask=mask)
 
 
 class PlainSelfAttention(nn.Module):
@@ -257,7 +258,7 @@ class PlainSelfAttention(nn.Module):
         self.num_heads, self.head_dim = fused.num_heads, fused.head_dim
         self.in_proj, self.out_proj = fused.in_proj, fused.out_proj
 
-    def forward(self, x, term, need_weights=False):
+    def forward(self, x, term, plan, need_weights=False):
         batch, seq_len, embed_dim = x.shape
         qkv = self.in_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
@@ -265,18 +266,22 @@ class PlainSelfAttention(nn.Module):
         if term.attn_mask is not None:
             logits = logits + term.attn_mask
         probs = torch.softmax(logits, -1)
-        out = torch.matmul(F.dropout(probs, term.dropout), v)
+        out = torch.matmul(F.dropout(probs, plan.dropout), v)
         out = out.transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
 
 
-class AlwaysSdpaPositionalTerm(WrappedPositionalTerm):
-    """The shared term, built for the SDPA path whatever the device and dropout (its math fallback
+class AlwaysSdpaPlan:
+    """An encoder's attention plan with the SDPA path whatever the device and dropout (its math fallback
     included): the plugin's attention before kernels were chosen per forward."""
 
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0, backends=None):
-        return self.shared.build(seq_len, AttentionPath.SDPA, key_padding_mask, dtype, dropout=dropout,
-                                 backends=backends)
+    def __init__(self, encoder):
+        self.plan = encoder.attention_plan
+        self.config = encoder.config
+
+    def __call__(self, device, need_attn, seq_len):
+        return replace(self.plan(device, need_attn, seq_len), path=AttentionPath.SDPA,
+                       fold_untied=fold_untied_term(AttentionPath.SDPA, self.config))
 
 
 def make_always_sdpa(model):
@@ -284,7 +289,7 @@ def make_always_sdpa(model):
     encoder = model.encoder.sentence_encoder
     if encoder.config.shaw_values:
         raise ValueError("Shaw value vectors need the probabilities: no SDPA variant")
-    encoder.positional_term = AlwaysSdpaPositionalTerm(encoder.positional_term)
+    encoder.attention_plan = AlwaysSdpaPlan(encoder)
     return model
 
 
@@ -432,9 +437,10 @@ class Contender:
             synchronize(self.device)
             start = time.perf_counter()
             with self.autocast:
-                path = choose_path(self.device, encoder.attention_dropout, False, encoder.config,
-                                   tokens.size(1))
-                encoder.positional_term.build(tokens.size(1), path, encoder.padding_mask(tokens), dtype)
+                plan = plan_attention(self.device, encoder.attention_dropout, False, encoder.config,
+                                      tokens.size(1))
+                encoder.positional_term.build(tokens.size(1), plan.fold_untied, encoder.padding_mask(tokens),
+                                              dtype)
             synchronize(self.device)
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:])
@@ -565,6 +571,23 @@ def single_verdict(value, bound):
     return paired.MET if value <= bound else paired.MISSED
 
 
+def target_rows(seq_len, attention_dropout):
+    """(what, row) of every TARGET that applies at this length and attention dropout, the row not yet
+    measured."""
+    for what, name, reference, bound, (applies, when) in TARGETS:
+        if applies is None or applies(seq_len, attention_dropout):
+            yield what, {"seq_len": seq_len, "target": f"{name} {what} / {reference}", "contender": name,
+                         "reference": reference, "measure": f"{what} ratio ({when})", "unit": "x",
+                         "bound": bound}
+
+
+def share_row(seq_len, name, bound=POSITIONAL_TERM_SHARE_BOUND):
+    """The row, not yet measured, of the target on ``name``'s positional term share of its step."""
+    return {"seq_len": seq_len, "target": f"{name} positional term / step", "contender": name,
+            "reference": f"{name}'s own step", "measure": "positional term share", "unit": "%",
+            "bound": bound}
+
+
 def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHARE_BOUND):
     """The targets' rows for runs at ``attention_dropout``: step times paired per round (``ratio`` is
     their median, with ``min`` and ``max``); ``verdict`` is None from fewer than paired.MIN_REPETITIONS
@@ -572,11 +595,8 @@ def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHAR
     rows = []
     for shape in shapes:
         results, seq_len = shape["results"], shape["seq_len"]
-        for what, name, reference, bound, (applies, when) in TARGETS:
-            if applies is not None and not applies(seq_len, attention_dropout):
-                continue
-            row = {"seq_len": seq_len, "target": f"{name} {what} / {reference}", "contender": name,
-                   "reference": reference, "measure": f"{what} ratio ({when})", "unit": "x", "bound": bound}
+        for what, row in target_rows(seq_len, attention_dropout):
+            name, reference, bound = row["contender"], row["reference"], row["bound"]
             if what == "step time":
                 stats = paired_ratio(results, name, reference)
                 if stats is not None:
@@ -589,10 +609,8 @@ def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHAR
         for name, result in results.items():
             share = result["positional_term_share"]
             if share is not None and preset_of(name) == name and name != "bert_a":
-                rows.append({"seq_len": seq_len, "target": f"{name} positional term / step",
-                             "contender": name, "reference": f"{name}'s own step",
-                             "measure": "positional term share", "unit": "%", "bound": bound_share,
-                             "ratio": share, "verdict": single_verdict(share, bound_share)})
+                rows.append({**share_row(seq_len, name, bound_share), "ratio": share,
+                             "verdict": single_verdict(share, bound_share)})
     if rounds < paired.MIN_REPETITIONS:
         for row in rows:
             row["verdict"] = None
@@ -648,21 +666,6 @@ def fmt(value, factor, spec):
     return "–" if value is None else format(value * factor, spec)
 
 
-def machine(device):
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    info = {"cpu": cpu, "torch": torch.__version__, "python": platform.python_version(),
-            "threads": torch.get_num_threads(), "load_average": os.getloadavg()}
-    if device != "cpu":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.threads:
@@ -682,9 +685,7 @@ def measure(args, argv):
     for name in args.contenders:
         check_contender(name)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    report = {"command": "python benchmarks/benchmark.py " + " ".join(sys.argv[1:] if argv is None
-                                                                    else argv),
-              "settings": vars(args), "machine": machine(args.device), "shapes": []}
+    report = {**results_file.record("benchmark", __file__, argv, vars(args), args.device), "shapes": []}
     log(f"benchmark on {report['machine']}")
     with tempfile.TemporaryDirectory() as data_dir:
         write_dictionary(data_dir, args.vocab)
@@ -692,13 +693,25 @@ def measure(args, argv):
             results = measure_shape(args, seq_len, batch, data_dir, log)
             report["shapes"].append({"seq_len": seq_len, "batch": batch, "results": results})
     report["machine"]["load_average_after"] = os.getloadavg()
+    report["rounds"] = [results_file.repetitions(
+        f"T={shape['seq_len']} B={shape['batch']}", "seconds per step (median of the round's steps)",
+        args.baseline, {name: r["round_seconds"] for name, r in shape["results"].items()})
+        for shape in report["shapes"]]
     report["targets"] = verdicts(report["shapes"], args.rounds, args.attention_dropout)
     report["markdown"] = markdown(report)
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
+    results_file.write(report, args.json)
     print(report["markdown"])
     log(f"results written to {args.json}")
+    if args.results_dir:
+        log(f"run kept as {results_file.save(report, args.results_dir, setting_tag(args))}")
     return report
+
+
+def setting_tag(args):
+    """``cpu-fp32-medium-ad0.1-T128B8-T512B2``: device, precision, size, attention dropout, shapes."""
+    precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    shapes = "-".join(f"T{t}B{b}" for t, b in zip(args.seq_lens, args.batch_sizes))
+    return f"{args.device.split(':')[0]}-{precision}-{args.size}-ad{args.attention_dropout}-{shapes}"
 
 
 if __name__ == "__main__":

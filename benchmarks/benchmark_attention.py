@@ -2,7 +2,7 @@
 """The attention paths alone, side by side: the measurement behind ``choose_path``'s choice.
 
 For each sequence length, one layer's attention (forward and backward, a learned (1, H, T, T) bias
-as TUPE-R's T5 term) runs on each CPU path of ``tupe_plugin.modules.attention_kernels``:
+as TUPE-R's T5 term) runs on each CPU path of ``tupe_plugin.attention``:
 ``biased-flash`` (flash forward, recomputing backward), ``explicit`` (matmul-softmax-matmul over
 whole tensors, keeping the probabilities) and ``chunked`` (the same by cache-sized chunks), beside
 ``sdpa`` without a bias (what BERT-A runs: the floor). With ``--attention-dropout P`` the paths that
@@ -15,17 +15,19 @@ column is what a path keeps between forward and backward beyond q, k, v and the 
 With ``--device cuda`` (bf16 by default) the GPU kernels run instead, timed by wall clock around a
 synchronised call: ``sdpa`` without a bias (BERT-A: the floor), ``sdpa-fixed-bias`` (a bias without
 gradient: ALiBi, Sandwich), ``sdpa-bias`` (the learned bias on the kernels the plugin allows it,
-:func:`~tupe_plugin.modules.attention_kernels.sdpa_backends`) and, without dropout, ``flex-bias``:
+:func:`~tupe_plugin.attention.paths.sdpa_backends`) and, without dropout, ``flex-bias``:
 PyTorch's FlexAttention (compiled) with the learned bias read as a captured buffer and its gradient
 from the compiled backward, a candidate kernel that no model of the plugin runs.
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
     python benchmarks/benchmark_attention.py --device cuda --seq-lens 128 512 --tokens 32768 --heads 12
+
+``--json`` gets the run in the format of ``benchmarks/results_file.py``; ``--results-dir
+benchmarks/results`` keeps it there too, for ``benchmarks/report.py``.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -35,9 +37,10 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from benchmarks import paired  # noqa: E402
-from tupe_plugin.modules.attention_kernels import AttentionPath, attend, sdpa_backends  # noqa: E402
-from tupe_plugin.modules.position_config import PositionConfig  # noqa: E402
+from benchmarks import paired, results_file  # noqa: E402
+from tupe_plugin.attention.attend import attend  # noqa: E402
+from tupe_plugin.attention.paths import AttentionPath, sdpa_backends  # noqa: E402
+from tupe_plugin.encodings.position_config import PositionConfig  # noqa: E402
 
 PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
@@ -63,6 +66,9 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="of q, k, v and the bias (auto: float32 on CPU, bfloat16 on CUDA)")
     parser.add_argument("--json", default="benchmark_attention.json", help="where to write the results")
+    parser.add_argument("--results-dir", metavar="DIR",
+                        help="also keep the run in DIR as benchmark_attention-DATE-SETTING.json "
+                        "(benchmarks/results: the files benchmarks/report.py makes the docs' tables from)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
@@ -189,15 +195,15 @@ def spread(values):
 def table(args, shapes):
     names = paths(args)
     floor = names[0]
-    # on a GPU the process's CPU time is the host waiting on the device: the ratio is of wall time
-    timed, clock = ("wall_seconds", "wall") if args.device == "cuda" else ("cpu_seconds", "CPU")
+    timed = clock(args)
+    clock_name = "wall" if args.device == "cuda" else "CPU"
     where = (torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} threads")
     lines = [f"H = {args.heads}, d_h = {args.head_dim}, {args.tokens} tokens a batch, "
              f"attention dropout {args.attention_dropout}, {args.dtype}, "
              f"{where}, {args.rounds} rounds x {args.calls} calls",
              "",
              "| T | B | path | CPU ms (median [min–max]) | wall ms (median [min–max]) | "
-             f"{clock} / {floor} (paired) | kept (MiB) |",
+             f"{clock_name} / {floor} (paired) | kept (MiB) |",
              "|---:|---:|---|---:|---:|---:|---:|"]
     for shape in shapes:
         for path in names:
@@ -209,16 +215,34 @@ def table(args, shapes):
     return "\n".join(lines)
 
 
+def clock(args):
+    """The timings the ratios divide: wall time on a GPU (where the process's CPU time is the host
+    waiting on the device), CPU time on CPU."""
+    return "wall_seconds" if args.device == "cuda" else "cpu_seconds"
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    load_before = os.getloadavg()
+    run = results_file.record("benchmark_attention", __file__, argv, vars(args), args.device)
     shapes = measure(args)
     report = table(args, shapes)
     print(report)
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump({"settings": vars(args), "torch": torch.__version__, "load_average_before": load_before,
-                   "load_average_after": os.getloadavg(), "shapes": shapes, "table": report}, f, indent=1)
+    run["machine"]["load_average_after"] = os.getloadavg()
+    run["rounds"] = [results_file.repetitions(f"T={shape['seq_len']} B={shape['batch']}",
+                                              f"{clock(args).replace('_', ' ')} per call", paths(args)[0],
+                                              shape[clock(args)]) for shape in shapes]
+    run.update({"shapes": shapes, "table": report})
+    results_file.write(run, args.json)
+    if args.results_dir:
+        path = results_file.save(run, args.results_dir, setting_tag(args))
+        print(f"run kept as {path}", file=sys.stderr)
+
+
+def setting_tag(args):
+    """``cpu-float32-ad0.0-tokens1024-T64-128-256-512``: device, dtype, attention dropout, tokens, lengths."""
+    lengths = "-".join(map(str, args.seq_lens))
+    return f"{args.device}-{args.dtype}-ad{args.attention_dropout}-tokens{args.tokens}-T{lengths}"
 
 
 if __name__ == "__main__":

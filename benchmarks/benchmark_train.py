@@ -12,12 +12,14 @@ min-max, and the baseline's drift from its first repetition to its last.
 
     python benchmarks/benchmark_train.py DATA-BIN --contenders roberta bert_a tupe_r --repetitions 5
 
+``--json`` gets the run in the format of ``benchmarks/results_file.py``; ``--results-dir
+benchmarks/results`` keeps it there too, for ``benchmarks/report.py``.
+
 Targets (attention dropout 0.1, the presets' setting): ``tupe_r`` at most 1.02 x ``bert_a``'s time per
 word, and ``bert_a`` at most 0.90 x fairseq's ``roberta``; verdicts need 5 repetitions or more.
 """
 
 import argparse
-import json
 import os
 import re
 import resource
@@ -28,7 +30,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from benchmarks import paired  # noqa: E402
+from benchmarks import paired, results_file  # noqa: E402
 from tupe_plugin.models.architectures import POSITION_PRESETS, SIZES  # noqa: E402
 
 # (contender, reference, bound on time per word = reference's words/s over the contender's)
@@ -53,6 +55,9 @@ def parse_args(argv=None):
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--attention-dropout", type=float, default=0.1)
     parser.add_argument("--json", default="benchmark_train.json", help="where to write the results")
+    parser.add_argument("--results-dir", metavar="DIR",
+                        help="also keep the run in DIR as benchmark_train-DATE-SETTING.json "
+                        "(benchmarks/results: the files benchmarks/report.py makes the docs' tables from)")
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.data, "dict.txt")):
         parser.error(f"{args.data} holds no dict.txt: pass a fairseq-preprocess output folder "
@@ -107,10 +112,33 @@ def spread(values, spec):
     return f"{format(statistics.median(values), spec)} [{low}–{high}]"
 
 
+def time_per_word(runs):
+    """{contender: seconds per word in each repetition} from {contender: words/s in each repetition}."""
+    return {name: [1 / wps for wps in values] for name, values in runs.items()}
+
+
+def target_row(name, reference, bound):
+    """The row, not yet measured, of a target on ``name``'s time per word over ``reference``'s."""
+    return {"target": f"{name} time per word / {reference}", "contender": name, "reference": reference,
+            "measure": "time per word ratio", "unit": "x", "bound": bound}
+
+
+def verdicts(runs):
+    """The TARGETS' rows: time per word paired within each repetition, with the verdict (None from
+    fewer than paired.MIN_REPETITIONS repetitions)."""
+    per_word, rows = time_per_word(runs), []
+    for name, reference, bound in TARGETS:
+        if name in runs and reference in runs:
+            values = paired.ratios(per_word[name], per_word[reference])
+            rows.append({**target_row(name, reference, bound), **paired.summary(values),
+                         "verdict": paired.verdict(values, bound)})
+    return rows
+
+
 def report(args, runs, cpu_seconds, wall_seconds):
     """Markdown tables and the verdicts: ratios of time per word (and of CPU time per run) paired
     within each repetition."""
-    per_word = {name: [1 / wps for wps in values] for name, values in runs.items()}
+    per_word = time_per_word(runs)
     base = args.baseline
     rows = ["| contender | words/s (median [min–max]) | CPU s per run | wall s per run "
             f"| time per word / {base} (paired) | CPU time / {base} (paired) |",
@@ -122,24 +150,20 @@ def report(args, runs, cpu_seconds, wall_seconds):
                     f"| {spread(wall_seconds[name], '.1f')} | {paired.cell(word)} | {paired.cell(cpu)} |")
     rows += ["", f"Drift: {base}'s time per word, last repetition / first: "
              f"{paired.drift(per_word[base]):.3f} ×."]
-    verdicts = []
-    for name, reference, bound in TARGETS:
-        if name in runs and reference in runs:
-            values = paired.ratios(per_word[name], per_word[reference])
-            verdicts.append({"target": f"{name} time per word / {reference}", "bound": bound,
-                             **paired.summary(values), "verdict": paired.verdict(values, bound)})
+    rows_of_targets = verdicts(runs)
     if args.repetitions < paired.MIN_REPETITIONS:
         rows += ["", f"Too few repetitions ({args.repetitions} < {paired.MIN_REPETITIONS}): "
                  "no verdict."]
     rows += ["", "| target | bound | measured (paired median [min–max]) | verdict |", "|---|---:|---:|---|"]
-    for v in verdicts:
+    for v in rows_of_targets:
         rows.append(f"| {v['target']} | {v['bound']:.2f} × | {paired.cell(v)} × "
                     f"| {paired.verdict_cell(v['verdict'])} |")
-    return "\n".join(rows) + "\n", verdicts
+    return "\n".join(rows) + "\n", rows_of_targets
 
 
 def main(argv=None):
     args = parse_args(argv)
+    result = results_file.record("benchmark_train", __file__, argv, vars(args))
     runs = {name: [] for name in args.contenders}
     cpu_seconds = {name: [] for name in args.contenders}
     wall_seconds = {name: [] for name in args.contenders}
@@ -154,14 +178,25 @@ def main(argv=None):
             wall_seconds[name].append(measured["wall"])
             print(f"repetition {repetition + 1}/{args.repetitions}: {name} {measured['wps']:.0f} words/s, "
                   f"{measured['cpu']:.1f} s CPU ({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
-    markdown, verdicts = report(args, runs, cpu_seconds, wall_seconds)
-    result = {"settings": vars(args), "words_per_second": runs, "cpu_seconds": cpu_seconds,
-              "wall_seconds": wall_seconds, "targets": verdicts, "commands": commands,
-              "load_average": os.getloadavg(), "markdown": markdown}
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    markdown, targets = report(args, runs, cpu_seconds, wall_seconds)
+    result["machine"]["load_average_after"] = os.getloadavg()
+    result.update({
+        "rounds": [results_file.repetitions(f"T={args.tokens_per_sample} B={args.batch_size}",
+                                            "seconds per word (1 / median words/s of the run)", args.baseline,
+                                            time_per_word(runs))],
+        "words_per_second": runs, "cpu_seconds": cpu_seconds, "wall_seconds": wall_seconds,
+        "targets": targets, "commands": commands, "markdown": markdown})
+    results_file.write(result, args.json)
     print(markdown)
+    if args.results_dir:
+        path = results_file.save(result, args.results_dir, setting_tag(args))
+        print(f"run kept as {path}", file=sys.stderr)
     return result
+
+
+def setting_tag(args):
+    """``cpu-medium-ad0.1-T512B4``: size, attention dropout, tokens per sample and batch size."""
+    return f"cpu-{args.size}-ad{args.attention_dropout}-T{args.tokens_per_sample}B{args.batch_size}"
 
 
 if __name__ == "__main__":

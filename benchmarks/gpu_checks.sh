@@ -7,7 +7,9 @@
 #
 # Writes OUTDIR/run.log, numerics.xml (JUnit; each test's measured error is a <property>) and
 # bench_bf16.json, bench_fp16.json, bench_bf16_ad0.json, attention_bf16.json, attention_bf16_ad01.json,
-# bench_bf16_encodings.json, bench_bf16_small.json.
+# bench_bf16_encodings.json, bench_bf16_small.json; the runs the docs' tables cite are also kept as
+# results files in RESULTS (a folder of the repository, default benchmarks/results: commit them, then run
+# python benchmarks/report.py --write).
 #
 # On a machine without network whose python3 has torch but not fairseq, set WHEELS to a folder of
 # wheels made beforehand where pip works (ve-fairseq publishes cp312 builds; fairseq itself has none):
@@ -24,6 +26,7 @@ set -u
 OUTDIR=${1:-gpu-results}
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
+RESULTS=${RESULTS:-benchmarks/results}
 exec > >(tee -a "$OUTDIR/run.log") 2>&1
 cd "$(dirname "$0")/.."
 if [ -n "${WHEELS:-}" ]; then
@@ -50,22 +53,23 @@ export PYTHONWARNINGS=ignore::SyntaxWarning
 TARGETS="roberta bert_a tupe_r tupe_a plain_tupe_r"
 BENCH="python3 benchmarks/benchmark.py --device cuda --size base --warmup 2"
 date; timeout 85 $BENCH --seq-lens 128 512 --rounds 7 --kernels --contenders $TARGETS --bf16 \
-    --batch-sizes 256 64 --json "$OUTDIR/bench_bf16.json"; echo "rc=$?"
+    --batch-sizes 256 64 --json "$OUTDIR/bench_bf16.json" --results-dir "$RESULTS"; echo "rc=$?"
 date; timeout -s INT -k 10 100 python3 -m pytest -q -p no:cacheprovider tests/test_numerics_cuda.py -n 8 \
     -o junit_family=xunit1 --junitxml="$OUTDIR/numerics.xml" -rf 2>&1 | tail -40; echo "rc=$?"
 date; timeout 70 $BENCH --seq-lens 128 512 --rounds 7 --contenders $TARGETS --fp16 --batch-sizes 256 64 \
-    --json "$OUTDIR/bench_fp16.json"; echo "rc=$?"
+    --json "$OUTDIR/bench_fp16.json" --results-dir "$RESULTS"; echo "rc=$?"
 date; timeout 60 $BENCH --seq-lens 128 512 --rounds 7 --contenders $TARGETS --bf16 --batch-sizes 256 64 \
-    --attention-dropout 0 --json "$OUTDIR/bench_bf16_ad0.json"; echo "rc=$?"
+    --attention-dropout 0 --json "$OUTDIR/bench_bf16_ad0.json" --results-dir "$RESULTS"; echo "rc=$?"
 # One layer's attention alone at base size, T = 512 (B = 64, H = 12, d_h = 64): the kernel a learned bias
 # takes (memory-efficient) against cuDNN without a bias and, without dropout, FlexAttention with the
 # bias as a captured buffer (compiled on its first call, ~10 s; 7 rounds of both lengths took > 45 s).
 ATTENTION="python3 benchmarks/benchmark_attention.py --device cuda --seq-lens 512 --tokens 32768 --heads 12"
-date; timeout 40 $ATTENTION --rounds 7 --calls 10 --json "$OUTDIR/attention_bf16.json"; echo "rc=$?"
+date; timeout 40 $ATTENTION --rounds 7 --calls 10 --json "$OUTDIR/attention_bf16.json" \
+    --results-dir "$RESULTS"; echo "rc=$?"
 date; timeout 25 $ATTENTION --rounds 7 --calls 10 --attention-dropout 0.1 \
-    --json "$OUTDIR/attention_bf16_ad01.json"; echo "rc=$?"
+    --json "$OUTDIR/attention_bf16_ad01.json" --results-dir "$RESULTS"; echo "rc=$?"
 date; timeout 85 $BENCH --seq-lens 512 --rounds 3 --kernels --bf16 --batch-sizes 64 \
-    --json "$OUTDIR/bench_bf16_encodings.json"; echo "rc=$?"
+    --json "$OUTDIR/bench_bf16_encodings.json" --results-dir "$RESULTS"; echo "rc=$?"
 date; timeout 40 $BENCH --seq-lens 128 512 --rounds 5 --contenders bert_a tupe_r --bf16 --batch-sizes 32 16 \
     --json "$OUTDIR/bench_bf16_small.json"; echo "rc=$?"
 # The costliest GPU kernels of one step (run.log): where Shaw keys and DeBERTa lose to bert_a at T = 512.

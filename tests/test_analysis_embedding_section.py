@@ -5,7 +5,7 @@ import torch
 from conftest import build_model, make_dictionary
 from tupe_plugin.analysis.embedding_section import embeddings_vs_positions
 from tupe_plugin.analysis.report import AnalysisContext, format_table, run_sections
-from tupe_plugin.modules.embedding_diagnosis import embedding_position_diagnosis
+from tupe_plugin.encoder.embedding_diagnosis import embedding_position_diagnosis
 
 
 def context_for(arch, tmp_path):

@@ -15,7 +15,7 @@ from tupe_plugin.analysis import position_matrices as pm
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import AnalysisContext, run_sections
 from tupe_plugin.models.architectures import POSITION_PRESETS
-from tupe_plugin.modules.embedding_diagnosis import embedding_position_diagnosis
+from tupe_plugin.encoder.embedding_diagnosis import embedding_position_diagnosis
 from tupe_plugin.vocabulary import word_indices
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

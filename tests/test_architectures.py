@@ -3,7 +3,7 @@ import torch
 from conftest import PRESETS, build_model, random_tokens
 
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
-from tupe_plugin.modules.position_config import PositionFlagError
+from tupe_plugin.encodings.position_config import PositionFlagError
 
 # (--abs-pos, --rel-pos, --untied-pos, --cls-reset, --rotary)
 PAPER_ROWS = {

@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-from tupe_plugin.modules.attention_dropout import keep_mask, keep_probability
-from tupe_plugin.modules.attention_kernels import explicit_attention
+from tupe_plugin.attention.dropout import keep_mask, keep_probability
+from tupe_plugin.attention.attend import explicit_attention
 
 DRAWS = 2**22
 

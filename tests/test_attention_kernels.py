@@ -3,9 +3,9 @@ dropout: the probabilities times the keep-mask over the keep probability), forwa
 
 import pytest
 import torch
-from tupe_plugin.modules import attention_kernels, compiled_kernels
-from tupe_plugin.modules.attention_dropout import keep_mask, keep_probability
-from tupe_plugin.modules.attention_kernels import BiasedFlashAttention, ChunkedAttention
+from tupe_plugin.attention import compiled_kernels, cpu_kernels
+from tupe_plugin.attention.dropout import keep_mask, keep_probability
+from tupe_plugin.attention.cpu_kernels import BiasedFlashAttention, ChunkedAttention
 
 BATCH, HEADS, LENGTH, HEAD_DIM = 3, 2, 6, 8
 SCALE = 0.3
@@ -49,10 +49,10 @@ def biased_backward(request, monkeypatch):
 def _block(monkeypatch, backward, block):
     """``block`` query rows per block of the compiled backward, heads per chunk of the Python one."""
     if backward == "compiled":
-        monkeypatch.setattr(attention_kernels, "MIN_BLOCK_ROWS", 1)
-        monkeypatch.setattr(attention_kernels, "BLOCK_LOGITS", block * LENGTH)
+        monkeypatch.setattr(cpu_kernels, "MIN_BLOCK_ROWS", 1)
+        monkeypatch.setattr(cpu_kernels, "BLOCK_LOGITS", block * LENGTH)
     else:
-        monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", block * LENGTH * LENGTH)
+        monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", block * LENGTH * LENGTH)
 
 
 @pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
@@ -238,7 +238,7 @@ MASKS = {
 @pytest.mark.parametrize("mask_kind", sorted(MASKS))
 @pytest.mark.parametrize("chunk_heads", [1, HEADS, BATCH * HEADS])
 def test_chunked_attention_with_dropout_equals_the_dropped_formula(mask_kind, chunk_heads, monkeypatch):
-    monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", chunk_heads * LENGTH * LENGTH)
+    monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", chunk_heads * LENGTH * LENGTH)
     torch.manual_seed(0)
     q, k, v, _ = _inputs(1)
     mask = MASKS[mask_kind]()
@@ -320,7 +320,7 @@ def test_chunked_attention_under_cpu_autocast_computes_in_float32():
 
 def test_a_last_chunk_with_fewer_heads_is_computed_like_the_others(monkeypatch):
     """Three heads in chunks of two: the last chunk holds one head."""
-    monkeypatch.setattr(attention_kernels, "CHUNK_LOGITS", 2 * LENGTH * LENGTH)
+    monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", 2 * LENGTH * LENGTH)
     torch.manual_seed(5)
     q, k, v = (torch.randn(BATCH, 3, LENGTH, HEAD_DIM, dtype=torch.float64) for _ in range(3))
     bias = torch.randn(1, 3, LENGTH, LENGTH, dtype=torch.float64)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import PRESETS, assert_gradients_close, build_model, features_and_grads, random_tokens
 from paper_equations import encoder_features
-from tupe_plugin.modules import attention_kernels
+from tupe_plugin.attention import cpu_kernels, paths
 
 LENGTHS = [7, 5, 3]
 
@@ -64,10 +64,10 @@ def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normali
                                                       monkeypatch):
     """Short sequences take the explicit path; with its length bound at 0 every length takes the
     flash forward and recomputing backward, which must give the same function and gradients."""
-    monkeypatch.setattr(attention_kernels, "EXPLICIT_MAX_LENGTH_PER_HEAD_DIM", 0)
+    monkeypatch.setattr(paths, "EXPLICIT_MAX_LENGTH_PER_HEAD_DIM", 0)
     calls = []
-    original = attention_kernels.BiasedFlashAttention.apply
-    monkeypatch.setattr(attention_kernels.BiasedFlashAttention, "apply",
+    original = cpu_kernels.BiasedFlashAttention.apply
+    monkeypatch.setattr(cpu_kernels.BiasedFlashAttention, "apply",
                         lambda *args: calls.append(1) or original(*args))
     model = build_model(f"{preset}_tiny", dictionary, encoder_normalize_before=normalize_before,
                         shaw_max_distance=3, **overrides)

@@ -4,9 +4,9 @@ path wants it, and every layer runs the path it was given."""
 import pytest
 import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
-from tupe_plugin.modules import attention_kernels, compiled_kernels, positional_encoder
-from tupe_plugin.modules.attention_kernels import AttentionPath, choose_path, fold_untied_term
-from tupe_plugin.modules.position_config import PositionConfig
+from tupe_plugin.attention import attend, compiled_kernels, paths
+from tupe_plugin.attention.paths import AttentionPath, choose_path, fold_untied_term
+from tupe_plugin.encodings.position_config import PositionConfig
 
 TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
                         cls_reset="paper")
@@ -57,13 +57,13 @@ def test_the_untied_term_is_folded_on_the_cpu_paths_of_their_own_and_beside_a_t5
 
 def _head_widths_on_explicit_path(model, dictionary, monkeypatch, **forward_kwargs):
     widths = []
-    original = attention_kernels.explicit_attention
+    original = attend.explicit_attention
 
     def recording(q, *args, **kwargs):
         widths.append(q.size(-1))
         return original(q, *args, **kwargs)
 
-    monkeypatch.setattr(attention_kernels, "explicit_attention", recording)
+    monkeypatch.setattr(attend, "explicit_attention", recording)
     model(random_tokens(dictionary, [7, 5]), features_only=True, **forward_kwargs)
     return widths
 
@@ -102,13 +102,13 @@ def test_attention_maps_do_not_change_the_features(preset, dictionary):
 ])
 def test_a_learned_bias_on_cuda_takes_the_memory_efficient_kernel_with_math_behind_unless_another_is_asked(
         config, device, requested, expected):
-    assert attention_kernels.sdpa_backends(device, config, requested) == expected
+    assert paths.sdpa_backends(device, config, requested) == expected
 
 
 def _sdpa_calls(monkeypatch):
     """(mask dtype, query dtype, allowed backends) of every SDPA call."""
     calls = []
-    original, kernel = attention_kernels.F.scaled_dot_product_attention, attention_kernels.sdpa_kernel
+    original, kernel = attend.F.scaled_dot_product_attention, attend.sdpa_kernel
 
     def recording(q, k, v, attn_mask=None, **kwargs):
         mask = None if attn_mask is None else attn_mask.dtype
@@ -121,8 +121,8 @@ def _sdpa_calls(monkeypatch):
         allowed.append(tuple(backends))
         return kernel(backends)
 
-    monkeypatch.setattr(attention_kernels.F, "scaled_dot_product_attention", recording)
-    monkeypatch.setattr(attention_kernels, "sdpa_kernel", recording_kernel)
+    monkeypatch.setattr(attend.F, "scaled_dot_product_attention", recording)
+    monkeypatch.setattr(attend, "sdpa_kernel", recording_kernel)
     return calls
 
 
@@ -155,12 +155,12 @@ def test_training_with_attention_dropout_runs_the_chunked_path_as_the_explicit_o
     model = build_model(f"{preset}_tiny", dictionary, attention_dropout=0.3, **overrides)
     tokens = random_tokens(dictionary, [7, 5, 3])
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
-    paths = []
-    recorded = positional_encoder.choose_path
-    monkeypatch.setattr(positional_encoder, "choose_path", lambda *a: paths.append(recorded(*a)) or paths[-1])
+    chosen = []
+    recorded = paths.choose_path
+    monkeypatch.setattr(paths, "choose_path", lambda *a: chosen.append(recorded(*a)) or chosen[-1])
     chunked, chunked_grads = features_and_grads(model, tokens, weights, seed=3)
-    assert paths == [AttentionPath.CHUNKED]
-    monkeypatch.setattr(positional_encoder, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    assert chosen == [AttentionPath.CHUNKED]
+    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
     explicit, explicit_grads = features_and_grads(model, tokens, weights, seed=3)
     torch.testing.assert_close(chunked, explicit, atol=1e-5, rtol=1e-5)
     assert_gradients_close(chunked_grads, explicit_grads)
@@ -183,7 +183,18 @@ def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit
                         lambda: lambda *a: calls.append(a[6].shape) or compiled(*a))
     fused, fused_grads = features_and_grads(model, tokens, weights)
     assert len(calls) == model.args.encoder_layers
-    monkeypatch.setattr(positional_encoder, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
     explicit, explicit_grads = features_and_grads(model, tokens, weights)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
     assert_gradients_close(fused_grads, explicit_grads)
+
+
+@pytest.mark.parametrize("config", [TUPE_A, TUPE_R, SHAW_VALUES])
+@pytest.mark.parametrize("device, dropout", [("cpu", 0.0), ("cpu", 0.1), ("cuda", 0.0)])
+def test_a_plan_carries_its_path_dropout_kernels_and_whether_the_untied_term_is_folded(
+        config, device, dropout):
+    plan = paths.plan_attention(device, dropout, False, config, LONG, "auto")
+    assert plan.path is choose_path(device, dropout, False, config, LONG)
+    assert plan.dropout == dropout
+    assert plan.backends == paths.sdpa_backends(device, config, "auto")
+    assert plan.fold_untied == fold_untied_term(plan.path, config)

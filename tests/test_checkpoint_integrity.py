@@ -14,7 +14,7 @@ from tupe_plugin.analysis.checkpoint import load_checkpoint as load_for_analysis
 from tupe_plugin.fairseq_fixes.checkpoint_integrity import CorruptCheckpointError
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.checkpoint_guards import DictionaryMismatchError
-from tupe_plugin.modules.pretrained_embeddings import read_checkpoint_vectors
+from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors
 
 RECORDS = {
     "the largest tensor": lambda infos: max(infos, key=lambda i: i.file_size),

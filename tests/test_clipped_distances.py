@@ -4,8 +4,9 @@ autograd's gather (Wang et al. 2021 Eq. 4: r = clip(j - i, -K, K))."""
 import pytest
 import torch
 
-from tupe_plugin.modules.clipped_distances import (ClippedDistanceScores, band_distance_sums, clipped_index,
-                                                   distance_sums, scattered_distance_sums)
+from tupe_plugin.attention.clipped_distances import (ClippedDistanceScores, band_distance_sums, distance_sums,
+                                                     scattered_distance_sums)
+from tupe_plugin.encodings.shaw_position import clipped_index
 
 SHAPES = [(1, 1), (5, 1), (9, 3), (6, 10)]  # (T, K), K >= T included
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
 from paper_equations import deberta_delta, encoder_features
-from tupe_plugin.modules import toeplitz_scores
-from tupe_plugin.modules.deberta_position import log_bucket
-from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.attention import toeplitz_scores
+from tupe_plugin.encodings.deberta_position import log_bucket
+from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
 
 
 @pytest.mark.parametrize("preset, flags, message", [

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import build_model
 from paper_equations import alibi_bias, fire_bias, kerple_bias, sandwich_bias
-from tupe_plugin.modules.alibi_position import alibi_slopes
+from tupe_plugin.encodings.alibi_position import alibi_slopes
 
 # (preset, flags, symmetric) of every distance bias and variant
 DISTANCE_BIASES = [

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import build_model, make_dictionary
 
-from tupe_plugin.modules.pretrained_embeddings import read_checkpoint_vectors, read_text_vectors
+from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors, read_text_vectors
 
 
 def vectors_file(tmp_path, text):

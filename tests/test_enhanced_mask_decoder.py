@@ -7,7 +7,7 @@ import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
 from paper_equations import masked_lm_logits
 from tupe_plugin.models.checkpoint_guards import CheckpointMismatchError
-from tupe_plugin.modules import attention_kernels
+from tupe_plugin.attention import cpu_kernels, paths
 
 LENGTHS = [7, 5, 3]
 
@@ -41,10 +41,10 @@ def test_masked_lm_logits_and_gradients_equal_the_paper_twin(flags, dictionary):
 @pytest.mark.parametrize("normalize_before", [False, True])
 def test_biased_flash_path_runs_the_decoder_passes_and_equals_the_paper_twin(normalize_before, dictionary,
                                                                             monkeypatch):
-    monkeypatch.setattr(attention_kernels, "EXPLICIT_MAX_LENGTH_PER_HEAD_DIM", 0)
+    monkeypatch.setattr(paths, "EXPLICIT_MAX_LENGTH_PER_HEAD_DIM", 0)
     calls = []
-    original = attention_kernels.BiasedFlashAttention.apply
-    monkeypatch.setattr(attention_kernels.BiasedFlashAttention, "apply",
+    original = cpu_kernels.BiasedFlashAttention.apply
+    monkeypatch.setattr(cpu_kernels.BiasedFlashAttention, "apply",
                         lambda *args: calls.append(1) or original(*args))
     model = build_model("deberta_emd_tiny", dictionary, encoder_normalize_before=normalize_before)
     keep, (fused, fused_grads), (plain, plain_grads) = logits_and_twin(model, dictionary)

@@ -4,7 +4,7 @@ bias added in every layer anyway), and that folding leaves the function unchange
 import pytest
 import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
-from tupe_plugin.modules.positional_term import PositionalTerm
+from tupe_plugin.encodings.positional_term import PositionalTerm
 
 UNTIED_PRESETS = ["tupe_a", "tupe_r", "tupe_a_tie_cls"]
 

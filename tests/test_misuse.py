@@ -14,7 +14,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 
 from tupe_plugin.fairseq_fixes.binarized_data_checks import BinarizedDataError
-from tupe_plugin.modules.position_config import PositionFlagError
+from tupe_plugin.encodings.position_config import PositionFlagError
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
 
 

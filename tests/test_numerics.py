@@ -14,7 +14,7 @@ import torch
 from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
-from tupe_plugin.modules.attention_kernels import choose_path
+from tupe_plugin.attention.paths import plan_attention
 from conftest import PRESETS, build_model, random_tokens
 
 BF16_TOLERANCE = 0.02
@@ -76,9 +76,9 @@ def test_query_whose_keys_are_all_padding_stays_finite(preset, need_weights, dic
     x = torch.randn(2, 6, encoder.layers[0].self_attn.head_dim * encoder.layers[0].self_attn.num_heads)
     padding = torch.tensor([[False] * 3 + [True] * 3, [True] * 6])
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        path = choose_path(x.device, 0.0, need_weights, encoder.config, x.size(1))
-        term = encoder.positional_term.build(6, path, padding, x.dtype)
-        out, _ = encoder.layers[0](x, term, need_weights)
+        plan = plan_attention(x.device, 0.0, need_weights, encoder.config, x.size(1))
+        term = encoder.positional_term.build(6, plan.fold_untied, padding, x.dtype)
+        out, _ = encoder.layers[0](x, term, plan, need_weights)
     assert torch.isfinite(out).all()
 
 

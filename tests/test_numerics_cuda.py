@@ -25,7 +25,7 @@ import functools
 import pytest
 import torch
 from conftest import PRESETS, build_model, make_dictionary, random_tokens
-from tupe_plugin.modules.attention_kernels import choose_path
+from tupe_plugin.attention.paths import plan_attention
 
 pytestmark = pytest.mark.gpu
 
@@ -241,9 +241,9 @@ def test_query_whose_keys_are_all_padding_stays_finite(preset, need_weights, pre
     x = torch.randn(2, 6, attention.head_dim * attention.num_heads, device="cuda")
     padding = torch.tensor([[False] * 3 + [True] * 3, [True] * 6], device="cuda")
     with torch.no_grad(), torch.autocast("cuda", dtype=DTYPES[precision]):
-        path = choose_path(x.device, 0.0, need_weights, encoder.config, x.size(1))
-        term = encoder.positional_term.build(6, path, padding, x.dtype)
-        out, _ = encoder.layers[0](x, term, need_weights)
+        plan = plan_attention(x.device, 0.0, need_weights, encoder.config, x.size(1))
+        term = encoder.positional_term.build(6, plan.fold_untied, padding, x.dtype)
+        out, _ = encoder.layers[0](x, term, plan, need_weights)
     assert torch.isfinite(out).all()
 
 

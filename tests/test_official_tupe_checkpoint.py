@@ -21,8 +21,8 @@ from tupe_plugin.conversion import cli as convert_official_tupe
 from tupe_plugin.conversion import official_tupe
 from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert, release_key
 from tupe_plugin.models import TupeRobertaModel
-from tupe_plugin.modules.position_config import PositionFlagError
-from tupe_plugin.modules.relative_position import relative_position_bucket
+from tupe_plugin.encodings.position_config import PositionFlagError
+from tupe_plugin.encodings.relative_position import relative_position_bucket
 
 S = "decoder.sentence_encoder."
 LAYERS, DIM, HEADS, FFN, MAX_POSITIONS, BUCKETS = 2, 32, 4, 64, 24, 32

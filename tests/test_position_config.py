@@ -6,7 +6,7 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 from conftest import REPO
-from tupe_plugin.modules.position_config import (
+from tupe_plugin.encodings.position_config import (
     ABS_POS_CHOICES,
     CLS_RESET_CHOICES,
     DEFAULTS,
@@ -16,7 +16,7 @@ from tupe_plugin.modules.position_config import (
     PositionConfig,
 )
 
-OWNER = pathlib.Path(REPO, "tupe_plugin", "modules", "position_config.py")
+OWNER = pathlib.Path(REPO, "tupe_plugin", "encodings", "position_config.py")
 FLAG_NAMES = set(DEFAULTS)
 # choice strings that mean a position flag wherever they appear ("none", "learned" and "sinusoidal"
 # also name other things: module kinds, other flags' values)

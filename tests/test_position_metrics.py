@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tupe_plugin.analysis import position_metrics as metrics
-from tupe_plugin.modules.absolute_position import SinusoidalAbsolutePosition
-from tupe_plugin.modules.shaw_position import ShawRelativePosition
+from tupe_plugin.encodings.absolute_position import SinusoidalAbsolutePosition
+from tupe_plugin.encodings.shaw_position import ShawRelativePosition
 
 
 # float32 rounding of 768-term dot products, relative to their size: about sqrt(768) * eps = 3.3e-6

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from conftest import build_model, random_tokens
-from tupe_plugin.modules.absolute_position import SinusoidalAbsolutePosition
-from tupe_plugin.modules.shaw_position import ShawRelativePosition
+from tupe_plugin.encodings.absolute_position import SinusoidalAbsolutePosition
+from tupe_plugin.encodings.shaw_position import ShawRelativePosition
 
 
 def test_fixed_sinusoidal_ape_dot_products_depend_only_on_the_offset():

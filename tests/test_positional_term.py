@@ -1,7 +1,7 @@
 import pytest
 import torch
 from conftest import PRESETS, build_model, random_tokens
-from tupe_plugin.modules.positional_term import SharedPositionalTerm
+from tupe_plugin.encodings.positional_term import SharedPositionalTerm
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -10,8 +10,8 @@ from conftest import build_model, make_dictionary
 from fairseq.data import Dictionary
 
 from tupe_plugin.analysis import export_embeddings
-from tupe_plugin.modules.embedding_diagnosis import embedding_position_diagnosis, position_probe_r2
-from tupe_plugin.modules.pretrained_embeddings import (
+from tupe_plugin.encoder.embedding_diagnosis import embedding_position_diagnosis, position_probe_r2
+from tupe_plugin.encoder.pretrained_embeddings import (
     FAIRSEQ_EMBED_INIT_STD,
     initialize_embeddings,
     match_tokens,

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from tupe_plugin.modules.relative_position import T5RelativeBias, relative_position_bucket
+from tupe_plugin.encodings.relative_position import T5RelativeBias, relative_position_bucket
 from paper_equations import exact_t5_bucket
 
 # Per direction (32 buckets, max distance 128): 8 exact distances, then log-spaced buckets whose

@@ -8,7 +8,7 @@ from cli import run_fairseq_steps, train_args, train_inner_losses
 from conftest import build_model, random_tokens
 from fairseq.modules import LayerDropModuleList
 from tupe_plugin.models.model_flags import UNSUPPORTED_ROBERTA_FLAGS
-from tupe_plugin.modules.position_config import PositionFlagError
+from tupe_plugin.encodings.position_config import PositionFlagError
 
 REFUSED = [
     ("quant_noise_pq", 0.1), ("quant_noise_scalar", 0.2), ("quant_noise_pq_block_size", 16),

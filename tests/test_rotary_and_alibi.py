@@ -3,10 +3,10 @@
 import pytest
 import torch
 from conftest import build_model, random_tokens
-from tupe_plugin.modules.alibi_position import AlibiBias, alibi_slopes
-from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
-from tupe_plugin.modules.attention import PositionalSelfAttention
-from tupe_plugin.modules.rotary_position import RotaryPosition, rotate, rotate_in_place, rotates_in_place
+from tupe_plugin.encodings.alibi_position import AlibiBias, alibi_slopes
+from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.encoder.self_attention import PositionalSelfAttention
+from tupe_plugin.encodings.rotary_position import RotaryPosition, rotate, rotate_in_place, rotates_in_place
 
 
 @pytest.mark.parametrize("heads, expected", [

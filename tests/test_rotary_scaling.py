@@ -13,8 +13,8 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 from paper_equations import rope_angles
 from tupe_plugin.analysis.position_matrices import rotary_offset_matrix
-from tupe_plugin.modules.position_config import PositionConfig, PositionFlagError
-from tupe_plugin.modules.rotary_position import RotaryPosition, ntk_base
+from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.encodings.rotary_position import RotaryPosition, ntk_base
 from tupe_plugin.policies.restore_architecture import prepare_training
 
 TRAIN_LENGTH = 32

@@ -3,8 +3,8 @@ written out pair by pair, forward and gradients; and the choice between bands an
 
 import pytest
 import torch
-from tupe_plugin.modules import toeplitz_scores
-from tupe_plugin.modules.toeplitz_scores import ToeplitzScores, offset_scores
+from tupe_plugin.attention import toeplitz_scores
+from tupe_plugin.attention.toeplitz_scores import ToeplitzScores, offset_scores
 
 BATCH, HEADS, HEAD_DIM = 2, 3, 4
 

@@ -8,7 +8,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from tupe_plugin.policies.training_flag_checks import TrainingFlagError, check_training_flags
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import NotAFairseqCheckpointError
-from tupe_plugin.modules.position_config import PositionFlagError
+from tupe_plugin.encodings.position_config import PositionFlagError
 
 
 def training_cfg(*flags):

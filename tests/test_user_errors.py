@@ -9,7 +9,7 @@ from tupe_plugin.user_errors import TRACEBACK_VARIABLE, UserError, user_error_in
 
 SCRIPT = """
 import tupe_plugin
-from tupe_plugin.modules.position_config import PositionFlagError
+from tupe_plugin.encodings.position_config import PositionFlagError
 kind = {kind!r}
 if kind == "other model's run":
     import argparse

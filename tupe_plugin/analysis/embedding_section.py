@@ -1,11 +1,11 @@
 """Report section for Kang et al. §4: how much of the position signal the word embeddings leave.
 
-Wraps :func:`tupe_plugin.modules.embedding_diagnosis.embedding_position_diagnosis` (mean norms of
+Wraps :func:`tupe_plugin.encoder.embedding_diagnosis.embedding_position_diagnosis` (mean norms of
 word and absolute position embeddings, their ratio, and the linear position probe) as a section of
 the analysis report, so a checkpoint is diagnosed after training as the model build does before it.
 """
 
-from ..modules.embedding_diagnosis import embedding_position_diagnosis, format_diagnosis
+from ..encoder.embedding_diagnosis import embedding_position_diagnosis, format_diagnosis
 from .report import SectionResult
 
 

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from tupe_plugin.modules.pretrained_embeddings import read_checkpoint_vectors
+from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors
 
 
 def own_flags(message, checkpoint):

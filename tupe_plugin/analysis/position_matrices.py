@@ -5,13 +5,13 @@ Fig. 2, 3, 6, 7 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position 
 ICLR 2021; DeBERTa's position terms (He, Liu, Gao, Chen, arXiv 2006.03654, Eq. 4). Each function takes a
 :class:`~tupe_plugin.models.TupeRobertaModel` and returns its matrix,
 or None when the model has no such part (e.g. ``bert_nope`` has no position table); which parts a model
-has is asked of its :class:`~tupe_plugin.modules.position_config.PositionConfig`. Nothing here trains,
+has is asked of its :class:`~tupe_plugin.encodings.position_config.PositionConfig`. Nothing here trains,
 draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds <s> = [CLS]).
 """
 
 import torch
 
-from ..modules.sinusoid import Sinusoid, initial_frequencies
+from ..encodings.sinusoid import Sinusoid, initial_frequencies
 from ..vocabulary import word_indices
 
 
@@ -21,7 +21,7 @@ def positional_encoder(model):
 
 
 def position_config(model):
-    """The model's :class:`~tupe_plugin.modules.position_config.PositionConfig`."""
+    """The model's :class:`~tupe_plugin.encodings.position_config.PositionConfig`."""
     return positional_encoder(model).config
 
 

@@ -1,4 +1,4 @@
-"""Keys by clipped distance: the index arithmetic of Shaw vectors, and the sums over it.
+"""Scores and sums by clipped distance, the kernels of Shaw vectors' key and value terms.
 
 Shaw-style relative vectors (Shaw, Uszkoreit, Vaswani, arXiv 1803.02155; Wang et al., "On Position
 Embeddings in BERT", ICLR 2021, Eq. 4) pair query i and key j through r = clip(j - i, -K, K). The key term
@@ -13,17 +13,11 @@ taken as a gather within the band, where the map is one to one, and two masked r
 import torch
 
 
-def clipped_index(seq_len, max_distance, device):
-    """(T, T) distance index of (query i, key j): clip(j - i, -K, K) + K."""
-    positions = torch.arange(seq_len, device=device)
-    return (positions[None, :] - positions[:, None]).clamp(-max_distance, max_distance) + max_distance
-
-
 def distance_sums(x, index, max_distance):
     """``out[..., i, r] = sum_j x[..., i, j]`` over the keys j with ``clip(j - i, -K, K) = r - K``, for
-    ``x`` (..., T, T), K = ``max_distance`` and ``index`` its (T, T) :func:`clipped_index` (the one the
-    forward built): (..., T, 2K + 1) in float32 (float64 kept). A scatter-add on CPU,
-    :func:`band_distance_sums` elsewhere (see the module docstring)."""
+    ``x`` (..., T, T), K = ``max_distance`` and ``index`` its (T, T) index of clipped distances
+    ``clip(j - i, -K, K) + K`` (the one the forward built): (..., T, 2K + 1) in float32 (float64 kept). A
+    scatter-add on CPU, :func:`band_distance_sums` elsewhere (see the module docstring)."""
     if x.device.type == "cpu":
         return scattered_distance_sums(x, index, max_distance)
     return band_distance_sums(x, max_distance)
@@ -54,9 +48,9 @@ def band_distance_sums(x, max_distance):
 
 
 class ClippedDistanceScores(torch.autograd.Function):
-    """``S[..., i, j] = x[..., i, index[i, j]]`` for ``x`` (..., T, 2K + 1) and the (T, T)
-    :func:`clipped_index`; the gradient by :func:`distance_sums` (on a GPU without the gather's
-    scatter-add)."""
+    """``S[..., i, j] = x[..., i, index[i, j]]`` for ``x`` (..., T, 2K + 1) and the (T, T) index of
+    clipped distances (:func:`~tupe_plugin.encodings.shaw_position.clipped_index`); the gradient by
+    :func:`distance_sums` (on a GPU without the gather's scatter-add)."""
 
     @staticmethod
     def forward(ctx, x, index):

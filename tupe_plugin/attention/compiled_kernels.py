@@ -1,7 +1,7 @@
 """The plugin's C++ kernels, built on first use with ``torch.utils.cpp_extension`` (a few seconds, once).
 
 ``biased_attention_backward.cpp`` holds the fused CPU backward of attention with a learned additive mask
-(see :mod:`.attention_kernels`). The build lands in torch's extension cache (``TORCH_EXTENSIONS_DIR``,
+(see :mod:`.cpu_kernels`). The build lands in torch's extension cache (``TORCH_EXTENSIONS_DIR``,
 by default ``~/.cache/torch_extensions``), shared by later runs and by every worker of a run; it needs a
 C++ compiler and the ``ninja`` package. Without them, or with ``TUPE_PLUGIN_COMPILED_KERNELS=0``, the
 plugin says so once and runs the same computation in Python (slower, the same result).

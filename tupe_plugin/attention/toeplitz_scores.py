@@ -2,13 +2,13 @@
 
 ``S[b, h, i, j] = x[b, h, i] . table[h, j - i + T - 1]``: the content-to-position and position-to-content
 terms of DeBERTa (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", arXiv
-2006.03654, Eq. 4) once the table's rows are laid out by offset (:mod:`.deberta_position`). Multiplying
-every query by all 2T - 1 rows and gathering (T, T) entries costs two q k^T products; a band of c query
-rows only reaches T + c - 1 consecutive rows, so each band is one product of c x (T + c - 1) scores whose
-diagonal strip, read through a strided view, is the band's (c, T) scores (the skew of Huang et al., "Music
-Transformer", arXiv 1809.04281, for both directions): (1 + c / T) q k^T products in all, and no (T, T)
-index. The backward writes the gradient back into the strip of a zeroed band and takes the two products'
-gradients, the table's summed over the batch.
+2006.03654, Eq. 4) once the table's rows are laid out by offset
+(:mod:`tupe_plugin.encodings.deberta_position`). Multiplying every query by all 2T - 1 rows and gathering
+(T, T) entries costs two q k^T products; a band of c query rows only reaches T + c - 1 consecutive rows, so
+each band is one product of c x (T + c - 1) scores whose diagonal strip, read through a strided view, is the
+band's (c, T) scores (the skew of Huang et al., "Music Transformer", arXiv 1809.04281, for both directions):
+(1 + c / T) q k^T products in all, and no (T, T) index. The backward writes the gradient back into the strip
+of a zeroed band and takes the two products' gradients, the table's summed over the batch.
 """
 
 import torch

@@ -1,6 +1,6 @@
 """A BERT encoder layer (post-LN, or pre-LN with ``normalize_before``) around PositionalSelfAttention.
 
-The attention dropout is not the layer's: it is carried by the forward's shared positional term. A separate
+The attention dropout is not the layer's: it is carried by the forward's attention plan. A separate
 query stream (keys and values from the hidden states) serves DeBERTa's Enhanced Mask Decoder (He, Liu, Gao,
 Chen, arXiv 2006.03654, §3.2; :mod:`.enhanced_mask_decoder`).
 """
@@ -9,7 +9,7 @@ from fairseq import utils
 from fairseq.modules import LayerNorm
 from torch import nn
 
-from .attention import PositionalSelfAttention
+from .self_attention import PositionalSelfAttention
 
 
 class PositionalEncoderLayer(nn.Module):
@@ -49,20 +49,21 @@ class PositionalEncoderLayer(nn.Module):
         x = self.activation_dropout(self.activation_fn(self.fc1(x)))
         return self.fc2(x), None
 
-    def _attention(self, x, term, need_weights, query):
+    def _attention(self, x, term, plan, need_weights, query):
         if query is None:
             return self._residual_block(x, self.self_attn_layer_norm,
-                                        lambda h: self.self_attn(h, term, need_weights))
+                                        lambda h: self.self_attn(h, term, plan, need_weights))
         keys = self.self_attn_layer_norm(x) if self.normalize_before else x
         return self._residual_block(query, self.self_attn_layer_norm,
-                                    lambda h: self.self_attn(keys, term, need_weights, query=h))
+                                    lambda h: self.self_attn(keys, term, plan, need_weights, query=h))
 
-    def forward(self, x, term, need_weights=False, query=None):
-        """x: (B, T, C). Returns the layer output and, with ``need_weights``, its attention.
+    def forward(self, x, term, plan, need_weights=False, query=None):
+        """x: (B, T, C); ``term`` and ``plan``: the forward's PositionalTerm and AttentionPlan. Returns the
+        layer output and, with ``need_weights``, its attention.
 
         With ``query`` (B, T, C) the attention reads its queries from ``query`` and its keys and values from
         x, and the residual stream is the query's (DeBERTa's Enhanced Mask Decoder).
         """
-        x, attn = self._attention(x, term, need_weights, query)
+        x, attn = self._attention(x, term, plan, need_weights, query)
         x, _ = self._residual_block(x, self.final_layer_norm, self._feed_forward)
         return x, attn

@@ -14,7 +14,7 @@ the features (classification and span heads, analysis) stay the encoder's.
 
 from torch import nn
 
-from .absolute_position import LearnedAbsolutePosition
+from ..encodings.absolute_position import LearnedAbsolutePosition
 
 
 class EnhancedMaskDecoder(nn.Module):
@@ -25,17 +25,19 @@ class EnhancedMaskDecoder(nn.Module):
         self.embed_positions = LearnedAbsolutePosition(max_positions, embed_dim)
         self.passes = passes
 
-    def forward(self, layer, hidden, term):
+    def forward(self, layer, hidden, term, plan):
         """The query stream Q_n (B, T, C) after ``passes`` applications of ``layer`` to ``hidden`` = H
-        (B, T, C), the input of the encoder's last layer, with the forward's positional ``term``."""
+        (B, T, C), the input of the encoder's last layer, with the forward's positional ``term`` and
+        attention ``plan``."""
         query = hidden + self.embed_positions(hidden.size(1))
         for _ in range(self.passes):
-            query, _ = layer(hidden, term, query=query)
+            query, _ = layer(hidden, term, plan, query=query)
         return query
 
 
 def build_enhanced_mask_decoder(config):
-    """The Enhanced Mask Decoder of a :class:`~.position_config.PositionConfig`, or None."""
+    """The Enhanced Mask Decoder of a :class:`~tupe_plugin.encodings.position_config.PositionConfig`, or
+    None."""
     if not config.deberta_emd:
         return None
     return EnhancedMaskDecoder(config.max_positions, config.embed_dim, config.deberta_emd_layers)

@@ -3,12 +3,12 @@
 from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
-from .absolute_position import build_absolute_position
-from .attention_kernels import choose_path, sdpa_backends
+from ..attention.paths import plan_attention
+from ..encodings.absolute_position import build_absolute_position
+from ..encodings.position_config import PositionConfig
+from ..encodings.positional_term import SharedPositionalTerm
 from .encoder_layer import PositionalEncoderLayer
 from .enhanced_mask_decoder import build_enhanced_mask_decoder
-from .position_config import PositionConfig
-from .positional_term import SharedPositionalTerm
 
 
 class PositionalTransformerEncoder(nn.Module):
@@ -18,7 +18,7 @@ class PositionalTransformerEncoder(nn.Module):
     RoBERTa does. ``--encoder-layerdrop p`` skips each layer with probability p in training
     (LayerDrop: Fan, Grave, Joulin, "Reducing Transformer Depth on Demand with Structured Dropout",
     arXiv 1909.11556); evaluation runs every layer, and the shared term is built once per forward
-    either way. The attention dropout in effect is decided here, once, with the attention path. With
+    either way. The attention dropout in effect is decided here, once, with the attention plan. With
     ``--deberta-emd`` the masked-LM features are the Enhanced Mask Decoder's (:mod:`.enhanced_mask_decoder`).
     """
 
@@ -92,6 +92,12 @@ class PositionalTransformerEncoder(nn.Module):
             )
         return mask
 
+    def attention_plan(self, device, need_attn, seq_len):
+        """The forward's :class:`~tupe_plugin.attention.paths.AttentionPlan`, the same for every layer: the
+        attention dropout in effect (0 in evaluation) and the path and kernels that run it."""
+        dropout = self.attention_dropout if self.training else 0.0
+        return plan_attention(device, dropout, need_attn, self.config, seq_len, self.attention_backend)
+
     def forward(self, src_tokens, return_all_hiddens=False, need_attn=False, token_embeddings=None,
                 masked_lm=False):
         """Returns (features (B, T, C), inner_states list of (T, B, C) or None, attn list or None).
@@ -103,11 +109,9 @@ class PositionalTransformerEncoder(nn.Module):
         x = self.embed(src_tokens, token_embeddings)
         if padding_mask is not None:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
-        dropout = self.attention_dropout if self.training else 0.0  # in effect, for every layer
-        path = choose_path(x.device, dropout, need_attn, self.config, src_tokens.size(1))
-        backends = sdpa_backends(x.device, self.config, self.attention_backend)
-        term = self.positional_term.build(src_tokens.size(1), path, padding_mask, x.dtype, dropout=dropout,
-                                          backends=backends)
+        seq_len = src_tokens.size(1)
+        plan = self.attention_plan(x.device, need_attn, seq_len)
+        term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
         decoder = self.enhanced_mask_decoder if masked_lm else None
@@ -115,7 +119,7 @@ class PositionalTransformerEncoder(nn.Module):
         for layer in self.layers:
             if decoder is not None and layer is self.layers[-1]:
                 before_last = x
-            x, attn = layer(x, term, need_weights=need_attn)
+            x, attn = layer(x, term, plan, need_weights=need_attn)
             if return_all_hiddens:
                 inner_states.append(x.transpose(0, 1))
             if need_attn:
@@ -127,6 +131,6 @@ class PositionalTransformerEncoder(nn.Module):
             if return_all_hiddens:
                 inner_states[-1] = x.transpose(0, 1)
         if decoder is not None:
-            x = decoder(self.layers[-1], hidden, term)
+            x = decoder(self.layers[-1], hidden, term, plan)
             x = x if self.layer_norm is None else self.layer_norm(x)
         return x, inner_states, attentions

@@ -3,25 +3,26 @@
 TUPE Eq. 7-11 (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv
 2006.15595); Eq. 4 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT",
 ICLR 2021. Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v`` with q, k shifted by
-``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see :mod:`.positional_term`). Shaw
+``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see
+:mod:`~tupe_plugin.encodings.positional_term`). Shaw
 relative vectors add ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered)
 to the mask, and their value term ``sum_j alpha_ij a_{j-i}`` to the output; DeBERTa's content-to-position
 and position-to-content terms (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
 Attention", arXiv 2006.03654, Eq. 4) from q and k against the rows of the shared table projected by the
-layer (:mod:`.deberta_position`, :mod:`.toeplitz_scores`). Which kernel runs, and
-with which attention dropout, was decided once for the whole forward and is carried by the term
-(:func:`~.attention_kernels.choose_path`); this layer only executes it.
+layer (:mod:`~tupe_plugin.encodings.deberta_position`, :mod:`~tupe_plugin.attention.toeplitz_scores`). Which
+kernel runs, and with which attention dropout, was decided once for the whole forward
+(:class:`~tupe_plugin.attention.paths.AttentionPlan`); this layer only executes it.
 """
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_kernels import add_bias, attend
-from .clipped_distances import ClippedDistanceScores
-from .deberta_position import DisentangledProjections
-from .rotary_position import rotate, rotate_in_place, rotates_in_place
-from .toeplitz_scores import offset_scores
+from ..attention.attend import add_bias, attend
+from ..attention.clipped_distances import ClippedDistanceScores
+from ..attention.toeplitz_scores import offset_scores
+from ..encodings.deberta_position import DisentangledProjections
+from ..encodings.rotary_position import rotate, rotate_in_place, rotates_in_place
 
 
 class PositionalSelfAttention(nn.Module):
@@ -57,8 +58,8 @@ class PositionalSelfAttention(nn.Module):
         """q, k, v (B, H, T, d_h) of x (B, T, C); with ``query`` (B, T, C), q of the query states."""
         return split_heads(self.projection(x, query))
 
-    def forward(self, x, term, need_weights=False, query=None):
-        """x: (B, T, C); term: the forward's PositionalTerm (with its path, dropout and mask); ``query``
+    def forward(self, x, term, plan, need_weights=False, query=None):
+        """x: (B, T, C); term: the forward's PositionalTerm (with its mask); plan: its AttentionPlan; ``query``
         (B, T, C): the states the queries are read from, x then gives the keys and values only (DeBERTa's
         Enhanced Mask Decoder, :mod:`.enhanced_mask_decoder`).
 
@@ -85,8 +86,8 @@ class PositionalSelfAttention(nn.Module):
             k = torch.cat([k, term.k_extra.to(k.dtype).expand(batch, -1, -1, -1)], -1)
             v = F.pad(v, (0, extra))
         out, probs = attend(
-            term.path, q, k, v, attn_mask, term.scale, term.dropout,
-            term.rel_table if term.rel_values else None, term.rel_index, term.backends,
+            plan.path, q, k, v, attn_mask, term.scale, plan.dropout,
+            term.rel_table if term.rel_values else None, term.rel_index, plan.backends,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
@@ -94,7 +95,8 @@ class PositionalSelfAttention(nn.Module):
     @staticmethod
     def _rotated(qkv, cos, sin):
         """q, k, v of the projection with q and k rotated by RoPE's tables: where they lie in the projection
-        when the tables let it (:func:`~.rotary_position.rotate_in_place`), else out of place."""
+        when the tables let it (:func:`~tupe_plugin.encodings.rotary_position.rotate_in_place`), else out of
+        place."""
         if rotates_in_place(cos, sin):
             rotate_in_place(qkv[:, :, :2], cos, sin)
             return split_heads(qkv)
@@ -110,7 +112,8 @@ class PositionalSelfAttention(nn.Module):
 
     def disentangled_terms(self, q, k, term):
         """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(j,i), each (B, H, T, T): q and k
-        against the table rows this length reaches (:func:`~.toeplitz_scores.offset_scores`)."""
+        against the table rows this length reaches
+        (:func:`~tupe_plugin.attention.toeplitz_scores.offset_scores`)."""
         table = term.disentangled_table.to(q.dtype)
         if self.relative_projections is not None:
             query_rows, key_rows = self.relative_projections(table)

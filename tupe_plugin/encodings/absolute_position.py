@@ -6,7 +6,7 @@ Table 1 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position Embeddin
 Learning", arXiv 1705.03122; BERT) — longer inputs are refused. ``sinusoidal`` /
 ``learnable-sinusoidal``: P(t) of :mod:`sinusoid`, defined for any t. Position t = 0 is the first token.
 They enter the input, not the content-free term of attention: the encoder adds them to the word
-embeddings (:mod:`.positional_encoder`).
+embeddings (:mod:`tupe_plugin.encoder.positional_encoder`).
 """
 
 import torch

@@ -20,11 +20,12 @@ authors' released code (and Hugging Face's port) gathers the same row delta(i, j
 
 The terms depend on the content, as Shaw keys do: each layer multiplies q (and k) by the rows of the
 table this length reaches, never building a (T, T, d) tensor: by bands of query rows against the rows
-laid out by offset when the table has more rows than the length (:mod:`.toeplitz_scores`), otherwise
-against every row, then gathering (T, T) entries. The table, the (T, T) index and the offsets are handed
-over in the forward's positional term; the layer adds its terms to the mask.
+laid out by offset when the table has more rows than the length
+(:mod:`tupe_plugin.attention.toeplitz_scores`), otherwise against every row, then gathering (T, T)
+entries. The table, the (T, T) index and the offsets are handed over in the forward's positional term;
+the layer adds its terms to the mask.
 No absolute position enters the encoder; with ``--deberta-emd`` the Enhanced Mask Decoder (§3.2) adds them
-before the masked-LM head (:mod:`.enhanced_mask_decoder`).
+before the masked-LM head (:mod:`tupe_plugin.encoder.enhanced_mask_decoder`).
 """
 
 import math

@@ -10,10 +10,9 @@ with the term it resets): TUPE's untied term as low-rank factors or BERT-A^d's q
 the [CLS] reset of that bias when no untied term carries it (:mod:`.cls_reset`), RoPE's cos/sin
 (:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`), DeBERTa's relative table
 (:mod:`.deberta_position`). Low-rank terms stay
-factored so that each layer keeps a fused attention kernel, unless the forward's path folds them into
-the dense bias (:func:`~.attention_kernels.fold_untied_term`). The term then carries the path and the
-attention dropout that :func:`~.attention_kernels.choose_path` was given, and the mask with the key
-padding, so that every layer runs the same decision.
+factored so that each layer keeps a fused attention kernel, unless the forward's attention plan folds
+them into the dense bias (:func:`~tupe_plugin.attention.paths.fold_untied_term`); the mask with the key
+padding is built here too, once for every layer.
 """
 
 from dataclasses import dataclass, replace
@@ -23,7 +22,6 @@ import torch
 from torch import nn
 
 from .alibi_position import build_alibi_bias
-from .attention_kernels import AttentionPath, fold_untied_term
 from .cls_reset import build_cls_reset
 from .deberta_position import build_disentangled_table
 from .fire_position import build_fire_bias
@@ -37,11 +35,8 @@ from .untied_position import build_untied_position
 
 @dataclass
 class PositionalTerm:
-    """What every layer's attention adds to its logits; tensors are per head, shape (H, T, .).
-
-    ``path``, ``dropout`` and ``backends`` are the attention path of this forward, the attention
-    dropout in effect (0 in evaluation) and the SDPA kernels allowed, decided once for all layers.
-    """
+    """What every layer's attention adds to its logits; tensors are per head, shape (H, T, .), and
+    ``attn_mask`` the mask with key padding of :meth:`attention_mask`."""
 
     scale: float
     q_extra: Optional[torch.Tensor] = None
@@ -57,10 +52,7 @@ class PositionalTerm:
     disentangled_offsets: Optional[torch.Tensor] = None
     rotary_cos: Optional[torch.Tensor] = None
     rotary_sin: Optional[torch.Tensor] = None
-    path: AttentionPath = AttentionPath.SDPA
-    dropout: float = 0.0
     attn_mask: Optional[torch.Tensor] = None
-    backends: Optional[tuple] = None  # the SDPA kernels allowed (attention_kernels.sdpa_backends)
 
     def dense(self):
         """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw and DeBERTa
@@ -136,18 +128,16 @@ class SharedPositionalTerm(nn.Module):
                  self.disentangled)
         return [encoding for encoding in parts if encoding is not None]
 
-    def build(self, seq_len, path, key_padding_mask=None, dtype=torch.float32, dropout=0.0, backends=None):
-        """The term every layer of this forward consumes on ``path`` with attention ``dropout``: the
-        untied factors folded or not (:func:`~.attention_kernels.fold_untied_term`), the mask with key
-        padding built once.
+    def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32):
+        """The term every layer of this forward consumes: the untied factors multiplied out when
+        ``fold_untied`` (the attention plan's choice), the mask with key padding built once.
 
         ``key_padding_mask`` is (B, T), True at padding; ``dtype`` the dtype of the hidden states.
         """
         term = self.content_free(seq_len)
-        if fold_untied_term(path, self.config):
+        if fold_untied:
             term = term.folded()
-        return replace(term, path=path, dropout=dropout, backends=backends,
-                       attn_mask=term.attention_mask(key_padding_mask, dtype))
+        return replace(term, attn_mask=term.attention_mask(key_padding_mask, dtype))
 
     def content_free(self, seq_len):
         """The unfolded term for positions 0..seq_len-1, no mask (for :meth:`build` and the analysis)."""

@@ -14,7 +14,6 @@ are handed over and each layer adds q . a_{j-i} (and the value term) itself.
 import torch
 from torch import nn
 
-from .clipped_distances import clipped_index
 from .sinusoid import Sinusoid
 
 
@@ -52,6 +51,12 @@ class ShawRelativePosition(nn.Module):
         term.rel_table = self.table()
         term.rel_index = self.index(seq_len, term.rel_table.device)
         term.rel_values = self.values
+
+
+def clipped_index(seq_len, max_distance, device):
+    """(T, T) distance index of (query i, key j): clip(j - i, -K, K) + K."""
+    positions = torch.arange(seq_len, device=device)
+    return (positions[None, :] - positions[:, None]).clamp(-max_distance, max_distance) + max_distance
 
 
 def build_shaw(config):

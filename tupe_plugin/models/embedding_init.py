@@ -1,7 +1,7 @@
 """``--embed-init-*``: the word embeddings of a new model from pre-trained vectors.
 
 Kang et al., "On Initializing Transformers with Pre-trained Embeddings", arXiv 2407.12514; the reading,
-matching and standardising are :mod:`tupe_plugin.modules.pretrained_embeddings`. Only a new model is
+matching and standardising are :mod:`tupe_plugin.encoder.pretrained_embeddings`. Only a new model is
 initialised: once done, ``args.embed_init_applied`` is set, so a config saved in a checkpoint never
 re-reads the vectors when the model is rebuilt to receive the checkpoint's weights (fairseq-validate,
 from_pretrained); fairseq-train resuming rebuilds from its command line, and the loaded checkpoint's
@@ -10,7 +10,7 @@ weights then replace this init.
 
 from fairseq.utils import safe_getattr
 
-from ..modules.pretrained_embeddings import PROJECT_CHOICES, STANDARDIZE_CHOICES, initialize_embeddings
+from ..encoder.pretrained_embeddings import PROJECT_CHOICES, STANDARDIZE_CHOICES, initialize_embeddings
 
 
 def add_args(group):

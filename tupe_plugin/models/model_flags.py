@@ -18,8 +18,8 @@ import os
 
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..modules.attention_kernels import SDPA_BACKENDS
-from ..modules.position_config import PositionFlagError, option
+from ..attention.paths import SDPA_BACKENDS
+from ..encodings.position_config import PositionFlagError, option
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
 
@@ -101,7 +101,7 @@ def set_max_positions(args, task):
 
 
 def check_model_flags(args):
-    """Raise :class:`~tupe_plugin.modules.position_config.PositionFlagError` listing the sizes,
+    """Raise :class:`~tupe_plugin.encodings.position_config.PositionFlagError` listing the sizes,
     probabilities and RoBERTa flags of ``args`` that no position config could fix."""
     errors = []
     embed_dim, heads = args.encoder_embed_dim, args.encoder_attention_heads

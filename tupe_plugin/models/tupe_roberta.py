@@ -1,10 +1,10 @@
 """The fairseq model: RoBERTa's masked-LM encoder with every position encoding of the papers as flags.
 
 Only what differs from ``RobertaModel`` is here, each part delegated to its module: the flags (the
-position group declared by :class:`~tupe_plugin.modules.position_config.PositionConfig`, the others by
+position group declared by :class:`~tupe_plugin.encodings.position_config.PositionConfig`, the others by
 :mod:`.model_flags`, :mod:`.embedding_init` and :mod:`.checkpoint_init`), the encoder stack
-(:class:`~tupe_plugin.modules.positional_encoder.PositionalTransformerEncoder`), the masked-LM features
-(DeBERTa's Enhanced Mask Decoder with ``--deberta-emd``, :mod:`~tupe_plugin.modules.enhanced_mask_decoder`),
+(:class:`~tupe_plugin.encoder.positional_encoder.PositionalTransformerEncoder`), the masked-LM features
+(DeBERTa's Enhanced Mask Decoder with ``--deberta-emd``, :mod:`~tupe_plugin.encoder.enhanced_mask_decoder`),
 attention maps for analysis (``need_attn``), span heads (:mod:`.span_head`), the checkpoint checks
 (:mod:`.checkpoint_guards`) and sentencepiece hub loading (:mod:`.hub`). Classification heads, the tied
 LM head, ``upgrade_state_dict_named`` and the hub interface are RoBERTa's.
@@ -19,10 +19,10 @@ from fairseq.models.roberta.model import base_architecture as roberta_base_archi
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf, open_dict
 
-from ..modules import position_config
-from ..modules.embedding_diagnosis import log_diagnosis
-from ..modules.position_config import PositionConfig
-from ..modules.positional_encoder import PositionalTransformerEncoder
+from ..encodings import position_config
+from ..encoder.embedding_diagnosis import log_diagnosis
+from ..encodings.position_config import PositionConfig
+from ..encoder.positional_encoder import PositionalTransformerEncoder
 from . import checkpoint_init, embedding_init, hub, model_flags, stock_roberta
 from .checkpoint_guards import check_checkpoint, check_checkpoint_matches, check_dictionary_fingerprint
 from .span_head import SpanHeadsMixin
@@ -148,7 +148,7 @@ class TupeRobertaEncoder(RobertaEncoder):
     def extract_features(self, src_tokens, return_all_hiddens=False, need_attn=False, masked_lm=False,
                          **kwargs):
         """The encoder's features; with ``masked_lm``, those the LM head reads (with --deberta-emd, the
-        Enhanced Mask Decoder's, :mod:`~tupe_plugin.modules.enhanced_mask_decoder`)."""
+        Enhanced Mask Decoder's, :mod:`~tupe_plugin.encoder.enhanced_mask_decoder`)."""
         features, inner_states, attn = self.sentence_encoder(
             src_tokens,
             return_all_hiddens=return_all_hiddens,

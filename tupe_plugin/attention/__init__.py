@@ -1,0 +1,7 @@
+"""Attention kernels and the one decision of which runs: the plan of a forward (:mod:`.paths`), the kernels
+(:mod:`.attend`, :mod:`.cpu_kernels`, the compiled backward of :mod:`.compiled_kernels`), attention dropout
+and the sums by relative offset that Shaw vectors and DeBERTa need (:mod:`.clipped_distances`,
+:mod:`.toeplitz_scores`). Consumes tensors (and a position config's properties), never an encoding.
+
+May import torch only (and itself); never :mod:`tupe_plugin.encodings` or :mod:`tupe_plugin.encoder`.
+"""

@@ -1,0 +1,91 @@
+"""Run the path an :class:`~.paths.AttentionPlan` chose: SDPA, the CPU kernels or the explicit
+matmul-softmax-matmul, and the masks they take.
+
+The explicit path is the plain step-by-step form of ``softmax(scale q k^T + mask) v`` (with Shaw value
+vectors, Wang et al., "On Position Embeddings in BERT", ICLR 2021, Eq. 4), and the twin the kernels are
+tested against.
+"""
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel
+
+from .clipped_distances import distance_sums
+from .cpu_kernels import BiasedFlashAttention, ChunkedAttention
+from .dropout import keep_mask, keep_probability
+from .paths import AttentionPath
+
+
+def sdpa_mask(mask, dtype):
+    """``mask`` as SDPA takes it with queries of ``dtype``: an additive float mask in that dtype (under
+    autocast the mask is built in the hidden states' float32 while q is bf16/fp16, and recent cuDNN
+    kernels misread a mask of another dtype, pytorch#191612), its most negative values clamped to the
+    dtype's so that padding stays finite."""
+    if mask is None or mask.dtype == torch.bool or mask.dtype == dtype:
+        return mask
+    return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
+
+
+def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None):
+    """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
+
+    ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
+    learned dense bias on BIASED_FLASH, see :func:`choose_path`); ``value_table`` (2K + 1, d) and its
+    (T, T) ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path only);
+    ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses).
+    """
+    if path is AttentionPath.EXPLICIT:
+        return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
+    if value_table is not None:
+        raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
+    if path is AttentionPath.BIASED_FLASH:
+        return BiasedFlashAttention.apply(q, k, v, mask, scale), None
+    if path is AttentionPath.CHUNKED:
+        return ChunkedAttention.apply(q, k, v, mask, scale, dropout), None
+    with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask(mask, q.dtype), dropout_p=dropout,
+                                             scale=scale)
+    return out, None
+
+
+def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_index=None):
+    """softmax(scale q k^T + mask) v step by step, with the probabilities (and Shaw value vectors);
+    attention dropout with :func:`~.dropout.keep_mask`."""
+    # float32 logits before the mask is added: a float32 mask's padding value (its most negative
+    # number) would round to -inf in bf16 and turn an all-padded row into NaN.
+    logits = torch.matmul(q * scale, k.transpose(-1, -2))
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    if mask is not None:
+        add_mask_(logits, mask)
+    probs = torch.softmax(logits, dim=-1).to(q.dtype)
+    dropped = probs if dropout == 0 else probs * keep_mask(probs.shape, dropout, probs.device)
+    out = torch.matmul(dropped, v)
+    if value_table is not None:
+        # each clipped distance sums up to T - K probabilities: in float32, since in bf16 (fp16) every
+        # addition to a sum near 1 drops what lies below 2^-8 (2^-11), most of a probability of ~1/T
+        per_distance = distance_sums(dropped, value_index, (value_table.size(0) - 1) // 2).to(probs.dtype)
+        shaw = torch.matmul(per_distance, value_table.to(probs.dtype))
+        out = out + F.pad(shaw, (0, out.size(-1) - shaw.size(-1)))
+    if dropout > 0:  # the kept probabilities' scale, applied to the (B, H, T, d) output: linear in them
+        out = out * (1.0 / keep_probability(dropout, probs.device.type))
+    return out, probs
+
+
+def add_mask_(logits, mask):
+    """Add an attention mask (boolean keep-mask or additive float) to fresh logits, in place."""
+    if mask.dtype == torch.bool:
+        return logits.masked_fill_(~mask, torch.finfo(logits.dtype).min)
+    return logits.add_(mask)
+
+
+def add_bias(mask, bias):
+    """Combine an attention mask (None, boolean keep-mask, or additive float) with a fresh float bias
+    (B, H, T, T), in place where the sum keeps the bias's dtype (one pass fewer); a float32 mask joins a
+    bf16/fp16 bias out of place, so that its padding value does not round to -inf."""
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool or torch.promote_types(bias.dtype, mask.dtype) == bias.dtype:
+        return add_mask_(bias, mask)
+    return bias + mask

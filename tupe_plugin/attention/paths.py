@@ -1,0 +1,116 @@
+"""The one decision of which attention kernel runs (as x-transformers' ``Attend``, for CPU and GPU).
+
+:func:`plan_attention` decides once per forward, from the device, the attention dropout in effect, whether
+the probabilities are wanted, the position config and the sequence length, which of four paths every
+layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`) and whether
+TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`); the encoder hands the
+:class:`AttentionPlan` to every layer, and :func:`~.attend.attend` runs what it is given:
+
+* ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
+  always, on CPU when there is no dropout and no mask that needs a gradient;
+* ``CHUNKED``: :class:`~.cpu_kernels.ChunkedAttention` — on CPU with attention dropout, where SDPA has no
+  fused kernel and its math fallback is slower still;
+* ``BIASED_FLASH``: :class:`~.cpu_kernels.BiasedFlashAttention` — on CPU, no dropout, a learned dense
+  bias (the T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
+  Pre-training", arXiv 2006.15595; Shaw key terms; TUPE's untied term folded into one) and sequences
+  longer than ``d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the flash
+  kernel runs the forward with the mask as a constant and an exact backward follows;
+* ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
+  (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
+  ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
+  B H T^2 numbers a layer, are at most the layer's hidden states (B T H d_h): the memory bound of the
+  choice (at twice, T = 128 with d_h = 64, the peak memory of a training step was 1.059 x BERT-A's at
+  B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). ``benchmarks/benchmark_attention.py``
+  measures the paths side by side (docs/benchmarks.md).
+
+The config is read through the properties a :class:`~tupe_plugin.encodings.position_config.PositionConfig`
+offers; nothing here imports the encodings.
+"""
+
+import enum
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch.nn.attention import SDPBackend
+
+# Without dropout, a learned dense bias takes the explicit path up to T = d_h (see above).
+EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 1
+
+
+class AttentionPath(enum.Enum):
+    SDPA = "sdpa"
+    CHUNKED = "chunked"
+    BIASED_FLASH = "biased-flash"
+    EXPLICIT = "explicit"
+
+
+def choose_path(device, dropout, need_weights, config, seq_len):
+    """The path every layer of this forward takes (see the module docstring).
+
+    ``dropout`` is the attention dropout in effect (0 in evaluation), ``config`` the model's
+    :class:`~tupe_plugin.encodings.position_config.PositionConfig`, ``seq_len`` the length T of the batch.
+    """
+    on_cpu = torch.device(device).type == "cpu"
+    if need_weights or config.shaw_values:
+        return AttentionPath.EXPLICIT
+    if on_cpu and dropout > 0:
+        return AttentionPath.CHUNKED
+    if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
+        if seq_len <= EXPLICIT_MAX_LENGTH_PER_HEAD_DIM * config.head_dim:
+            return AttentionPath.EXPLICIT
+        return AttentionPath.BIASED_FLASH
+    return AttentionPath.SDPA
+
+
+# --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below)
+SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+
+
+def sdpa_backends(device, config, requested="auto"):
+    """The SDPA kernels a forward may use (None: torch chooses). ``requested`` (``--attention-backend``)
+    names one; by default, on CUDA, a learned dense bias takes the memory-efficient kernel: it returns
+    the bias gradient, where cuDNN's backward can return NaN for masked rows at T % 128 == 64
+    (pytorch#196678) and flash takes no bias at all. The math kernel stands behind it for the inputs
+    it refuses: on an H100 with torch 2.11, a one-token row's (1, H, 1, 1) bias, whose last dimension
+    may keep a stride of H (a dimension of size 1 keeps any stride) where GPU kernels want 1."""
+    if requested != "auto":
+        return (SDPA_BACKENDS[requested],)
+    if torch.device(device).type == "cuda" and config.learned_dense_bias:
+        return (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+    return None
+
+
+def fold_untied_term(path, config):
+    """Whether TUPE's untied term is multiplied out into the dense bias for ``path``: always on the CPU
+    paths of their own (explicit, chunked, biased flash), which add a bias inside the logits' product or
+    the flash kernel at little cost where SDPA would run on heads of 2 d_h + 2 (TUPE-A's training step
+    at T = 512 on CPU: 1.19 x BERT-A's factored, 1.04 x folded), and wherever the T5 bias is added in
+    every layer anyway (the untied product joins it for free). On SDPA without a T5 bias (a GPU, or no
+    gradients) it stays factored: on a GPU the widened heads keep cuDNN's kernel, where a learned bias
+    takes the memory-efficient one."""
+    cpu_paths = (AttentionPath.EXPLICIT, AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH)
+    return path in cpu_paths or config.t5_bias
+
+
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """What every layer of one forward runs: the ``path``, the attention ``dropout`` in effect (0 in
+    evaluation), the SDPA ``backends`` allowed (None: torch chooses) and whether the positional term
+    is built with TUPE's untied factors multiplied out (``fold_untied``)."""
+
+    path: AttentionPath = AttentionPath.SDPA
+    dropout: float = 0.0
+    backends: Optional[tuple] = None
+    fold_untied: bool = False
+
+
+def plan_attention(device, dropout, need_weights, config, seq_len, requested_backend="auto"):
+    """The :class:`AttentionPlan` of a forward (see the module docstring); ``requested_backend`` is
+    ``--attention-backend``."""
+    path = choose_path(device, dropout, need_weights, config, seq_len)
+    return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
+                         fold_untied_term(path, config))
