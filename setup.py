@@ -45,8 +45,9 @@ setup(
         # tupe-study: the analysis and report figures, fairseq-train's tensorboard logs, the submitit launcher
         "study": ["matplotlib", "tensorboard", "submitit"],
         # the tests of tupe-convert-hf compare with transformers' BERT and RoBERTa; transformers is also
-        # what fairseq's --bpe bert imports to encode text for a converted BERT
-        "test": ["pytest", "hypothesis", "transformers>=5,<6"],
+        # what fairseq's --bpe bert imports to encode text for a converted BERT; the Triton attention
+        # kernel's tests run its kernels through Triton's CPU interpreter
+        "test": ["pytest", "hypothesis", "transformers>=5,<6", "triton"],
     },
     entry_points={
         "console_scripts": [f"{name} = {module}:main" for name, module in COMMANDS.items()],

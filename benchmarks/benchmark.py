@@ -62,8 +62,9 @@ from tupe_plugin.encodings.positional_term import PositionalTerm  # noqa: E402
 PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
 PLAIN_PREFIX = "plain_"
 SDPA_PREFIX = "sdpa_"
+TRITON_PREFIX = "triton_"
 SHAW_KEYS_PREFIX = "keys_"
-VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX)
+VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX, TRITON_PREFIX)
 DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r", "bert_rope",
                       "bert_alibi", "bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire",
                       "keys_bert_rpe", "deberta"]
@@ -170,9 +171,9 @@ def check_contender(name):
     preset = preset_of(name)
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
-                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / keys_ + one of them")
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / keys_ + one of them")
     if name.startswith(VARIANT_PREFIXES) and shaw_preset(preset):
-        raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
+        raise SystemExit(f"--contenders {name}: the plain, SDPA and Triton variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
     if name.startswith(SHAW_KEYS_PREFIX) and not shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: keys_ adds --shaw-keys-only to a Shaw preset (bert_rpe, "
@@ -204,6 +205,8 @@ def fairseq_setup(name, size, seq_len, data_dir, dropout, attention_dropout):
             "--optimizer", "adam", "--lr", "1e-4", "--cpu"]
     if name.startswith(SHAW_KEYS_PREFIX):
         argv.append("--shaw-keys-only")
+    if name.startswith(TRITON_PREFIX):
+        argv += ["--attention-backend", "triton"]
     parser = options.get_training_parser()
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(parser, input_args=[str(a) for a in argv]))
@@ -236,7 +239,8 @@ class PlainPositionalTerm(nn.Module):
     def content_free(self, seq_len):
         return self.shared.content_free(seq_len)
 
-    def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32):
+    def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
+              padding_as_lengths=False):
         term = self.content_free(seq_len)
         bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
@@ -414,7 +418,8 @@ class Contender:
             return "plain reference (explicit)"
         encoder = self.model.encoder.sentence_encoder
         path = AttentionPath.SDPA if self.name.startswith(SDPA_PREFIX) else choose_path(
-            self.device, encoder.attention_dropout, False, encoder.config, self.seq_len)
+            self.device, encoder.attention_dropout, False, encoder.config, self.seq_len,
+            encoder.attention_backend)
         return path.value
 
     def attention_kernels(self, sample):

@@ -15,7 +15,8 @@ column is what a path keeps between forward and backward beyond q, k, v and the 
 With ``--device cuda`` (bf16 by default) the GPU kernels run instead, timed by wall clock around a
 synchronised call: ``sdpa`` without a bias (BERT-A: the floor), ``sdpa-fixed-bias`` (a bias without
 gradient: ALiBi, Sandwich), ``sdpa-bias`` (the learned bias on the kernels the plugin allows it,
-:func:`~tupe_plugin.attention.paths.sdpa_backends`) and, without dropout, ``flex-bias``:
+:func:`~tupe_plugin.attention.paths.sdpa_backends`), ``triton-bias`` (the plugin's Triton kernel with its
+batch-summed bias gradient, ``--attention-backend triton``) and, without dropout, ``flex-bias``:
 PyTorch's FlexAttention (compiled) with the learned bias read as a captured buffer and its gradient
 from the compiled backward, a candidate kernel that no model of the plugin runs.
 
@@ -44,8 +45,8 @@ from tupe_plugin.encodings.position_config import PositionConfig  # noqa: E402
 
 PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
-CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "flex-bias")
-CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias")
+CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias")
+CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -124,7 +125,8 @@ LEARNED_BIAS = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos
 
 def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None):
     """One layer's attention on ``path``, forward and backward (``sdpa``, ``chunked-no-bias``: no bias,
-    BERT-A's call; ``flex-bias``: ``flex`` from :func:`flex_with_bias`); returns the output."""
+    BERT-A's call; ``flex-bias``: ``flex`` from :func:`flex_with_bias`; ``triton-bias``: the plugin's
+    Triton kernel); returns the output."""
     scale = q.size(-1) ** -0.5
     if path == "sdpa":
         out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, dropout)
@@ -137,6 +139,8 @@ def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None):
                         backends=sdpa_backends(q.device, LEARNED_BIAS))
     elif path == "flex-bias":
         out = flex(q, k, v, scale)
+    elif path == "triton-bias":
+        out, _ = attend(AttentionPath.TRITON, q, k, v, bias, scale, dropout)
     else:
         out, _ = attend(AttentionPath(path), q, k, v, bias, scale, dropout)
     out.backward(grad_out)

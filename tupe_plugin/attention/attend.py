@@ -16,6 +16,7 @@ from .clipped_distances import distance_sums
 from .cpu_kernels import BiasedFlashAttention, ChunkedAttention
 from .dropout import keep_mask, keep_probability
 from .paths import AttentionPath
+from .triton_bias_attention import biased_attention
 
 
 def sdpa_mask(mask, dtype):
@@ -28,11 +29,13 @@ def sdpa_mask(mask, dtype):
     return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
 
 
-def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None):
+def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None,
+           key_lengths=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
-    learned dense bias on BIASED_FLASH, see :func:`choose_path`); ``value_table`` (2K + 1, d) and its
+    learned dense bias on BIASED_FLASH, see :func:`choose_path`; on TRITON the (1, H, T, T) bias shared
+    by the batch, without padding, which ``key_lengths`` (B,) gives); ``value_table`` (2K + 1, d) and its
     (T, T) ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path only);
     ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses).
     """
@@ -44,6 +47,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
         return BiasedFlashAttention.apply(q, k, v, mask, scale), None
     if path is AttentionPath.CHUNKED:
         return ChunkedAttention.apply(q, k, v, mask, scale, dropout), None
+    if path is AttentionPath.TRITON:
+        return biased_attention(q, k, v, mask, key_lengths, scale, dropout), None
     with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask(mask, q.dtype), dropout_p=dropout,
                                              scale=scale)

@@ -15,6 +15,10 @@ TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`); the
   Pre-training", arXiv 2006.15595; Shaw key terms; TUPE's untied term folded into one) and sequences
   longer than ``d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the flash
   kernel runs the forward with the mask as a constant and an exact backward follows;
+* ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
+  with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
+  apart from the bias: no (B, H, T, T) mask) and attention dropout; for encodings whose every term is
+  shared by the batch (not Shaw vectors or DeBERTa, whose terms depend on the content);
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
   ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
@@ -29,6 +33,7 @@ offers; nothing here imports the encodings.
 
 import enum
 from dataclasses import dataclass
+from importlib.util import find_spec
 from typing import Optional
 
 import torch
@@ -43,17 +48,21 @@ class AttentionPath(enum.Enum):
     CHUNKED = "chunked"
     BIASED_FLASH = "biased-flash"
     EXPLICIT = "explicit"
+    TRITON = "triton"
 
 
-def choose_path(device, dropout, need_weights, config, seq_len):
+def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"):
     """The path every layer of this forward takes (see the module docstring).
 
     ``dropout`` is the attention dropout in effect (0 in evaluation), ``config`` the model's
-    :class:`~tupe_plugin.encodings.position_config.PositionConfig`, ``seq_len`` the length T of the batch.
+    :class:`~tupe_plugin.encodings.position_config.PositionConfig`, ``seq_len`` the length T of the batch,
+    ``requested`` the ``--attention-backend``.
     """
     on_cpu = torch.device(device).type == "cpu"
     if need_weights or config.shaw_values:
         return AttentionPath.EXPLICIT
+    if requested == TRITON_BACKEND:
+        return AttentionPath.TRITON
     if on_cpu and dropout > 0:
         return AttentionPath.CHUNKED
     if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
@@ -63,9 +72,12 @@ def choose_path(device, dropout, need_weights, config, seq_len):
     return AttentionPath.SDPA
 
 
-# --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below)
+# --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below), or
+# the plugin's Triton kernel
 SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                  "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+TRITON_BACKEND = "triton"
+ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, TRITON_BACKEND)
 
 
 def sdpa_backends(device, config, requested="auto"):
@@ -75,10 +87,20 @@ def sdpa_backends(device, config, requested="auto"):
     (pytorch#196678) and flash takes no bias at all. The math kernel stands behind it for the inputs
     it refuses: on an H100 with torch 2.11, a one-token row's (1, H, 1, 1) bias, whose last dimension
     may keep a stride of H (a dimension of size 1 keeps any stride) where GPU kernels want 1."""
-    if requested != "auto":
+    if requested in SDPA_BACKENDS:
         return (SDPA_BACKENDS[requested],)
-    if torch.device(device).type == "cuda" and config.learned_dense_bias:
+    if requested == "auto" and torch.device(device).type == "cuda" and config.learned_dense_bias:
         return (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+    return None
+
+
+def triton_backend_problem(config):
+    """Why ``--attention-backend triton`` cannot run a model of ``config``, or None."""
+    if config.shaw_table is not None or config.deberta:
+        return ("--attention-backend triton runs a bias shared by the batch; Shaw vectors and DeBERTa's "
+                "terms depend on each row's content: use --attention-backend auto")
+    if find_spec("triton") is None:
+        return "--attention-backend triton needs Triton, which is not installed: pip install triton"
     return None
 
 
@@ -89,28 +111,29 @@ def fold_untied_term(path, config):
     at T = 512 on CPU: 1.19 x BERT-A's factored, 1.04 x folded), and wherever the T5 bias is added in
     every layer anyway (the untied product joins it for free). On SDPA without a T5 bias (a GPU, or no
     gradients) it stays factored: on a GPU the widened heads keep cuDNN's kernel, where a learned bias
-    takes the memory-efficient one."""
-    cpu_paths = (AttentionPath.EXPLICIT, AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH)
-    return path in cpu_paths or config.t5_bias
-
-
+    takes the memory-efficient one. The Triton kernel takes one dense bias: folded."""
+    dense_bias_paths = (AttentionPath.EXPLICIT, AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH,
+                        AttentionPath.TRITON)
+    return path in dense_bias_paths or config.t5_bias
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
     """What every layer of one forward runs: the ``path``, the attention ``dropout`` in effect (0 in
-    evaluation), the SDPA ``backends`` allowed (None: torch chooses) and whether the positional term
-    is built with TUPE's untied factors multiplied out (``fold_untied``)."""
+    evaluation), the SDPA ``backends`` allowed (None: torch chooses), whether the positional term
+    is built with TUPE's untied factors multiplied out (``fold_untied``) and whether key padding reaches
+    the kernel as row lengths, apart from the bias (``padding_as_lengths``), rather than in the mask."""
 
     path: AttentionPath = AttentionPath.SDPA
     dropout: float = 0.0
     backends: Optional[tuple] = None
     fold_untied: bool = False
+    padding_as_lengths: bool = False
 
 
 def plan_attention(device, dropout, need_weights, config, seq_len, requested_backend="auto"):
     """The :class:`AttentionPlan` of a forward (see the module docstring); ``requested_backend`` is
     ``--attention-backend``."""
-    path = choose_path(device, dropout, need_weights, config, seq_len)
+    path = choose_path(device, dropout, need_weights, config, seq_len, requested_backend)
     return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
-                         fold_untied_term(path, config))
+                         fold_untied_term(path, config), path is AttentionPath.TRITON)

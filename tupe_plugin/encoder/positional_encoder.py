@@ -3,9 +3,9 @@
 from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
-from ..attention.paths import plan_attention
+from ..attention.paths import TRITON_BACKEND, plan_attention, triton_backend_problem
 from ..encodings.absolute_position import build_absolute_position
-from ..encodings.position_config import PositionConfig
+from ..encodings.position_config import PositionConfig, PositionFlagError
 from ..encodings.positional_term import SharedPositionalTerm
 from .encoder_layer import PositionalEncoderLayer
 from .enhanced_mask_decoder import build_enhanced_mask_decoder
@@ -30,6 +30,9 @@ class PositionalTransformerEncoder(nn.Module):
         self.max_positions = args.max_positions
         self.attention_dropout = args.attention_dropout
         self.attention_backend = getattr(args, "attention_backend", "auto")
+        problem = triton_backend_problem(self.config) if self.attention_backend == TRITON_BACKEND else None
+        if problem:
+            raise PositionFlagError(problem)
         self.embed_tokens = embed_tokens
         self.embed_positions = build_absolute_position(self.config)
         self.layernorm_embedding = LayerNorm(embed_dim) if args.layernorm_embedding else None
@@ -111,7 +114,8 @@ class PositionalTransformerEncoder(nn.Module):
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         seq_len = src_tokens.size(1)
         plan = self.attention_plan(x.device, need_attn, seq_len)
-        term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype)
+        term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype,
+                                          plan.padding_as_lengths)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
         decoder = self.enhanced_mask_decoder if masked_lm else None

@@ -87,7 +87,7 @@ class PositionalSelfAttention(nn.Module):
             v = F.pad(v, (0, extra))
         out, probs = attend(
             plan.path, q, k, v, attn_mask, term.scale, plan.dropout,
-            term.rel_table if term.rel_values else None, term.rel_index, plan.backends,
+            term.rel_table if term.rel_values else None, term.rel_index, plan.backends, term.key_lengths,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None

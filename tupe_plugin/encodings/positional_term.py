@@ -36,7 +36,8 @@ from .untied_position import build_untied_position
 @dataclass
 class PositionalTerm:
     """What every layer's attention adds to its logits; tensors are per head, shape (H, T, .), and
-    ``attn_mask`` the mask with key padding of :meth:`attention_mask`."""
+    ``attn_mask`` the mask with key padding of :meth:`attention_mask`, or the bias alone with the rows'
+    unpadded lengths (B,) in ``key_lengths`` for a kernel that takes padding apart."""
 
     scale: float
     q_extra: Optional[torch.Tensor] = None
@@ -53,6 +54,7 @@ class PositionalTerm:
     rotary_cos: Optional[torch.Tensor] = None
     rotary_sin: Optional[torch.Tensor] = None
     attn_mask: Optional[torch.Tensor] = None
+    key_lengths: Optional[torch.Tensor] = None
 
     def dense(self):
         """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw and DeBERTa
@@ -128,15 +130,21 @@ class SharedPositionalTerm(nn.Module):
                  self.disentangled)
         return [encoding for encoding in parts if encoding is not None]
 
-    def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32):
+    def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
+              padding_as_lengths=False):
         """The term every layer of this forward consumes: the untied factors multiplied out when
-        ``fold_untied`` (the attention plan's choice), the mask with key padding built once.
+        ``fold_untied``, the mask with key padding built once, or with ``padding_as_lengths`` the bias
+        alone and the rows' lengths (the attention plan's choices).
 
-        ``key_padding_mask`` is (B, T), True at padding; ``dtype`` the dtype of the hidden states.
+        ``key_padding_mask`` is (B, T), True at padding (right padding); ``dtype`` the dtype of the
+        hidden states.
         """
         term = self.content_free(seq_len)
         if fold_untied:
             term = term.folded()
+        if padding_as_lengths:
+            lengths = None if key_padding_mask is None else (~key_padding_mask).sum(1)
+            return replace(term, attn_mask=term.attention_mask(None, dtype), key_lengths=lengths)
         return replace(term, attn_mask=term.attention_mask(key_padding_mask, dtype))
 
     def content_free(self, seq_len):

@@ -18,7 +18,7 @@ import os
 
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..attention.paths import SDPA_BACKENDS
+from ..attention.paths import ATTENTION_BACKENDS
 from ..encodings.position_config import PositionFlagError, option
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
@@ -54,11 +54,13 @@ def add_args(parser):
     )
     parser.add_argument(
         "--attention-backend",
-        choices=("auto", *SDPA_BACKENDS),
+        choices=ATTENTION_BACKENDS,
         default="auto",
-        help="the scaled_dot_product_attention kernel on CUDA: auto (default) lets torch choose, but "
-        "for layers with a learned bias, which take the memory-efficient kernel (it returns the bias "
-        "gradient); efficient, flash, cudnn or math to force one",
+        help="the attention kernel on CUDA: auto (default) lets torch's scaled_dot_product_attention choose, "
+        "but for layers with a learned bias, which take the memory-efficient kernel (it returns the bias "
+        "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
+        "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
+        "attention dropout; not for Shaw vectors or DeBERTa)",
     )
     parser.add_argument(
         "--allow-skipped-data",

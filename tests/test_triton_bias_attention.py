@@ -1,0 +1,183 @@
+"""The Triton kernel for a learned bias shared by the batch, against the equation step by step: forward and
+gradients (q, k, v, the batch-summed bias), key padding as row lengths, attention dropout. Without a GPU the
+kernels run through Triton's interpreter (TRITON_INTERPRET=1, set here before they are first imported)."""
+
+import os
+
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens  # noqa: E402
+
+from tupe_plugin.attention import paths, triton_bias_attention  # noqa: E402
+from tupe_plugin.attention.attend import add_mask_  # noqa: E402
+from tupe_plugin.attention.paths import AttentionPath  # noqa: E402
+from tupe_plugin.attention.triton_bias_attention import biased_attention, keep_mask  # noqa: E402
+from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError  # noqa: E402
+
+
+def twin(q, k, v, bias, lengths, scale, keep=None, dropout=0.0):
+    """softmax(scale q k^T + bias + padding) (times keep / (1 - p)) v, step by step."""
+    logits = scale * q @ k.transpose(-1, -2)
+    if bias is not None:
+        logits = logits + bias
+    if lengths is not None:
+        padded = torch.arange(q.size(2), device=q.device)[None, :] >= lengths[:, None]
+        logits = logits.masked_fill(padded[:, None, None, :], torch.finfo(logits.dtype).min)
+    probs = torch.softmax(logits, -1)
+    if keep is not None:
+        probs = probs * keep / (1 - dropout)
+    return probs @ v
+
+
+def inputs(batch, heads, seq_len, head_dim, with_bias=True, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=generator).to(DEVICE).requires_grad_()
+               for _ in range(3))
+    bias = torch.randn(1, heads, seq_len, seq_len, generator=generator).to(DEVICE).requires_grad_() \
+        if with_bias else None
+    return q, k, v, bias
+
+
+def gradients(out, tensors, grad_out):
+    wanted = [t for t in tensors if t is not None]
+    return torch.autograd.grad(out, wanted, grad_out)
+
+
+@pytest.mark.parametrize("seq_len, head_dim", [(20, 16), (1, 16), (33, 24)])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("padded", [True, False])
+def test_the_kernel_gives_the_equation_and_its_gradients(seq_len, head_dim, with_bias, padded):
+    q, k, v, bias = inputs(3, 2, seq_len, head_dim, with_bias)
+    lengths = torch.tensor([seq_len, max(1, seq_len // 2), max(1, seq_len - 3)], device=DEVICE) if padded \
+        else None
+    out = biased_attention(q, k, v, bias, lengths, scale=0.3)
+    expected = twin(q, k, v, bias, lengths, 0.3)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, (q, k, v, bias), grad_out),
+                         gradients(expected, (q, k, v, bias), grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_with_dropout_the_kernel_gives_the_equation_under_its_keep_mask(padded):
+    q, k, v, bias = inputs(2, 2, 24, 16)
+    lengths = torch.tensor([24, 9], device=DEVICE) if padded else None
+    out = biased_attention(q, k, v, bias, lengths, scale=0.25, dropout=0.3, seed=11)
+    keep = keep_mask(q.shape, 0.3, 11, DEVICE)
+    expected = twin(q, k, v, bias, lengths, 0.25, keep, 0.3)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, (q, k, v, bias), grad_out),
+                         gradients(expected, (q, k, v, bias), grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_the_keep_rate_is_one_minus_the_dropout():
+    keep = keep_mask((2, 2, 64, 64), 0.25, 3, DEVICE)
+    assert abs(keep.float().mean().item() - 0.75) < 0.01
+
+
+def test_a_seed_gives_its_own_keep_mask_and_the_same_one_again():
+    first, again, other = (keep_mask((1, 2, 16, 16), 0.5, seed, DEVICE) for seed in (1, 1, 2))
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert not torch.equal(first[0, 0], first[0, 1])  # one stream per (batch row, head)
+
+
+def test_padded_keys_take_no_attention_and_get_no_gradient():
+    q, k, v, bias = inputs(2, 2, 20, 16)
+    lengths = torch.tensor([20, 11], device=DEVICE)
+    out = biased_attention(q, k, v, bias, lengths)
+    with torch.no_grad():
+        v_changed = v.clone()
+        v_changed[1, :, 11:] += 100
+    torch.testing.assert_close(biased_attention(q, k, v_changed, bias, lengths)[1], out[1])
+    grad_k, grad_v = torch.autograd.grad(out.sum(), (k, v))
+    assert not grad_k[1, :, 11:].any() and not grad_v[1, :, 11:].any()
+
+
+def test_on_cpu_without_the_interpreter_the_kernel_names_the_flag(monkeypatch):
+    monkeypatch.delenv(triton_bias_attention.INTERPRET, raising=False)
+    q, k, v, _ = inputs(1, 1, 4, 16)
+    with pytest.raises(RuntimeError, match="--attention-backend triton needs a CUDA device"):
+        biased_attention(q.cpu(), k.cpu(), v.cpu())
+
+
+TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
+                        cls_reset="paper")
+
+
+@pytest.mark.parametrize("dropout, need_weights, expected", [
+    (0.0, False, AttentionPath.TRITON), (0.1, False, AttentionPath.TRITON),
+    (0.0, True, AttentionPath.EXPLICIT)])
+def test_the_triton_backend_gets_its_path_with_the_untied_term_folded_and_padding_as_lengths(
+        dropout, need_weights, expected):
+    plan = paths.plan_attention("cuda", dropout, need_weights, TUPE_R, 64, "triton")
+    assert plan.path is expected
+    assert plan.padding_as_lengths == (expected is AttentionPath.TRITON)
+    assert plan.fold_untied and plan.backends is None
+
+
+@pytest.mark.parametrize("preset, overrides", [("bert_rpe", {"shaw_keys_only": True}), ("deberta", {})])
+def test_the_triton_backend_refuses_encodings_whose_terms_depend_on_the_content(
+        preset, overrides, dictionary):
+    with pytest.raises(PositionFlagError, match="--attention-backend triton runs a bias shared by the batch"):
+        build_model(f"{preset}_tiny", dictionary, attention_backend="triton", **overrides)
+
+
+@pytest.mark.parametrize("preset", ["tupe_r", "tupe_a", "bert_a"])
+@pytest.mark.parametrize("attention_dropout", [0.0, 0.2])
+def test_a_model_on_the_triton_backend_gives_the_explicit_paths_function_and_gradients(
+        preset, attention_dropout, dictionary, monkeypatch):
+    """Every layer on the kernel (the shared bias apart from the padding); the twin on the explicit path with
+    the kernel's keep-masks, drawn layer by layer from the same seeds."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="triton",
+                        attention_dropout=attention_dropout).to(DEVICE)
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim, device=DEVICE)
+    seeds, masks, calls = iter(range(100, 200)), [], []
+    original = triton_bias_attention.TritonBiasedAttention.apply
+
+    def recording(q, k, v, bias, lengths, scale, dropout, seed):
+        seed = next(seeds)
+        calls.append(lengths.tolist())
+        masks.append(keep_mask(q.shape, dropout, seed, q.device) if dropout else None)
+        return original(q, k, v, bias, lengths, scale, dropout, seed)
+
+    monkeypatch.setattr(triton_bias_attention.TritonBiasedAttention, "apply", recording)
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    assert calls == [[9, 6, 4]] * model.args.encoder_layers
+    layer_masks = iter(masks)
+
+    def explicit_with_the_kernels_masks(q, k, v, mask, scale, dropout, *rest):
+        keep = next(layer_masks)
+        logits = scale * q @ k.transpose(-1, -2)
+        probs = torch.softmax(logits if mask is None else add_mask_(logits, mask), -1)
+        return (probs if keep is None else probs * keep / (1 - dropout)) @ v, probs
+
+    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    monkeypatch.setattr("tupe_plugin.attention.attend.explicit_attention", explicit_with_the_kernels_masks)
+    explicit, explicit_grads = features_and_grads(model, tokens, weights)
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    torch.testing.assert_close(fused * keep, explicit * keep, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, explicit_grads)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_the_kernel_stays_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    q, k, v, bias = inputs(4, 4, 192, 64)
+    lengths = torch.tensor([192, 130, 64, 1], device=DEVICE)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out = biased_attention(*half, bias, lengths, scale=0.125)
+    expected = twin(q, k, v, bias, lengths, 0.125)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    for got, want in zip(torch.autograd.grad(out, [*half, bias], grad_out.to(dtype)),
+                         gradients(expected, (q, k, v, bias), grad_out)):
+        assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())

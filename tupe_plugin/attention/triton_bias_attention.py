@@ -1,0 +1,122 @@
+"""Flash attention with a learned bias shared by the batch, its batch-summed gradient, key padding by
+lengths and attention dropout, in Triton (a GPU kernel; its logic runs on CPU through Triton's interpreter).
+
+``out = dropout(softmax(scale * q k^T + bias + padding)) v`` for q, k, v (B, H, T, D), one bias (H, T, T) for
+the whole batch (the shared term of TUPE Eq. 7-11, Ke, He, Liu, "Rethinking Positional Encoding in Language
+Pre-training", arXiv 2006.15595, or any learned bias of the offset) and the keys of row b past
+``key_lengths[b]`` masked (right padding): the padding stays apart from the bias, so no (B, H, T, T) mask
+is ever built. The forward walks the keys block by block with an online softmax (Dao et al.,
+"FlashAttention", arXiv 2205.14135) and keeps the rows' log-sum-exp; the backward recomputes the
+probabilities per (key block, query block) tile, as FlashAttention-2 does (Dao, arXiv 2307.08691): dk and dv
+accumulated by the key block's program, dq and the bias gradient dS added atomically in float32 — the
+bias gradient summed over the batch in place, never materialised per row. Attention dropout draws its
+keep-mask from Philox (``tl.rand``) at the same (row, query, key) offsets in both passes, one stream per
+(batch row, head). The step-by-step twin is :func:`~.attend.explicit_attention` (tests); the plan of
+:mod:`.paths` runs this kernel for ``--attention-backend triton``.
+"""
+
+import os
+
+import torch
+
+# Triton runs on a GPU, or on CPU with this variable at 1 (its interpreter: the tests).
+INTERPRET = "TRITON_INTERPRET"
+
+
+def _blocks(seq_len, head_dim):
+    """(BLOCK_M, BLOCK_N, BLOCK_D): 64-row tiles, smaller for short inputs (at least 16, what ``tl.dot``
+    takes), the head dimension padded to a power of two."""
+    block = max(16, min(64, 1 << (seq_len - 1).bit_length()))
+    return block, block, max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _precision(dtype):
+    """float32 inputs multiply in full precision (the tests' fp32 twins); bf16 / fp16 as the tensor cores
+    do."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _lengths(key_lengths, device):
+    """The rows' lengths as the kernels read them (int32; one unread zero without padding)."""
+    return torch.zeros(1, dtype=torch.int32, device=device) if key_lengths is None else \
+        key_lengths.to(device=device, dtype=torch.int32).contiguous()
+
+
+class TritonBiasedAttention(torch.autograd.Function):
+    """See the module docstring; ``bias`` (H, T, T) or None, ``key_lengths`` (B,) or None."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, key_lengths, scale, dropout, seed):
+        from .triton_bias_kernels import forward_kernel
+
+        batch, heads, seq_len, head_dim = q.shape
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        bias_rows = None if bias is None else bias.reshape(heads, seq_len, seq_len)
+        if bias_rows is not None and bias_rows.stride(-1) != 1:
+            bias_rows = bias_rows.contiguous()
+        out = torch.empty_like(q)
+        lse = torch.empty(batch, heads, seq_len, dtype=torch.float32, device=q.device)
+        lengths = _lengths(key_lengths, q.device)
+        block_m, block_n, block_d = _blocks(seq_len, head_dim)
+        forward_kernel[(-(-seq_len // block_m), batch * heads)](
+            q, k, v, bias_rows if bias_rows is not None else lse, lengths, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *out.stride()[:3], *(bias_rows.stride()[:2] if bias_rows is not None else (0, 0)),
+            heads, seq_len, head_dim, scale, dropout, seed,
+            HAS_BIAS=bias_rows is not None, HAS_LENGTHS=key_lengths is not None, HAS_DROPOUT=dropout > 0,
+            PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+        ctx.save_for_backward(q, k, v, bias_rows, lengths, out, lse)
+        ctx.scale, ctx.dropout, ctx.seed = scale, dropout, seed
+        ctx.has_lengths, ctx.bias_shape = key_lengths is not None, None if bias is None else bias.shape
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        from .triton_bias_kernels import backward_kernel
+
+        q, k, v, bias_rows, lengths, out, lse = ctx.saved_tensors
+        batch, heads, seq_len, head_dim = q.shape
+        grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
+        delta = (grad_out.float() * out.float()).sum(-1)
+        grad_q = torch.zeros(batch, heads, seq_len, head_dim, dtype=torch.float32, device=q.device)
+        grad_k = torch.empty(batch, heads, seq_len, head_dim, dtype=torch.float32, device=q.device)
+        grad_v = torch.empty_like(grad_k)
+        bias_grad = bias_rows is not None and ctx.needs_input_grad[3]
+        grad_bias = torch.zeros(heads, seq_len, seq_len, dtype=torch.float32, device=q.device) if bias_grad \
+            else lse
+        block_m, block_n, block_d = _blocks(seq_len, head_dim)
+        backward_kernel[(-(-seq_len // block_n), batch * heads)](
+            q, k, v, bias_rows if bias_rows is not None else lse, lengths, grad_out, lse, delta,
+            grad_q, grad_k, grad_v, grad_bias, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *grad_out.stride()[:3], *(bias_rows.stride()[:2] if bias_rows is not None else (0, 0)),
+            heads, seq_len, head_dim, ctx.scale, ctx.dropout, ctx.seed,
+            HAS_BIAS=bias_rows is not None, BIAS_GRAD=bias_grad, HAS_LENGTHS=ctx.has_lengths,
+            HAS_DROPOUT=ctx.dropout > 0, PRECISION=_precision(q.dtype),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+        grads = (grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype))
+        grad_bias = grad_bias.reshape(ctx.bias_shape).to(bias_rows.dtype) if bias_grad else None
+        return *grads, grad_bias, None, None, None, None
+
+
+def biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, dropout=0.0, seed=None):
+    """``dropout(softmax(scale q k^T + bias + padding)) v`` (B, H, T, D) on the Triton kernel: ``bias`` the
+    (1, H, T, T) or (H, T, T) bias shared by the batch (or None), ``key_lengths`` (B,) the unpadded length
+    of each row (or None), ``seed`` the dropout's Philox seed (drawn from torch's generator when None)."""
+    if q.device.type != "cuda" and os.environ.get(INTERPRET) != "1":
+        raise RuntimeError(f"--attention-backend triton needs a CUDA device ({INTERPRET}=1 runs its kernels "
+                           "on CPU, slowly, as the tests do); use --attention-backend auto on CPU")
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    if seed is None:
+        seed = int(torch.randint(0, 2**31 - 1, (), device="cpu")) if dropout > 0 else 0
+    return TritonBiasedAttention.apply(q, k, v, bias, key_lengths, scale, dropout, seed)
+
+
+def keep_mask(shape, dropout, seed, device="cpu"):
+    """The (B, H, T, T) keep-mask the kernel draws for ``seed`` (Philox at the kernel's offsets, one stream
+    per batch row and head): what the tests need to give the twin the kernel's dropout."""
+    from .triton_bias_kernels import keep_mask_kernel
+
+    batch, heads, seq_len, _ = shape
+    out = torch.empty(batch, heads, seq_len, seq_len, dtype=torch.int8, device=device)
+    keep_mask_kernel[(batch * heads, seq_len)](out, seq_len, dropout, seed,
+                                               BLOCK=max(16, 1 << (seq_len - 1).bit_length()))
+    return out.bool()

@@ -1,0 +1,120 @@
+"""The Triton kernels of :mod:`.triton_bias_attention` (its docstring says what they compute); imported only
+where they run, so that CPU installs never need Triton."""
+
+import triton
+import triton.language as tl
+
+# A masked logit: finite, so that a row whose keys are all masked stays a number (uniform probabilities,
+# as an additive mask of the dtype's most negative value gives), far below any real logit.
+MASKED = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
+                   so_b, so_h, so_t, sb_h, sb_i, heads, seq_len, head_dim, scale, dropout, seed,
+                   HAS_BIAS: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                   PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    """One block of query rows of one (batch row, head): the output and the rows' log-sum-exp."""
+    row_block, batch_head = tl.program_id(0), tl.program_id(1)
+    b, h = batch_head // heads, batch_head % heads
+    rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    row_ok, dim_ok = rows < seq_len, dims < head_dim
+    q = tl.load(Q + b * sq_b + h * sq_h + rows[:, None] * sq_t + dims[None, :],
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    length = tl.load(Lengths + b) if HAS_LENGTHS else seq_len
+    row_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    row_sum = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    for start in range(0, length, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < seq_len
+        k = tl.load(K + b * sk_b + h * sk_h + cols[:, None] * sk_t + dims[None, :],
+                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+        v = tl.load(V + b * sv_b + h * sv_h + cols[:, None] * sv_t + dims[None, :],
+                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        if HAS_BIAS:
+            logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
+                              mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        logits = tl.where((cols < length)[None, :], logits, MASKED)
+        new_max = tl.maximum(row_max, tl.max(logits, 1))
+        probs = tl.exp(logits - new_max[:, None])
+        rescale = tl.exp(row_max - new_max)
+        row_sum = row_sum * rescale + tl.sum(probs, 1)
+        if HAS_DROPOUT:
+            keep = tl.rand(seed + batch_head, rows[:, None] * seq_len + cols[None, :]) >= dropout
+            probs = tl.where(keep, probs, 0.0)
+        acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=PRECISION)
+        row_max = new_max
+    out = acc / row_sum[:, None]
+    if HAS_DROPOUT:
+        out = out / (1.0 - dropout)
+    tl.store(Out + b * so_b + h * so_h + rows[:, None] * so_t + dims[None, :], out.to(Out.dtype.element_ty),
+             mask=row_ok[:, None] & dim_ok[None, :])
+    tl.store(Lse + batch_head * seq_len + rows, row_max + tl.log(row_sum), mask=row_ok)
+
+@triton.jit
+def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, GradV, GradBias,
+                    sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sg_b, sg_h, sg_t, sb_h, sb_i,
+                    heads, seq_len, head_dim, scale, dropout, seed,
+                    HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, HAS_LENGTHS: tl.constexpr,
+                    HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One block of keys of one (batch row, head): its dk and dv; dq and the bias gradient added atomically
+    for every block of query rows (``Delta``: rowsum(dO * O))."""
+    col_block, batch_head = tl.program_id(0), tl.program_id(1)
+    b, h = batch_head // heads, batch_head % heads
+    cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    col_ok, dim_ok = cols < seq_len, dims < head_dim
+    tile_ok = col_ok[:, None] & dim_ok[None, :]
+    k = tl.load(K + b * sk_b + h * sk_h + cols[:, None] * sk_t + dims[None, :], mask=tile_ok, other=0.0)
+    v = tl.load(V + b * sv_b + h * sv_h + cols[:, None] * sv_t + dims[None, :], mask=tile_ok, other=0.0)
+    length = tl.load(Lengths + b) if HAS_LENGTHS else seq_len
+    grad_k = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    grad_v = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    for start in range(0, seq_len, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < seq_len
+        rows_tile = row_ok[:, None] & dim_ok[None, :]
+        q = tl.load(Q + b * sq_b + h * sq_h + rows[:, None] * sq_t + dims[None, :], mask=rows_tile, other=0.0)
+        grad_out = tl.load(GradOut + b * sg_b + h * sg_h + rows[:, None] * sg_t + dims[None, :],
+                           mask=rows_tile, other=0.0)
+        lse = tl.load(Lse + batch_head * seq_len + rows, mask=row_ok, other=0.0)
+        delta = tl.load(Delta + batch_head * seq_len + rows, mask=row_ok, other=0.0)
+        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        if HAS_BIAS:
+            logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
+                              mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        logits = tl.where((cols < length)[None, :], logits, MASKED)
+        probs = tl.exp(logits - lse[:, None])
+        grad_probs = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
+        dropped = probs
+        if HAS_DROPOUT:
+            keep = tl.rand(seed + batch_head, rows[:, None] * seq_len + cols[None, :]) >= dropout
+            dropped = tl.where(keep, probs / (1.0 - dropout), 0.0)
+            grad_probs = tl.where(keep, grad_probs / (1.0 - dropout), 0.0)
+        grad_v += tl.dot(tl.trans(dropped).to(grad_out.dtype), grad_out, input_precision=PRECISION)
+        grad_logits = probs * (grad_probs - delta[:, None])
+        grad_k += tl.dot(tl.trans(grad_logits).to(q.dtype), q, input_precision=PRECISION)
+        grad_q = tl.dot(grad_logits.to(k.dtype), k, input_precision=PRECISION) * scale
+        tl.atomic_add(GradQ + batch_head * seq_len * head_dim + rows[:, None] * head_dim + dims[None, :],
+                      grad_q, mask=rows_tile)
+        if BIAS_GRAD:
+            tl.atomic_add(GradBias + h * seq_len * seq_len + rows[:, None] * seq_len + cols[None, :],
+                          grad_logits, mask=row_ok[:, None] & col_ok[None, :])
+    offsets = batch_head * seq_len * head_dim + cols[:, None] * head_dim + dims[None, :]
+    tl.store(GradK + offsets, grad_k * scale, mask=tile_ok)
+    tl.store(GradV + offsets, grad_v, mask=tile_ok)
+
+
+@triton.jit
+def keep_mask_kernel(Out, seq_len, dropout, seed, BLOCK: tl.constexpr):
+    """The keep-mask of one query row of one (batch row, head), as the two kernels draw it."""
+    batch_head, row = tl.program_id(0), tl.program_id(1)
+    for start in range(0, seq_len, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        keep = tl.rand(seed + batch_head, row * seq_len + cols) >= dropout
+        tl.store(Out + (batch_head * seq_len + row) * seq_len + cols, keep.to(tl.int8), mask=cols < seq_len)
