@@ -436,6 +436,14 @@ def test_scores_along_pretraining_come_from_the_kept_checkpoints(along_study):
     assert os.path.isfile(along_study[2]["figures"] + "/along_pretraining.png")
 
 
+def test_the_checkpoint_whose_glue_average_first_reaches_the_references_final_one(along_study):
+    reached = along_study[0]["archs"]["tupe_r_tiny"]["glue_convergence"]
+    assert reached["target"] == 61.5 and reached["averages"] == {"2": 51.5, "4": 61.5}
+    assert (reached["checkpoint"], reached["fraction"]) == (4, 1.0)
+    assert "first reaches tupe_r_tiny's final one (61.5; fraction of the 4 updates): tupe_r_tiny 4 (1.00)." \
+        in along_study[1]
+
+
 @pytest.fixture(scope="module")
 def lr_grid_study(tmp_path_factory):
     """RTE and WNLI with two learning rates, three fine-tuning seeds, scored by the last evaluation."""

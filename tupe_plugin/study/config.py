@@ -59,7 +59,7 @@ DEFAULTS = {
     },
     "extrapolation": {"lengths": [64, 128, 256, 512], "batch_size": 8, "rotary_scalings": []},
     "analysis": True,
-    "report": {"min_margin_bits": 1.0, "reference": None},
+    "report": {"min_margin_bits": 1.0, "plateau_bits": 1.0, "reference": None},
     "launcher": {"name": "local"},
 }
 OPTIONAL_SECTIONS = ("glue", "squad", "extrapolation")
@@ -140,6 +140,7 @@ def check_config(raw, known_archs, source="config"):
     if not isinstance(config["analysis"], bool):
         fail("analysis", f"must be true or false, got {config['analysis']!r}")
     _positive_float(config["report"], "report", "min_margin_bits", fail)
+    _positive_float(config["report"], "report", "plateau_bits", fail)
     reference = config["report"]["reference"]
     if reference is None:
         config["report"]["reference"] = archs[0]

@@ -8,14 +8,14 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .results import first_squad  # noqa: E402
+from .results import first_squad, glue_average  # noqa: E402
 from .statistics import mean  # noqa: E402
 
 
 def loss_figure(report, path):
     """Validation masked-LM loss against updates, one line per arch (the mean over pre-training seeds,
-    their min–max shaded), the unigram baseline dashed (TUPE, arXiv 2006.15595, Fig. 4a). None when no
-    arch has a curve."""
+    their min–max shaded), the unigram baseline dashed (TUPE, arXiv 2006.15595, Fig. 4a), the reference's
+    final loss dotted with each run's first crossing of it marked (x). None when no arch has a curve."""
     curves = {arch: entry["valid_loss_curve"] for arch, entry in report["archs"].items()
               if entry["valid_loss_curve"]}
     if not curves:
@@ -27,6 +27,16 @@ def loss_figure(report, path):
         if band:
             updates, lows, highs = zip(*band)
             ax.fill_between(updates, lows, highs, color=line.get_color(), alpha=0.2)
+        reached = report["archs"][arch].get("convergence") or {"updates": {}}
+        crossings = [update for update in reached["updates"].values() if update is not None]
+        if crossings:
+            ax.plot(crossings, [reached["target"]] * len(crossings), "x", color=line.get_color(),
+                    markersize=8)
+    target = next((entry["convergence"]["target"] for entry in report["archs"].values()
+                   if entry.get("convergence")), None)
+    if target is not None:
+        ax.axhline(target, color="black", linestyle=":",
+                   label=f"{report['config']['report']['reference']}'s final loss")
     if report["unigram"]:
         ax.axhline(report["unigram"]["bits_per_token"], color="gray", linestyle="--",
                    label="unigram baseline")
@@ -80,6 +90,9 @@ def along_figure(report, path):
               for task in (config["glue"] or {}).get("tasks", [])]
     if config["squad"] is not None:
         panels.append(("SQuAD F1", lambda figures: first_squad(figures["squad"]).get("f1")))
+    tasks = (config["glue"] or {}).get("tasks", [])
+    if tasks:
+        panels.append(("GLUE avg.", lambda figures: glue_average(figures["glue"], tasks)))
     panels.append(("valid loss (bits)", lambda figures: mean(figures["valid_loss"])))
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
     for ax, (title, value) in zip(axes[0], panels):
@@ -87,7 +100,15 @@ def along_figure(report, path):
             points = [(int(u), value(figures)) for u, figures in entry["along_pretraining"].items()]
             points = [(u, v) for u, v in points if v is not None]
             if points:
-                ax.plot(*zip(*points), marker=".", label=arch)
+                line, = ax.plot(*zip(*points), marker=".", label=arch)
+                reached = entry.get("glue_convergence")
+                if title == "GLUE avg." and reached and reached["checkpoint"] is not None:
+                    ax.plot([reached["checkpoint"]], [reached["averages"][str(reached["checkpoint"])]], "x",
+                            color=line.get_color(), markersize=8)
+        glue_target = next((entry["glue_convergence"]["target"] for entry in report["archs"].values()
+                            if entry.get("glue_convergence")), None)
+        if title == "GLUE avg." and glue_target is not None:
+            ax.axhline(glue_target, color="black", linestyle=":")
         ax.set_title(title)
         ax.set_xlabel("pre-training updates")
         ax.grid(alpha=0.3)

@@ -15,7 +15,7 @@ import json
 import os
 import shlex
 
-from . import results, statistics
+from . import convergence, results, statistics
 from .results import first_squad
 from .statistics import mean
 from .jobs import Model, along_models, extrapolation_name, glue_run_name, squad_run_name, stage_offsets
@@ -69,7 +69,34 @@ def collect(config, jobs, outcome):
         entry["versus_reference"] = None if arch == config["report"]["reference"] else \
             statistics.paired_difference(_valid_losses(entry), _valid_losses(reference))
     report["baseline"] = _baseline(report, config["report"]["min_margin_bits"])
+    _convergence(report, config)
     return report
+
+
+def _convergence(report, config):
+    """Each arch's ``convergence`` to the reference's final loss, each run's ``left_plateau_at`` and
+    ``on_plateau`` (with a unigram baseline), and with GLUE along pre-training each arch's
+    ``glue_convergence`` to the reference's final GLUE average (:mod:`.convergence`)."""
+    pretrain, tasks = config["pretrain"], (config["glue"] or {}).get("tasks", [])
+    reference = report["archs"][config["report"]["reference"]]
+    finals = [model["valid_loss"] for model in reference["seeds"].values() if model["valid_loss"] is not None]
+    target = sum(finals) / len(finals) if finals else None
+    glue_target = results.glue_average(reference["glue"], tasks)
+    for entry in report["archs"].values():
+        entry["convergence"] = None if target is None else convergence.convergence(
+            {seed: model["valid_loss_curve"] for seed, model in entry["seeds"].items()}, target,
+            pretrain["updates"])
+        for model in entry["seeds"].values():
+            model.update(convergence.plateau(model["valid_loss_curve"], report["unigram"]["bits_per_token"],
+                                             config["report"]["plateau_bits"])
+                         if report["unigram"] else {"left_plateau_at": None, "on_plateau": None})
+        if pretrain["evaluate_at"] and glue_target is not None:
+            averages = {int(at): results.glue_average(along["glue"], tasks)
+                        for at, along in entry["along_pretraining"].items()}
+            reached = convergence.first_checkpoint_reaching(averages, glue_target)
+            entry["glue_convergence"] = {
+                "target": glue_target, "averages": {str(at): avg for at, avg in sorted(averages.items())},
+                "checkpoint": reached, "fraction": None if reached is None else reached / pretrain["updates"]}
 
 
 def _model_entry(config, model, done, jobs, curve=None):
@@ -321,6 +348,7 @@ def _pretrain_section(report, out):
         lines += [f"Context-free baseline (unigram cross-entropy of the validation text under the training "
                   f"text's token frequencies, same dictionary): "
                   f"**{baseline['unigram_bits']:.3f} bits/token**.", ""]
+    lines += _plateau_warning(report)
     reference = report["config"]["report"]["reference"]
     lines += [f"| arch | valid loss | − {reference} | below unigram | updates | wall time (s) | tokens/s | "
               "updates/s |", "|---|---|---|---|---|---|---|---|"]
@@ -346,7 +374,53 @@ def _pretrain_section(report, out):
                          "the context, so differences between position encodings mean little. Pre-train "
                          "longer or on more text.")
         lines.append("")
+    lines += _convergence_table(report)
     return lines + _figure(report, "loss", "validation loss against updates", out)
+
+
+def _plateau_warning(report):
+    """The runs whose final loss is still on the unigram plateau, and what that does to the comparison."""
+    on_plateau = {arch: [seed for seed, model in entry["seeds"].items() if model.get("on_plateau")]
+                  for arch, entry in report["archs"].items()}
+    on_plateau = {arch: seeds for arch, seeds in on_plateau.items() if seeds}
+    if not on_plateau:
+        return []
+    runs = "; ".join(f"{arch} (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})"
+                     for arch, seeds in on_plateau.items())
+    bits = report["config"]["report"]["plateau_bits"]
+    return [f"**On the unigram plateau**: {runs}: the final loss is less than {bits:.1f} bits below the "
+            "unigram baseline (`report.plateau_bits`). A final-loss difference involving them measures "
+            "when a model leaves the context-free regime, not what it learns; the updates to reach the "
+            "reference's loss below, and a longer schedule (`pretrain.updates`), say more.", ""]
+
+
+def _convergence_table(report):
+    """Updates to reach the reference's final loss per arch and seed, as a fraction of its updates."""
+    reference, updates = report["config"]["report"]["reference"], report["config"]["pretrain"]["updates"]
+    rows = [(arch, entry["convergence"]) for arch, entry in report["archs"].items() if entry["convergence"]]
+    if not rows:
+        return []
+    target = rows[0][1]["target"]
+    lines = [f"Updates to reach {reference}'s final loss ({target:.3f} bits, the mean over its seeds; "
+             f"fraction of its {updates} updates): the first update at which each seed's validation curve "
+             "reaches it, interpolated between evaluations; the fraction is the mean over seeds with its 95% "
+             "t interval when every seed reached it. Left plateau: the first update "
+             f"{report['config']['report']['plateau_bits']:.1f} bits below the unigram baseline.", "",
+             "| arch | updates per seed | reached | fraction of the reference's updates | left plateau |",
+             "|---|---|---|---|---|"]
+    for arch, result in rows:
+        per_seed = ", ".join("never" if u is None else f"{u:.0f}" for u in result["updates"].values())
+        if result["fraction"] is None:
+            fraction = "–"
+        elif result["ci95"] is None:
+            fraction = f"{result['fraction']:.2f} (one seed)"
+        else:
+            fraction = f"{result['fraction']:.2f} [{result['ci95'][0]:.2f}, {result['ci95'][1]:.2f}]"
+        left = ", ".join("–" if m.get("left_plateau_at") is None else f"{m['left_plateau_at']:.0f}"
+                         for m in report["archs"][arch]["seeds"].values())
+        lines.append(f"| {arch} | {per_seed} | {result['reached']} of {result['seeds']} | {fraction} | "
+                     f"{left} |")
+    return lines + [""]
 
 
 def _figure(report, name, text, out):
@@ -417,13 +491,21 @@ def _along_section(report, out):
                                       for u in updates]))
         lines += [f"| {arch} | {name} | " + " | ".join(cells) + " |" for name, cells in rows]
     lines.append("")
+    reached = {arch: entry["glue_convergence"] for arch, entry in report["archs"].items()
+               if entry.get("glue_convergence")}
+    if reached:
+        target = next(iter(reached.values()))["target"]
+        lines += [f"Checkpoint at which the GLUE average first reaches {config['report']['reference']}'s "
+                  f"final one ({target:.1f}; fraction of the {config['pretrain']['updates']} updates): "
+                  + "; ".join(f"{arch} " + ("never" if r["checkpoint"] is None else
+                                            f"{r['checkpoint']} ({r['fraction']:.2f})")
+                              for arch, r in reached.items()) + ".", ""]
     return lines + _figure(report, "along_pretraining", "scores against pre-training updates", out)
 
 
 def _glue_section(report):
     glue = report["config"]["glue"]
     tasks, seeds, lrs = glue["tasks"], glue["seeds"], glue["lrs"]
-    averaged = [task for task in tasks if task != "WNLI"]
     metrics = "; ".join(f"{task} {'/'.join(GLUE_TASKS[task].shown)} ({glue['checkpoint']} by "
                         f"{GLUE_TASKS[task].metric})" for task in tasks)
     which = "best evaluation" if glue["checkpoint"] == "best" else "last evaluation"
@@ -436,7 +518,7 @@ def _glue_section(report):
              "every evaluation gave nan is a failed run, counted in its cell and left out of the median.", "",
              "| arch | " + " | ".join(tasks) + " | Avg. |", "|---|" + "---|" * (len(tasks) + 1)]
     for arch, entry in report["archs"].items():
-        cells, medians = [], {}
+        cells = []
         for task in tasks:
             result = entry["glue"].get(task)
             if result is None:
@@ -451,12 +533,10 @@ def _glue_section(report):
                     cell += f", ± {over['std']:.1f} over pre-training seeds"
                 if len(lrs) > 1:
                     cell += ", lr " + "/".join(sorted({f"{lr:g}" for lr in result["lr"].values()}))
-                medians[task] = result["median"]
             if result["failed"]:
                 cell += f", {len(result['failed'])} failed"
             cells.append(cell)
-        complete = all(task in medians for task in averaged) and averaged
-        average = _number(sum(medians[t] for t in averaged) / len(averaged), 1) if complete else "–"
+        average = _number(results.glue_average(entry["glue"], tasks), 1)
         lines.append(f"| {arch} | " + " | ".join(cells) + f" | {average} |")
     return lines + [""]
 

@@ -94,6 +94,14 @@ def glue_task(runs, task):
     }
 
 
+def glue_average(glue, tasks):
+    """The GLUE average of ``glue`` (``{task: {"median", ...}}``): the mean over ``tasks`` of each task's
+    median, WNLI left out as in the papers; None unless every averaged task has one."""
+    averaged = [task for task in tasks if task != "WNLI"]
+    medians = [(glue.get(task) or {}).get("median") for task in averaged]
+    return sum(medians) / len(medians) if averaged and None not in medians else None
+
+
 def chosen_lr(by_lr, select):
     """The result of the learning rate whose runs have the best ``select`` ("median", TUPE's choice, or
     "mean") over their seeds, with ``lr`` and every learning rate's summary in ``by_lr``."""
