@@ -5,7 +5,14 @@ import sys
 
 import pytest
 import torch
-from fairseq.data import Dictionary
+
+# Where torch sees no GPU, Triton kernels run through Triton's interpreter. The variable must be set before
+# Triton is first imported by anything (torch.compile in a FlexAttention test imports it too): Triton
+# decorates its own library functions (tl.rand, ...) for the interpreter or for a GPU when it is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import tupe_plugin  # noqa: F401  (registers the model and archs)

@@ -1,23 +1,18 @@
 """The Triton kernel for a learned bias shared by the batch, against the equation step by step: forward and
 gradients (q, k, v, the batch-summed bias), key padding as row lengths, attention dropout. Without a GPU the
-kernels run through Triton's interpreter (TRITON_INTERPRET=1, set here before they are first imported)."""
-
-import os
+kernels run through Triton's interpreter (TRITON_INTERPRET=1, which tests/conftest.py sets)."""
 
 import pytest
 import torch
+from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
+
+from tupe_plugin.attention import paths, triton_bias_attention
+from tupe_plugin.attention.attend import add_mask_
+from tupe_plugin.attention.paths import AttentionPath
+from tupe_plugin.attention.triton_bias_attention import biased_attention, keep_mask
+from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu":
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens  # noqa: E402
-
-from tupe_plugin.attention import paths, triton_bias_attention  # noqa: E402
-from tupe_plugin.attention.attend import add_mask_  # noqa: E402
-from tupe_plugin.attention.paths import AttentionPath  # noqa: E402
-from tupe_plugin.attention.triton_bias_attention import biased_attention, keep_mask  # noqa: E402
-from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError  # noqa: E402
 
 
 def twin(q, k, v, bias, lengths, scale, keep=None, dropout=0.0):
