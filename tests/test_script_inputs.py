@@ -9,8 +9,11 @@ from conftest import build_model, make_dictionary
 
 from tupe_plugin.analysis import cli as analyze_positions
 from tupe_plugin.analysis import export_embeddings
+from tupe_plugin.glue import finetune as finetune_glue
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue.tasks import GLUE_TASKS
+from tupe_plugin.squad import evaluate as evaluate_squad
+from tupe_plugin.squad import finetune as finetune_squad
 from tupe_plugin.squad import prepare as prepare_squad
 
 
@@ -73,3 +76,17 @@ def test_export_names_the_checkpoint_not_embed_init_path(tmp_path, capsys):
     torch.save({"model": {"w": torch.zeros(2)}}, tmp_path / "model.pt")
     err = refused(export_embeddings.main, [tmp_path / "model.pt", "--out", tmp_path / "v.txt"], capsys)
     assert f"{tmp_path / 'model.pt'}: the checkpoint has no token embedding" in err and "--embed-init" not in err
+
+
+@pytest.mark.parametrize("command, argv", [
+    ("finetune_glue", ["RTE", "ckpt.pt", "data-bin", "--max-examples"]),
+    ("finetune_squad", ["1.1", "ckpt.pt", "data-bin", "--max-articles"]),
+    ("evaluate_squad", ["--gold-file", "dev.json", "--predictions", "p.json", "--max-articles"]),
+])
+@pytest.mark.parametrize("count", ["0", "-2"])
+def test_a_count_below_one_is_refused_rather_than_read_as_all(command, argv, count, capsys):
+    """0 was falsy: tupe-finetune-glue and tupe-finetune-squad kept every example, tupe-evaluate-squad none."""
+    main = {"finetune_glue": finetune_glue, "finetune_squad": finetune_squad,
+            "evaluate_squad": evaluate_squad}[command].main
+    err = refused(main, argv + [count], capsys)
+    assert f"{argv[-1]}: must be at least 1, got {count}" in err

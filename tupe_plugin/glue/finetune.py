@@ -21,6 +21,7 @@ import json
 import os
 import sys
 
+from ..cli_types import at_least_one
 from ..finetuning import (add_run_args, count_lines, description, fairseq_train_command, linear_schedule,
                           parse_run_args, pretrained_architecture, run_logged)
 from . import prepare
@@ -38,7 +39,8 @@ def main(argv=None):
                         help="the GLUE data, TASK/train.tsv and TASK/dev.tsv, as the GLUE benchmark's "
                         "download script download_glue_data.py (linked from gluebenchmark.com) writes it "
                         "(default glue_data)")
-    parser.add_argument("--max-examples", type=int, help="keep only the first N examples of each split")
+    parser.add_argument("--max-examples", type=at_least_one,
+                        help="keep only the first N examples of each split")
     args, extra = parse_run_args(parser, argv)
     task = GLUE_TASKS[args.task]
     if not os.path.isdir(os.path.join(args.glue_dir, task.folder)):

@@ -35,6 +35,7 @@ import sys
 
 import torch
 
+from tupe_plugin.cli_types import at_least_one
 from tupe_plugin.squad.features import features_path, load_features
 from tupe_plugin.squad.metric import evaluate, official_output, questions
 from tupe_plugin.squad.spans import best_answer
@@ -232,7 +233,7 @@ def main(argv=None):
                         "instead of running a model, as the official evaluation script does")
     parser.add_argument("--gold-file", required=True, help="the SQuAD JSON the features were prepared from")
     parser.add_argument("--split", default="valid", help="prepared split to evaluate (default valid)")
-    parser.add_argument("--max-articles", type=int, help="as given to tupe-prepare-squad")
+    parser.add_argument("--max-articles", type=at_least_one, help="as given to tupe-prepare-squad")
     parser.add_argument("--output", default="predictions.json",
                         help="predictions JSON (default predictions.json)")
     parser.add_argument("--n-best", type=int, default=20,

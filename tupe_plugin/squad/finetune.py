@@ -22,6 +22,7 @@ is). Validate the result with
 import os
 import sys
 
+from ..cli_types import at_least_one
 from ..finetuning import (add_run_args, count_lines, description, fairseq_train_command, linear_schedule,
                           parse_run_args, pretrained_architecture, run_logged)
 from . import prepare
@@ -47,7 +48,8 @@ def main(argv=None):
     parser.add_argument("--max-query-length", type=int, help="default 64, at most --max-seq-length / 2")
     parser.add_argument("--max-answer-length", type=int, default=30, help="default 30")
     parser.add_argument("--null-threshold", type=float, default=0.0, help="v2.0 only (default 0.0)")
-    parser.add_argument("--max-articles", type=int, help="keep only the first N articles of each file")
+    parser.add_argument("--max-articles", type=at_least_one,
+                        help="keep only the first N articles of each file")
     args, extra = parse_run_args(parser, argv)
     files = {"train": args.train_file or os.path.join(args.squad_dir, f"train-v{args.version}.json"),
              "valid": args.valid_file or os.path.join(args.squad_dir, f"dev-v{args.version}.json")}
