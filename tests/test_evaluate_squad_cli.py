@@ -104,6 +104,18 @@ def test_bad_predictions_file_is_one_error_line_naming_it(tmp_path, content, fla
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize("answer", [42, None, ["Paris"]])
+def test_a_predicted_answer_that_is_not_a_string_is_named_by_its_question_id(tmp_path, answer):
+    path = Path(write_predictions(tmp_path))
+    predictions = json.loads(path.read_text())
+    first = next(iter(predictions))
+    path.write_text(json.dumps({**predictions, first: answer}))
+    with pytest.raises(SystemExit) as error:
+        evaluate_squad.main(["--gold-file", DEV, "--predictions", str(path)])
+    assert str(error.value).startswith(f"tupe-evaluate-squad: error: --predictions {path}: the answer of "
+                                       f"{first} is {json.dumps(answer)}, not a text")
+
+
 def test_a_v2_file_scored_without_the_v2_flag_names_the_flag(tmp_path):
     predictions = write_predictions(tmp_path, gold_file=DEV_V2)
     with pytest.raises(SystemExit, match=r"questions without an answer \(SQuAD v2\.0, e\.g\. \w+\): score it "

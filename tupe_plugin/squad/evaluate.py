@@ -167,6 +167,11 @@ def score_predictions(args):
     if not isinstance(predictions, dict):
         sys.exit(f"tupe-evaluate-squad: error: --predictions {args.predictions} must map question ids "
                  "to answer texts ({\"id\": \"text\", ...})")
+    not_text = next((qid for qid, text in predictions.items() if not isinstance(text, str)), None)
+    if not_text is not None:
+        sys.exit(f"tupe-evaluate-squad: error: --predictions {args.predictions}: the answer of {not_text} is "
+                 f"{json.dumps(predictions[not_text])}, not a text: predictions map question ids to answer "
+                 "texts ({\"id\": \"text\", ...}; \"\" for no answer)")
     version = "2.0" if args.version_2_with_negative else "1.1"
     if str(dataset.get("version")).lstrip("v") != version:  # the official files say "1.1" and "v2.0"
         print(f"tupe-evaluate-squad: warning: --gold-file {args.gold_file} is version "
