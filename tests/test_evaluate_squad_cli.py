@@ -116,6 +116,25 @@ def test_a_predicted_answer_that_is_not_a_string_is_named_by_its_question_id(tmp
                                        f"{first} is {json.dumps(answer)}, not a text")
 
 
+@pytest.mark.parametrize("output", ["gold", "gold-by-another-path", "checkpoint", "data-file"])
+def test_an_output_that_is_an_input_is_refused_and_the_input_left_as_it_was(tmp_path, output):
+    gold = tmp_path / "dev.json"
+    gold.write_text(Path(DEV).read_text(encoding="utf-8"), encoding="utf-8")
+    checkpoint, data = tmp_path / "model.pt", tmp_path / "bin"
+    checkpoint.write_bytes(b"weights")
+    data.mkdir()
+    (data / "valid.features.pt").write_bytes(b"features")
+    target = {"gold": gold, "gold-by-another-path": data / ".." / "dev.json", "checkpoint": checkpoint,
+              "data-file": data / "valid.features.pt"}[output]
+    before = Path(target).read_bytes()
+    with pytest.raises(SystemExit) as error:
+        evaluate_squad.main(["--gold-file", str(gold), "--path", str(checkpoint), "--data", str(data),
+                             "--output", str(target)])
+    assert str(error.value).startswith(f"tupe-evaluate-squad: error: --output {target} is ")
+    assert "which the predictions would overwrite" in str(error.value)
+    assert Path(target).read_bytes() == before
+
+
 def test_a_v2_file_scored_without_the_v2_flag_names_the_flag(tmp_path):
     predictions = write_predictions(tmp_path, gold_file=DEV_V2)
     with pytest.raises(SystemExit, match=r"questions without an answer \(SQuAD v2\.0, e\.g\. \w+\): score it "

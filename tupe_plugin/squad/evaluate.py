@@ -31,6 +31,7 @@ Example::
 import argparse
 import json
 import logging
+import os
 import sys
 
 import torch
@@ -222,6 +223,19 @@ def check_features(features, logits, features_file):
         first_at.setdefault(feature["id"], number)
 
 
+def check_output_is_no_input(args):
+    """Stop when --output (which the model's predictions overwrite) is one of the command's inputs: the gold
+    file, the checkpoint or a file of --data, compared as real paths (links, ``./`` and ``..`` resolved)."""
+    output = os.path.realpath(args.output)
+    for flag, path in (("--gold-file", args.gold_file), ("--path", args.path)):
+        if os.path.realpath(path) == output:
+            sys.exit(f"tupe-evaluate-squad: error: --output {args.output} is the {flag} file, which the "
+                     "predictions would overwrite: write them elsewhere (--output predictions.json)")
+    if os.path.dirname(output) == os.path.realpath(args.data) and os.path.exists(output):
+        sys.exit(f"tupe-evaluate-squad: error: --output {args.output} is a file of --data {args.data}, which "
+                 "the predictions would overwrite: write them elsewhere (--output predictions.json)")
+
+
 def check_decoding_flags(parser, args):
     for flag in ("n_best", "max_answer_length"):
         if getattr(args, flag) < 1:
@@ -259,6 +273,7 @@ def main(argv=None):
     if args.path is None or args.data is None:
         parser.error("give --path and --data (run a model), or --predictions (score a predictions file)")
     check_decoding_flags(parser, args)
+    check_output_is_no_input(args)
     logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
     articles = read_json(args.gold_file, "--gold-file", "SQuAD")["data"][:args.max_articles]
     check_gold_answers(articles, args.gold_file)
