@@ -11,6 +11,8 @@
 # bench_bf16_encodings.json; the runs the docs' tables cite are also kept as
 # results files in RESULTS (a folder of the repository, default benchmarks/results: commit them, then run
 # python benchmarks/report.py --write).
+# A copy of the working tree without git's folder (a lent GPU machine) records the commit it ran at only
+# when told: BENCHMARK_COMMIT=$(git rev-parse HEAD), taken where the copy was made.
 #
 # On a machine without network whose python3 has torch but not fairseq, set WHEELS to a folder of
 # wheels made beforehand where pip works (ve-fairseq publishes cp312 builds; fairseq itself has none):

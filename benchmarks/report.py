@@ -213,9 +213,9 @@ class Citations:
 
 def provenance(run):
     """Commit, date and machine of a run, in words."""
-    git, machine = run["git"], run["machine"]
-    commit = "commit unknown" if not git["commit"] else f"commit {git['commit'][:7]}" + (
-        " with uncommitted changes" if git["dirty"] else "")
+    machine = run["machine"]
+    commit = "commit unknown" if not run["commit"] else f"commit {run['commit'][:7]}" + (
+        " with uncommitted changes" if run["dirty"] else "")
     where = f"{machine['cpu']} ({machine['cores']} cores, {machine['threads']} torch threads)"
     if machine.get("gpu"):
         where = f"{machine['gpu']}, {where}"

@@ -23,7 +23,10 @@ from benchmarks import paired
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORMAT = 1
-REQUIRED = ("format", "benchmark", "command", "date", "git", "machine", "settings", "rounds")
+REQUIRED = ("format", "benchmark", "command", "date", "commit", "dirty", "machine", "settings", "rounds")
+# The commit of a copy without git's folder (a GPU machine gets the working tree only): gpu_checks.sh's caller
+# passes it, e.g. BENCHMARK_COMMIT=$(git rev-parse HEAD).
+COMMIT_VARIABLE = "BENCHMARK_COMMIT"
 
 
 def command(script, argv=None):
@@ -33,7 +36,8 @@ def command(script, argv=None):
 
 
 def git_state():
-    """The checked-out commit, and whether tracked files differ from it; None where git cannot tell."""
+    """``{"commit", "dirty"}``: the checked-out commit, and whether tracked files differ from it; without
+    git's folder the commit ``BENCHMARK_COMMIT`` names (dirty unknown), else None."""
     def git(*args):
         return subprocess.run(["git", "-C", REPO, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True, check=True).stdout.strip()
@@ -41,7 +45,7 @@ def git_state():
         return {"commit": git("rev-parse", "HEAD"),
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
     except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
+        return {"commit": os.environ.get(COMMIT_VARIABLE) or None, "dirty": None}
 
 
 def cpu_model():
@@ -69,7 +73,7 @@ def record(benchmark, script, argv, settings, device="cpu"):
     """The fields every results file starts with; the script adds ``rounds`` and its own data."""
     return {"format": FORMAT, "benchmark": benchmark, "command": command(script, argv),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "git": git_state(), "machine": machine(device), "settings": settings}
+            **git_state(), "machine": machine(device), "settings": settings}
 
 
 def repetitions(setting, unit, baseline, costs):

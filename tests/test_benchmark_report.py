@@ -27,7 +27,7 @@ def step_run(date, costs, attention_dropout=0.1, seq_len=512, batch=2, peak=None
                for name, values in costs.items()}
     return {"format": 1, "benchmark": "benchmark", "date": date, "machine": MACHINE,
             "command": f"python benchmarks/benchmark.py --rounds {rounds}",
-            "git": {"commit": "0123456789abcdef", "dirty": False},
+            "commit": "0123456789abcdef", "dirty": False,
             "settings": {"device": "cpu", "bf16": False, "fp16": False, "size": "medium", "rounds": rounds,
                          "attention_dropout": attention_dropout},
             "rounds": [], "shapes": [{"seq_len": seq_len, "batch": batch, "results": results}]}
@@ -37,7 +37,7 @@ def train_run(date, words_per_second, attention_dropout=0.1, seq_len=512, batch=
     """A results file of benchmark_train.py, the words/s of each repetition chosen here."""
     return {"format": 1, "benchmark": "benchmark_train", "date": date, "machine": MACHINE,
             "command": "python benchmarks/benchmark_train.py demo/data-bin",
-            "git": {"commit": "fedcba9876543210", "dirty": True},
+            "commit": "fedcba9876543210", "dirty": True,
             "settings": {"size": "medium", "attention_dropout": attention_dropout,
                          "tokens_per_sample": seq_len, "batch_size": batch},
             "rounds": [], "words_per_second": words_per_second}
@@ -149,7 +149,7 @@ def test_attention_table_pairs_each_path_with_the_floor_call_by_call(tmp_path):
     times = {"sdpa": floor, "biased-flash": [0.011, 0.021, 0.012], "explicit": floor, "chunked": floor}
     run = {"format": 1, "benchmark": "benchmark_attention", "date": "2026-11-27T09:00:00+00:00",
            "command": "python benchmarks/benchmark_attention.py", "machine": MACHINE,
-           "git": {"commit": None, "dirty": None}, "rounds": [],
+           "commit": None, "dirty": None, "rounds": [],
            "settings": {"device": "cpu", "dtype": "float32", "attention_dropout": 0.0, "tokens": 1024,
                         "heads": 8, "head_dim": 64},
            "shapes": [{"seq_len": 128, "batch": 8, "cpu_seconds": times, "wall_seconds": times}]}
@@ -205,7 +205,7 @@ def test_a_tiny_run_keeps_its_command_machine_commit_and_every_round(tmp_path):
     assert run["command"] == shlex.join(["python", "benchmarks/benchmark.py", *argv])
     assert set(results_file.REQUIRED) <= set(run) and run["format"] == results_file.FORMAT
     assert {"cpu", "cores", "torch", "threads", "python", "gpu"} <= set(run["machine"])
-    assert re.fullmatch(r"[0-9a-f]{40}", run["git"]["commit"]) and isinstance(run["git"]["dirty"], bool)
+    assert re.fullmatch(r"[0-9a-f]{40}", run["commit"]) and isinstance(run["dirty"], bool)
     (rounds,) = run["rounds"]
     assert rounds["baseline"] == "bert_a" and rounds["setting"] == "T=16 B=2"
     assert rounds["costs"]["tupe_r"] == printed["shapes"][0]["results"]["tupe_r"]["round_seconds"]
@@ -250,3 +250,14 @@ def test_every_command_of_record_is_a_checked_command_of_the_benchmarks_page():
     commands |= {setting.command for setting in report.ATTENTION}
     for command in commands:
         assert command in blocks, command
+
+
+def test_a_copy_without_git_records_the_commit_benchmark_commit_names(monkeypatch):
+    def no_git(*args, **kwargs):
+        raise OSError("not a git repository")
+
+    monkeypatch.setattr(results_file.subprocess, "run", no_git)
+    monkeypatch.setenv(results_file.COMMIT_VARIABLE, "c0abd1a")
+    assert results_file.git_state() == {"commit": "c0abd1a", "dirty": None}
+    monkeypatch.delenv(results_file.COMMIT_VARIABLE)
+    assert results_file.git_state() == {"commit": None, "dirty": None}
