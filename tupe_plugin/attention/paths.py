@@ -1,7 +1,7 @@
 """The one decision of which attention kernel runs (as x-transformers' ``Attend``, for CPU and GPU).
 
 :func:`plan_attention` decides once per forward, from the device, the attention dropout in effect, whether
-the probabilities are wanted, the position config and the sequence length, which of four paths every
+the probabilities are wanted, the position config and the sequence length, which of five paths every
 layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`) and whether
 TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`); the encoder hands the
 :class:`AttentionPlan` to every layer, and :func:`~.attend.attend` runs what it is given:
@@ -120,15 +120,19 @@ def fold_untied_term(path, config):
 @dataclass(frozen=True)
 class AttentionPlan:
     """What every layer of one forward runs: the ``path``, the attention ``dropout`` in effect (0 in
-    evaluation), the SDPA ``backends`` allowed (None: torch chooses), whether the positional term
-    is built with TUPE's untied factors multiplied out (``fold_untied``) and whether key padding reaches
-    the kernel as row lengths, apart from the bias (``padding_as_lengths``), rather than in the mask."""
+    evaluation), the SDPA ``backends`` allowed (None: torch chooses) and whether the positional term
+    is built with TUPE's untied factors multiplied out (``fold_untied``)."""
 
     path: AttentionPath = AttentionPath.SDPA
     dropout: float = 0.0
     backends: Optional[tuple] = None
     fold_untied: bool = False
-    padding_as_lengths: bool = False
+
+    @property
+    def padding_as_lengths(self):
+        """Whether key padding reaches the kernel as row lengths, apart from the bias (the Triton kernel),
+        rather than in the mask."""
+        return self.path is AttentionPath.TRITON
 
 
 def plan_attention(device, dropout, need_weights, config, seq_len, requested_backend="auto"):
@@ -136,4 +140,4 @@ def plan_attention(device, dropout, need_weights, config, seq_len, requested_bac
     ``--attention-backend``."""
     path = choose_path(device, dropout, need_weights, config, seq_len, requested_backend)
     return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
-                         fold_untied_term(path, config), path is AttentionPath.TRITON)
+                         fold_untied_term(path, config))

@@ -86,13 +86,15 @@ def along_figure(report, path):
     config = report["config"]
     if not config["pretrain"]["evaluate_at"]:
         return None
+    tasks = (config["glue"] or {}).get("tasks", [])
     panels = [(task, lambda figures, task=task: (figures["glue"].get(task) or {}).get("median"))
-              for task in (config["glue"] or {}).get("tasks", [])]
+              for task in tasks]
     if config["squad"] is not None:
         panels.append(("SQuAD F1", lambda figures: first_squad(figures["squad"]).get("f1")))
-    tasks = (config["glue"] or {}).get("tasks", [])
     if tasks:
         panels.append(("GLUE avg.", lambda figures: glue_average(figures["glue"], tasks)))
+    glue_target = next((entry["glue_convergence"]["target"] for entry in report["archs"].values()
+                        if entry.get("glue_convergence")), None)
     panels.append(("valid loss (bits)", lambda figures: mean(figures["valid_loss"])))
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
     for ax, (title, value) in zip(axes[0], panels):
@@ -105,8 +107,6 @@ def along_figure(report, path):
                 if title == "GLUE avg." and reached and reached["checkpoint"] is not None:
                     ax.plot([reached["checkpoint"]], [reached["averages"][str(reached["checkpoint"])]], "x",
                             color=line.get_color(), markersize=8)
-        glue_target = next((entry["glue_convergence"]["target"] for entry in report["archs"].values()
-                            if entry.get("glue_convergence")), None)
         if title == "GLUE avg." and glue_target is not None:
             ax.axhline(glue_target, color="black", linestyle=":")
         ax.set_title(title)
