@@ -95,22 +95,32 @@ def alibi_bias(encoder, head, offset):
 
 
 def kerple_bias(module, head, distance, power):
-    """KERPLE (Chi et al. 2022) for one head and one distance |j - i|: -r1 log(1 + r2 d) or -r1 d^r2,
-    with r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2) (power)."""
-    r1 = F.softplus(module.raw_r1[head])
+    """KERPLE (Chi et al. 2022) for one head and one distance |j - i|: -r1 log(1 + r2 d) or -r1 d^r2. As
+    released (--kerple-param clamped): r1, r2 the parameters, r1 >= 0.01, r2 in [0.01, 2] (power) or
+    >= 0.01 (log); --kerple-param softplus: r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2)
+    (power)."""
+    if module.clamped:
+        r1 = torch.clamp(module.r1[head], min=0.01)
+        r2 = torch.clamp(module.r2[head], 0.01, 2.0 if power else None)
+    else:
+        r1 = F.softplus(module.raw_r1[head])
+        r2 = 2 * torch.sigmoid(module.raw_r2[head]) if power else F.softplus(module.raw_r2[head])
     if not power:
-        return -r1 * torch.log(1 + F.softplus(module.raw_r2[head]) * distance)
+        return -r1 * torch.log(1 + r2 * distance)
     if distance == 0:
         return r1 * 0
-    return -r1 * distance ** (2 * torch.sigmoid(module.raw_r2[head]))
+    return -r1 * distance ** r2
 
 
 def sandwich_bias(config, head, i, j):
     """Sandwich (Chi et al. 2023) for the pair (i, j) and head h (0-based) of H: S (p_i . p_j - d'/2) /
     (8 (h + 1) / H), the paper's per-head compression (its Appendix E), with p_t the d'-dimensional sinusoid
-    [.., sin(w_k t), cos(w_k t), ..], w_k = 10000^(-2k/d'), computed in float64."""
+    [.., sin(w_k t), cos(w_k t), ..], w_k = 10000^(-2k/d'), k = 1..d'/2 (the paper's sum; k = 0..d'/2-1
+    with --sandwich-frequencies zero-based), computed in float64."""
     dim = config.sandwich_dim
-    frequencies = torch.tensor([10000.0 ** (-2 * k / dim) for k in range(dim // 2)], dtype=torch.float64)
+    first = 1 if config.sandwich_frequencies == "one-based" else 0
+    frequencies = torch.tensor([10000.0 ** (-2 * k / dim) for k in range(first, dim // 2 + first)],
+                               dtype=torch.float64)
     p_i = sinusoid(torch.tensor(float(i), dtype=torch.float64), frequencies)
     p_j = sinusoid(torch.tensor(float(j), dtype=torch.float64), frequencies)
     compression = 8 * (head + 1) / config.num_heads
@@ -118,11 +128,17 @@ def sandwich_bias(config, head, i, j):
 
 
 def fire_bias(module, head, i, j, seq_len, signed):
-    """FIRE (Li et al. 2023), bidirectional, for one head and pair: f(psi(|j - i|) / psi(max(L, T))),
-    psi(x) = log(c x + 1), c = exp(a), f(x) = W2 relu(W1 x + b1) + b2; signed: x = (that, sign(j - i))."""
+    """FIRE (Li et al. 2023), bidirectional, for one head and pair: f(psi(|j - i|) / (psi(max(L, T - 1))
+    + 1e-6)), the paper's normaliser of its last causal row T - 1 with the appendix code's eps (with
+    --fire-normaliser length: psi(max(L, T)), no eps), psi(x) = log(c x + 1), c = exp(a),
+    f(x) = W2 relu(W1 x + b1) + b2; signed: x = (that, sign(j - i))."""
     c = torch.exp(module.log_c)
-    longest = torch.maximum(module.threshold, torch.tensor(float(seq_len)))
-    x = torch.log(c * abs(j - i) + 1) / torch.log(c * longest + 1)
+    if module.largest_distance:
+        longest = torch.maximum(module.threshold, torch.tensor(float(seq_len - 1)))
+        x = torch.log(c * abs(j - i) + 1) / (torch.log(c * longest + 1) + 1e-6)
+    else:
+        longest = torch.maximum(module.threshold, torch.tensor(float(seq_len)))
+        x = torch.log(c * abs(j - i) + 1) / torch.log(c * longest + 1)
     if signed:
         x = torch.stack([x, torch.tensor(float((j > i) - (j < i)))])
     first, second = module.mlp[0], module.mlp[2]
@@ -151,23 +167,40 @@ def deberta_delta(i, j, config):
 
 
 def deberta_position_terms(encoder, layer, q, k, head):
-    """(B, T, T) content-to-position q_i . K^r_delta(i,j) plus position-to-content k_j . Q^r_delta(j,i) of
-    one head (He et al. 2021 Eq. 4), Q^r = P W^{q,r}, K^r = P W^{k,r}; with --deberta-share-att-key the
-    layer's content projections W^q, W^k and their biases project P instead."""
+    """(B, T, T) content-to-position q_i . K^r_delta(i,j) plus position-to-content k_j . Q^r_delta(i,j) of
+    one head, as the authors' released code (k_j . Q^r_delta(j,i), Eq. 4 as printed, with --deberta-p2c
+    paper); Q^r = P W^{q,r} (+ b^{q,r} with --deberta-rel-proj-bias query or both), K^r = P W^{k,r}
+    (+ b^{k,r} with both); with --deberta-share-att-key the layer's content projections W^q, W^k and their
+    biases project P instead; with --deberta-table-norm P is layer-normalised first."""
     config, attn = encoder.config, layer.self_attn
-    table = encoder.positional_term.disentangled.weight
+    disentangled = encoder.positional_term.disentangled
+    table = disentangled.weight
+    if config.deberta_table_norm:
+        norm = disentangled.norm
+        mean = table.mean(-1, keepdim=True)
+        variance = ((table - mean) ** 2).mean(-1, keepdim=True)
+        table = (table - mean) / torch.sqrt(variance + norm.eps) * norm.weight + norm.bias
     rows = slice(head * attn.head_dim, (head + 1) * attn.head_dim)
     if config.deberta_share_att_key:
         w, b, dim = attn.in_proj.weight, attn.in_proj.bias, config.embed_dim
         query_rows = table @ w[:dim][rows].t() + b[:dim][rows]
         key_rows = table @ w[dim: 2 * dim][rows].t() + b[dim: 2 * dim][rows]
     else:
-        query_rows = table @ attn.relative_projections.query.weight[rows].t()
-        key_rows = table @ attn.relative_projections.key.weight[rows].t()
+        projections = attn.relative_projections
+        query_rows = table @ projections.query.weight[rows].t()
+        key_rows = table @ projections.key.weight[rows].t()
+        if config.deberta_rel_proj_bias in ("query", "both"):
+            query_rows = query_rows + projections.query.bias[rows]
+        if config.deberta_rel_proj_bias == "both":
+            key_rows = key_rows + projections.key.bias[rows]
     seq_len = q.size(1)
+
+    def p2c_row(i, j):
+        return deberta_delta(i, j, config) if config.deberta_p2c == "released" else deberta_delta(j, i, config)
+
     return torch.stack([
-        torch.stack([q[:, i] @ key_rows[deberta_delta(i, j, config)]
-                     + k[:, j] @ query_rows[deberta_delta(j, i, config)] for j in range(seq_len)], -1)
+        torch.stack([q[:, i] @ key_rows[deberta_delta(i, j, config)] + k[:, j] @ query_rows[p2c_row(i, j)]
+                     for j in range(seq_len)], -1)
         for i in range(seq_len)
     ], 1)
 

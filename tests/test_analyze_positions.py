@@ -304,7 +304,7 @@ def test_distance_bias_section_reports_kerples_learned_bias(tmp_path, no_drawing
     model = build_model("bert_kerple_tiny", dictionary).eval()
     bias = pm.positional_encoder(model).positional_term.relative_bias
     with torch.no_grad():
-        bias.raw_r2.copy_(torch.tensor([-1.0, 0.0, 1.0, 2.0]))
+        bias.r2.copy_(torch.tensor([0.5, 1.0, 2.0, 3.0]))
     context = AnalysisContext(model, dictionary, "bert_kerple_tiny", 12, str(tmp_path), window=4)
     result = next(r for r in run_sections(context, POSITION_SECTIONS) if r.name == "distance_bias")
     r1, r2 = (r.detach() for r in bias.coefficients())

@@ -30,6 +30,14 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("deberta", {"deberta_max_distance": 3}),
     ("deberta", {"deberta_share_att_key": True, "deberta_max_distance": 2}),
     ("deberta", {"deberta_buckets": 4, "deberta_max_distance": 5}),
+    ("deberta", {"deberta_rel_proj_bias": "both"}),
+    ("deberta", {"deberta_share_att_key": True, "deberta_table_norm": True, "deberta_buckets": 4,
+                 "deberta_max_distance": 5}),
+    # the forms of the checkpoints saved before the released ones became the defaults
+    ("deberta", {"deberta_p2c": "paper", "deberta_rel_proj_bias": "none"}),
+    ("bert_kerple", {"kerple_param": "softplus"}),
+    ("bert_sandwich", {"sandwich_frequencies": "zero-based"}),
+    ("bert_fire", {"fire_normaliser": "length", "fire_threshold": 4.0}),
 ]
 
 

@@ -131,3 +131,62 @@ def test_offsets_lay_out_the_relative_index_by_offset(dictionary):
     positions = torch.arange(7)
     by_offset = term.disentangled_offsets[positions[None, :] - positions[:, None] + 6]
     assert torch.equal(by_offset, term.disentangled_index)
+
+
+def drawn_deberta(dictionary, **flags):
+    """A tiny DeBERTa whose every parameter (projection biases and LayerNorms included) is drawn away from
+    its start, so that a bias or a row read wrongly shows."""
+    model = build_model("deberta_tiny", dictionary, deberta_max_distance=4, **flags)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+@pytest.mark.parametrize("flags", [{}, {"deberta_rel_proj_bias": "both"}, {"deberta_p2c": "paper"},
+                                   {"deberta_rel_proj_bias": "none"},
+                                   {"deberta_share_att_key": True, "deberta_table_norm": True}])
+def test_every_form_equals_its_twin_with_every_parameter_drawn(flags, dictionary):
+    model = drawn_deberta(dictionary, **flags)
+    tokens = random_tokens(dictionary, [9, 6, 4])
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
+    encoder = model.encoder.sentence_encoder
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
+    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, plain_grads)
+
+
+def test_released_position_to_content_reads_the_content_to_position_row(dictionary):
+    """Released: k_j . Q^r_delta(i,j); printed Eq. 4: k_j . Q^r_delta(j,i). The two differ on the same
+    weights; the released p2c term of the pair (key j, query i) reads the c2p index of (i, j)."""
+    released = drawn_deberta(dictionary)
+    printed = build_model("deberta_tiny", dictionary, deberta_max_distance=4, deberta_p2c="paper")
+    printed.load_state_dict(released.state_dict())
+    tokens = random_tokens(dictionary, [9])
+    with torch.no_grad():
+        assert not torch.allclose(released(tokens, features_only=True)[0],
+                                  printed(tokens, features_only=True)[0])
+    term = released.encoder.sentence_encoder.positional_term.content_free(9)
+    assert torch.equal(term.disentangled_p2c_index, term.disentangled_index.t())
+
+
+@pytest.mark.parametrize("flags, biases", [({}, (True, False)), ({"deberta_rel_proj_bias": "both"}, (True, True)),
+                                           ({"deberta_rel_proj_bias": "none"}, (False, False))])
+def test_relative_projections_carry_the_released_biases(flags, biases, dictionary):
+    """v1 releases a bias on the query-side projection W^{q,r} only (pos_q_proj), v2/v3 on both."""
+    projections = build_model("deberta_tiny", dictionary, **flags).encoder.sentence_encoder.layers[0] \
+        .self_attn.relative_projections
+    assert (projections.query.bias is not None, projections.key.bias is not None) == biases
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(deberta_share_att_key=True, deberta_rel_proj_bias="both"),
+     "--deberta-rel-proj-bias both with --deberta-share-att-key"),
+    (dict(rel_pos="t5", deberta_p2c="paper"), "--deberta-p2c is an option of --rel-pos deberta"),
+    (dict(rel_pos="t5", deberta_table_norm=True), "--deberta-table-norm is an option of DeBERTa"),
+])
+def test_deberta_options_are_refused_where_they_cannot_apply(flags, message, dictionary):
+    with pytest.raises(PositionFlagError, match=message):
+        build_model("deberta_tiny", dictionary, **flags)

@@ -69,7 +69,8 @@ def test_deberta_layers_project_the_one_shared_table_with_their_own_weights(dict
     names = [n for n, _ in model.named_parameters()]
     assert [n for n in names if "disentangled" in n] == [
         "encoder.sentence_encoder.positional_term.disentangled.weight"]
-    assert len([n for n in names if ".relative_projections." in n]) == 3 * 2
+    # W^{q,r} with its bias, W^{k,r} without (released v1)
+    assert len([n for n in names if ".relative_projections." in n]) == 3 * 3
     shared = build_model("deberta_tiny", dictionary, encoder_layers=3, deberta_share_att_key=True)
     assert not [n for n, _ in shared.named_parameters() if ".relative_projections." in n]
 

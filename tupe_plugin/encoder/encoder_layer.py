@@ -22,7 +22,7 @@ class PositionalEncoderLayer(nn.Module):
         activation_dropout=0.0,
         activation_fn="gelu",
         normalize_before=False,
-        relative_projections=False,
+        relative_projections=None,
     ):
         super().__init__()
         self.normalize_before = normalize_before

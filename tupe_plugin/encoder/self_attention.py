@@ -26,10 +26,11 @@ from ..encodings.rotary_position import rotate, rotate_in_place, rotates_in_plac
 
 
 class PositionalSelfAttention(nn.Module):
-    """``relative_projections``: the layer projects DeBERTa's shared table with W^{q,r}, W^{k,r} of its
-    own; without them a DeBERTa table is projected with the content projections (share_att_key)."""
+    """``relative_projections`` (the biases they have: query, both or none): the layer projects DeBERTa's
+    shared table with W^{q,r}, W^{k,r} of its own; without them (None) a DeBERTa table is projected with the
+    content projections (share_att_key)."""
 
-    def __init__(self, embed_dim, num_heads, relative_projections=False):
+    def __init__(self, embed_dim, num_heads, relative_projections=None):
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads:
             raise ValueError(
@@ -40,7 +41,8 @@ class PositionalSelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
-        self.relative_projections = DisentangledProjections(embed_dim) if relative_projections else None
+        self.relative_projections = None if relative_projections is None \
+            else DisentangledProjections(embed_dim, relative_projections)
 
     def projection(self, x, query=None):
         """The (B, T, 3, H, d_h) projection of x (B, T, C) into q, k, v; with ``query`` (B, T, C), q of the
@@ -111,8 +113,8 @@ class PositionalSelfAttention(nn.Module):
         return ClippedDistanceScores.apply(per_distance, term.rel_index)
 
     def disentangled_terms(self, q, k, term):
-        """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(j,i), each (B, H, T, T): q and k
-        against the table rows this length reaches
+        """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(i,j) (Q^r_delta(j,i) with
+        ``--deberta-p2c paper``), each (B, H, T, T): q and k against the table rows this length reaches
         (:func:`~tupe_plugin.attention.toeplitz_scores.offset_scores`)."""
         table = term.disentangled_table.to(q.dtype)
         if self.relative_projections is not None:
@@ -124,12 +126,13 @@ class PositionalSelfAttention(nn.Module):
         rows = table.size(0)
         query_rows = query_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)  # (H, R, d_h)
         key_rows = key_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)
-        index, offsets = term.disentangled_index, term.disentangled_offsets
         # scaled before the products: (B, H, T, d_h) multiplications instead of (B, H, T, T) ones
-        content_to_position = offset_scores(q * term.scale, key_rows, index, offsets)
-        # row j, column i: k_j . Q^r_delta(j,i) (delta(j, i) of the pair (j, i) is index[j, i]); transposed
-        # to (query i, key j)
-        position_to_content = offset_scores(k * term.scale, query_rows, index, offsets)
+        content_to_position = offset_scores(q * term.scale, key_rows, term.disentangled_index,
+                                            term.disentangled_offsets)
+        # row j, column i: k_j . Q^r of the row the table gives the pair (j, i) for p2c; transposed to
+        # (query i, key j)
+        position_to_content = offset_scores(k * term.scale, query_rows, term.disentangled_p2c_index,
+                                            term.disentangled_p2c_offsets)
         return content_to_position, position_to_content.transpose(-1, -2)
 
 

@@ -7,9 +7,13 @@ with n the largest power of two below H, the n slopes for n heads followed by ev
 (starting with the first) of the 2n-head sequence, H - n of them.
 
 Two options beyond the paper, for bidirectional attention: ``asymmetric`` gives keys before the query
-(j < i) and keys after it (j > i) their own slope per head, m_h to the left and m_{H+1-h} (the paper's
-slopes in reverse head order) to the right; ``learned`` makes the slopes parameters, m = exp(a) (positive
-by construction), initialised at those values.
+(j < i) and keys after it (j > i) their own slope per head; ``learned`` makes the slopes parameters,
+m = exp(a) (positive by construction), initialised at the paper's values. Learned asymmetric slopes start
+equal on both sides, m_h, as x-transformers' learned bidirectional ALiBi starts them (training makes them
+differ). Fixed asymmetric slopes are this plugin's own choice, the only one that makes the two sides
+differ without training: m_h to the left and m_{H+1-h} (the paper's slopes in reverse head order) to the
+right. (Learned asymmetric slopes started reversed on the right too in the plugin's first form; a trained
+checkpoint loads its learned slopes, so only the start of new models differs.)
 """
 
 import math
@@ -40,7 +44,7 @@ class AlibiBias(OffsetBias):
         super().__init__(zero_cls)
         self.learned = learned
         paper = alibi_slopes(num_heads).float()
-        sides = torch.stack([paper, paper.flip(0)]) if asymmetric else paper[None]
+        sides = torch.stack([paper, paper if learned else paper.flip(0)]) if asymmetric else paper[None]
         if learned:
             self.log_slopes = nn.Parameter(sides.log())
         else:

@@ -3,20 +3,22 @@ Attention", arXiv 2006.03654, Eq. 3-4 and §3.1; v2/v3 options from the released
 
 The logit of query i and key j is the sum of three terms, scaled together by 1/sqrt(3 d_h):
 
-    q^c_i . k^c_j  +  q^c_i . K^r_delta(i,j)  +  k^c_j . Q^r_delta(j,i)
+    q^c_i . k^c_j  +  q^c_i . K^r_delta(i,j)  +  k^c_j . Q^r_delta(i,j)
 
-(content-to-content, content-to-position, position-to-content), with Q^r = P W^{q,r}, K^r = P W^{k,r}
-and P one table of 2k relative embeddings shared by all layers (:class:`DisentangledRelativeTable`).
-Each layer projects P with W^{q,r}, W^{k,r} of its own (:class:`DisentangledProjections`, v1, no biases
-as in Eq. 4) or, with ``--deberta-share-att-key`` (v2/v3's ``share_att_key``), with its content
-projections W^q, W^k and their biases. delta(i, j) = clip(i - j, -k, k - 1) + k (Eq. 3): note the
-sign, query minus key. With ``--deberta-buckets N`` (v2's ``position_buckets``) i - j is first mapped to
-its log bucket (:func:`log_bucket`) and the table has 2N rows: delta(i, j) = clip(bucket(i - j) + N, 0,
-2N - 1).
-
-The position-to-content term follows Eq. 4 as printed: the row delta(j, i) = delta(i, j) mirrored. The
-authors' released code (and Hugging Face's port) gathers the same row delta(i, j) for both terms
-(docs/deberta.md); this plugin builds the paper's equation.
+(content-to-content, content-to-position, position-to-content), with Q^r = P W^{q,r} + b^{q,r},
+K^r = P W^{k,r} and P one table of 2k relative embeddings shared by all layers
+(:class:`DisentangledRelativeTable`). This is the authors' released code (microsoft/DeBERTa
+``disentangled_attention.py``, v1 to v3) and Hugging Face's ``DebertaModel`` / ``DebertaV2Model``; it
+differs from Eq. 4 as printed in two places, both options: the p2c term of Eq. 4 reads the row
+delta(j, i) = delta(i, j) mirrored (``--deberta-p2c paper``), and has no projection biases
+(``--deberta-rel-proj-bias none``; v1 releases a bias on the query side only, the default, v2/v3 on
+both sides, ``both``). Each layer projects P with W^{q,r}, W^{k,r} of its own
+(:class:`DisentangledProjections`) or, with ``--deberta-share-att-key`` (v2/v3's ``share_att_key``), with
+its content projections W^q, W^k and their biases. With ``--deberta-table-norm`` (v2/v3's
+``norm_rel_ebd``) P passes a LayerNorm before the layers project it. delta(i, j) = clip(i - j, -k, k - 1)
++ k (Eq. 3): note the sign, query minus key. With ``--deberta-buckets N`` (v2's ``position_buckets``)
+i - j is first mapped to its log bucket (:func:`log_bucket`) and the table has 2N rows: delta(i, j) =
+clip(bucket(i - j) + N, 0, 2N - 1).
 
 The terms depend on the content, as Shaw keys do: each layer multiplies q (and k) by the rows of the
 table this length reaches, never building a (T, T, d) tensor: by bands of query rows against the rows
@@ -31,6 +33,7 @@ before the masked-LM head (:mod:`tupe_plugin.encoder.enhanced_mask_decoder`).
 import math
 
 import torch
+from fairseq.modules import LayerNorm
 from torch import nn
 
 
@@ -52,13 +55,15 @@ class DisentangledRelativeTable(nn.Module):
     """P, the 2k relative embeddings of dimension C shared by all layers (k = ``max_distance``, or
     ``buckets`` when log buckets are used), and delta(i, j) of every pair."""
 
-    def __init__(self, embed_dim, max_distance=512, buckets=0):
+    def __init__(self, embed_dim, max_distance=512, buckets=0, released_p2c=True, norm=False):
         super().__init__()
         self.max_distance = max_distance
         self.buckets = buckets
         self.span = buckets or max_distance
+        self.released_p2c = released_p2c
         self.weight = nn.Parameter(torch.empty(2 * self.span, embed_dim))
         nn.init.normal_(self.weight, mean=0.0, std=0.02)
+        self.norm = LayerNorm(embed_dim) if norm else None
         self._cached = None  # (seq_len, device, first row used, rows used, index and offsets from the first)
 
     def index(self, seq_len):
@@ -84,21 +89,29 @@ class DisentangledRelativeTable(nn.Module):
         return self._cached[2:]
 
     def contribute(self, term, seq_len):
-        """Add the rows of P that T positions reach, and the (T, T) index and the offsets into them, to
-        ``term``."""
+        """Add the rows of P that T positions reach (normalised with ``norm``), the (T, T) index and the
+        offsets into them of the c2p term, and those the p2c term reads for the pair (key j, query i):
+        delta(i, j), the index transposed (released), or delta(j, i), the same index (paper), to ``term``."""
         first, rows, index, offsets = self.rows_and_index(seq_len)
-        term.disentangled_table = self.weight[first: first + rows]
+        table = self.weight[first: first + rows]
+        term.disentangled_table = table if self.norm is None else self.norm(table)
         term.disentangled_index = index
         term.disentangled_offsets = offsets
+        if self.released_p2c:
+            term.disentangled_p2c_index, term.disentangled_p2c_offsets = index.t(), offsets.flip(0)
+        else:
+            term.disentangled_p2c_index, term.disentangled_p2c_offsets = index, offsets
 
 
 class DisentangledProjections(nn.Module):
-    """A layer's W^{q,r} and W^{k,r} (He et al. 2021 Eq. 4), no biases: Q^r = P W^{q,r}, K^r = P W^{k,r}."""
+    """A layer's W^{q,r} and W^{k,r} (He et al. 2021 Eq. 4): Q^r = P W^{q,r}, K^r = P W^{k,r}, with the
+    ``biases`` named: query (released v1: Q^r = P W^{q,r} + b^{q,r}), both (released v2/v3), none
+    (Eq. 4)."""
 
-    def __init__(self, embed_dim):
+    def __init__(self, embed_dim, biases="query"):
         super().__init__()
-        self.query = nn.Linear(embed_dim, embed_dim, bias=False)
-        self.key = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.query = nn.Linear(embed_dim, embed_dim, bias=biases in ("query", "both"))
+        self.key = nn.Linear(embed_dim, embed_dim, bias=biases == "both")
 
     def forward(self, table):
         return self.query(table), self.key(table)
@@ -108,4 +121,5 @@ def build_disentangled_table(config):
     """DeBERTa's shared table of a :class:`~.position_config.PositionConfig`, or None."""
     if not config.deberta:
         return None
-    return DisentangledRelativeTable(config.embed_dim, config.deberta_max_distance, config.deberta_buckets)
+    return DisentangledRelativeTable(config.embed_dim, config.deberta_max_distance, config.deberta_buckets,
+                                     released_p2c=config.deberta_released_p2c, norm=config.deberta_table_norm)

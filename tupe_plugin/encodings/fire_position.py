@@ -2,18 +2,21 @@
 Sanghai, Yang, Kumar, Bhojanapalli, "Functional Interpolation for Relative Positions Improves Long Context
 Transformers", arXiv 2310.04418), in a bidirectional form for encoders that is this plugin's adaptation:
 
-    bias[h, i, j] = f_theta(psi(|j - i|) / psi(max(L, T)))_h,   psi(x) = log(c x + 1),
+    bias[h, i, j] = f_theta(psi(|j - i|) / (psi(max(L, T - 1)) + eps))_h,   psi(x) = log(c x + 1),
 
 f_theta a small MLP (one hidden ReLU layer of ``hidden`` units, one output per head) shared by all layers,
 c = exp(a) > 0 learned and L a learned threshold. Starting values, from the PyTorch implementation in the
 paper's appendix: 32 hidden units (its ``mlp_width``; ``--fire-hidden``), c = 0.1 (``init_c``) and L = 512
 (``init_L``; ``--fire-threshold``). The parametrisation is this plugin's: c is learned through its logarithm
 (the paper learns c itself and takes |c x|) and L directly (the paper learns a multiplier of a fixed L).
-The paper's causal form normalises by the query position i, psi(max(L, i)); an encoder's query sees both sides, so the
-distance is |j - i| and the normaliser the sequence length T: the batch's (padded) length, so that for
-inputs no longer than L (the training case with the default L = 512) the bias does not depend on padding,
-while rows of a batch longer than L share the normaliser of its longest row. ``signed`` gives the MLP the
-sign of j - i as a second input, so that keys before and after the query may differ.
+The paper's causal form normalises row i by psi(max(L, i)) + eps (0-based positions; eps = 1e-6 in the
+appendix code); an encoder's query sees both sides, so the distance is |j - i| and the normaliser that of
+the largest distance in the sequence, T - 1: the adaptation equals the paper on its last causal row. T is
+the batch's (padded) length, so that for inputs no longer than L (the training case with the default
+L = 512) the bias does not depend on padding, while rows of a batch longer than L share the normaliser of
+its longest row. ``--fire-normaliser length`` keeps this plugin's first form, psi(max(L, T)) with no eps,
+for the checkpoints trained with it. ``signed`` gives the MLP the sign of j - i as a second input, so that
+keys before and after the query may differ.
 """
 
 import math
@@ -24,14 +27,17 @@ from torch import nn
 from .offset_bias import OffsetBias
 
 INITIAL_C = 0.1
+EPS = 1e-6  # the appendix code's eps, added to the normaliser
 
 
 class FireBias(OffsetBias):
     """The (H, T, T) FIRE bias, shared by all layers; the MLP, c and L learned."""
 
-    def __init__(self, num_heads, hidden=32, threshold=512.0, signed=False, zero_cls=False):
+    def __init__(self, num_heads, hidden=32, threshold=512.0, signed=False, zero_cls=False,
+                 largest_distance=True):
         super().__init__(zero_cls)
         self.signed = signed
+        self.largest_distance = largest_distance
         self.mlp = nn.Sequential(nn.Linear(2 if signed else 1, hidden), nn.ReLU(),
                                  nn.Linear(hidden, num_heads))
         self.log_c = nn.Parameter(torch.tensor(math.log(INITIAL_C)))
@@ -41,7 +47,10 @@ class FireBias(OffsetBias):
         """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1."""
         c = self.log_c.exp()
         offsets = torch.arange(1 - seq_len, seq_len, device=c.device)
-        normaliser = torch.log1p(c * self.threshold.clamp(min=seq_len))
+        if self.largest_distance:
+            normaliser = torch.log1p(c * self.threshold.clamp(min=seq_len - 1)) + EPS
+        else:
+            normaliser = torch.log1p(c * self.threshold.clamp(min=seq_len))
         features = (torch.log1p(c * offsets.abs().to(c.dtype)) / normaliser)[:, None]
         if self.signed:
             features = torch.cat([features, offsets.sign().to(c.dtype)[:, None]], -1)
@@ -53,4 +62,4 @@ def build_fire_bias(config):
     if not config.fire:
         return None
     return FireBias(config.num_heads, config.fire_hidden, config.fire_threshold, config.fire_signed,
-                    zero_cls=config.zero_cls_bias)
+                    zero_cls=config.zero_cls_bias, largest_distance=config.fire_largest_distance)

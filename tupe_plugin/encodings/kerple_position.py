@@ -5,8 +5,17 @@ made bidirectional for encoders through |j - i|. Per head h:
 * logarithmic variant (``--rel-pos kerple-log``): bias[h, i, j] = -r1_h log(1 + r2_h |j - i|);
 * power variant (``--rel-pos kerple-power``): bias[h, i, j] = -r1_h |j - i|^r2_h, 0 < r2_h <= 2.
 
-r1 and r2 are learned per head and positive by construction: r = softplus(a) of a raw parameter a, and
-the power variant's exponent r2 = 2 sigmoid(a), in (0, 2). Every head starts at r1 = r2 = 1.
+r1 and r2 are learned per head and kept positive in one of two ways (``--kerple-param``):
+
+* ``clamped`` (default), as the authors' released code (``megatron/mpu/layers.py`` of chijames/KERPLE):
+  the parameters are r1 and r2 themselves, clamped in place before each forward to >= 0.01 (the power
+  exponent to [0.01, 2]); they start at random per head, the log variant's r1 ~ U[0, 2) and r2 ~ U[0, 1),
+  the power variant's r1 ~ U[0, 1) and exponent r2 ~ U[0, 2) (the released ``bias_p`` ~ 2 U[0, 1) is the
+  log's multiplier and the power's exponent, ``bias_a`` ~ U[0, 1) the other);
+* ``softplus``, this plugin's first form, kept for the checkpoints trained with it: r = softplus(a) of a
+  raw parameter a (the exponent 2 sigmoid(a), which never reaches 2), every head started at r1 = r2 = 1.
+  It leaves the parameters untouched by the forward and never stops their gradient; the clamped form can
+  set a coefficient to its bound, from where the gradient moves it again.
 """
 
 import math
@@ -18,19 +27,35 @@ from torch import nn
 from .offset_bias import OffsetBias
 
 SOFTPLUS_OF_ONE = math.log(math.e - 1)  # softplus(SOFTPLUS_OF_ONE) = 1
+SMALLEST = 0.01  # the released code's lower bound of every coefficient
+LARGEST_EXPONENT = 2.0
 
 
 class KerpleBias(OffsetBias):
     """The (H, T, T) KERPLE bias, shared by all layers; r1, r2 learned per head."""
 
-    def __init__(self, num_heads, power=False, zero_cls=False):
+    def __init__(self, num_heads, power=False, zero_cls=False, clamped=True):
         super().__init__(zero_cls)
         self.power = power
-        self.raw_r1 = nn.Parameter(torch.full((num_heads,), SOFTPLUS_OF_ONE))
-        self.raw_r2 = nn.Parameter(torch.full((num_heads,), 0.0 if power else SOFTPLUS_OF_ONE))
+        self.clamped = clamped
+        if clamped:
+            multiplier, other = (torch.rand(num_heads), 2 * torch.rand(num_heads)) if power \
+                else (2 * torch.rand(num_heads), torch.rand(num_heads))
+            self.r1 = nn.Parameter(multiplier)
+            self.r2 = nn.Parameter(other)
+        else:
+            self.raw_r1 = nn.Parameter(torch.full((num_heads,), SOFTPLUS_OF_ONE))
+            self.raw_r2 = nn.Parameter(torch.full((num_heads,), 0.0 if power else SOFTPLUS_OF_ONE))
 
     def coefficients(self):
-        """(r1, r2), each (H,), positive; r2 <= 2 in the power variant."""
+        """(r1, r2), each (H,), positive; r2 <= 2 in the power variant. The clamped form clamps its
+        parameters in place first."""
+        if self.clamped:
+            # on .data, as released: the parameters' version is kept, so a second call within a forward
+            # does not invalidate what the first saved for the backward
+            self.r1.data.clamp_(min=SMALLEST)
+            self.r2.data.clamp_(SMALLEST, LARGEST_EXPONENT if self.power else None)
+            return self.r1, self.r2
         r2 = 2 * torch.sigmoid(self.raw_r2) if self.power else F.softplus(self.raw_r2)
         return F.softplus(self.raw_r1), r2
 
@@ -50,4 +75,5 @@ def build_kerple_bias(config):
     """The KERPLE bias of a :class:`~.position_config.PositionConfig`, or None."""
     if not config.kerple:
         return None
-    return KerpleBias(config.num_heads, power=config.kerple_power, zero_cls=config.zero_cls_bias)
+    return KerpleBias(config.num_heads, power=config.kerple_power, zero_cls=config.zero_cls_bias,
+                      clamped=config.kerple_clamped)

@@ -37,6 +37,11 @@ UNTIED_CHOICES = ("none", "tupe", "four-term")
 CLS_RESET_CHOICES = ("none", "paper", "release")
 ROTARY_CHOICES = ("none", "fixed", "learnable")
 ROTARY_SCALING_CHOICES = ("none", "linear", "ntk")
+DEBERTA_P2C_CHOICES = ("released", "paper")
+DEBERTA_REL_PROJ_BIAS_CHOICES = ("query", "both", "none")
+KERPLE_PARAM_CHOICES = ("clamped", "softplus")
+FIRE_NORMALISER_CHOICES = ("largest-distance", "length")
+SANDWICH_FREQUENCY_CHOICES = ("one-based", "zero-based")
 
 # What a preset leaves unset: TUPE-R (the base architecture of the model).
 DEFAULTS = dict(
@@ -57,14 +62,31 @@ DEFAULTS = dict(
     alibi_learned_slopes=False,
     sandwich_dim=128,
     sandwich_scale=1.0,
+    sandwich_frequencies="one-based",
+    kerple_param="clamped",
     fire_hidden=32,
     fire_threshold=512.0,
     fire_signed=False,
+    fire_normaliser="largest-distance",
     deberta_max_distance=512,
     deberta_buckets=0,
     deberta_share_att_key=False,
+    deberta_p2c="released",
+    deberta_rel_proj_bias="query",
+    deberta_table_norm=False,
     deberta_emd=False,
     deberta_emd_layers=2,
+)
+
+# The options whose default changed to follow the encoding's released code: {flag: (the --rel-pos family
+# it belongs to, its value in the checkpoints saved before the option existed)}. A checkpoint saved before
+# then records no value for it and is rebuilt with that value, as it was trained.
+BEFORE_RELEASED_FORMS = dict(
+    deberta_p2c=("deberta", "paper"),
+    deberta_rel_proj_bias=("deberta", "none"),
+    kerple_param=(KERPLE_PREFIX, "softplus"),
+    fire_normaliser=("fire", "length"),
+    sandwich_frequencies=("sandwich", "zero-based"),
 )
 
 
@@ -72,10 +94,26 @@ class PositionFlagError(UserError, ValueError):
     """A model flag (or combination of flags) that cannot be built."""
 
 
-def set_defaults(args):
-    """Fill every position flag the command line and the preset left unset."""
+def set_defaults(args, saved=False):
+    """Fill every position flag the command line and the preset left unset; ``saved``: ``args`` are a
+    checkpoint's, whose unrecorded options take the value they had when it was trained
+    (:func:`value_as_trained`)."""
     for flag, value in DEFAULTS.items():
-        setattr(args, flag, safe_getattr(args, flag, value))
+        if safe_getattr(args, flag, None) is None:
+            setattr(args, flag, value_as_trained(flag, args.rel_pos,
+                                                 safe_getattr(args, "deberta_share_att_key", False))
+                    if saved and flag in BEFORE_RELEASED_FORMS else value)
+
+
+def value_as_trained(flag, rel_pos, deberta_share_att_key=False):
+    """The value of the option ``flag`` of :data:`BEFORE_RELEASED_FORMS` for a checkpoint of
+    ``--rel-pos rel_pos`` that records none: the value before the option existed when it is an option of
+    that family, the default otherwise. (DeBERTa's layers with --deberta-share-att-key have no relative
+    projections of their own, so no bias of them to mark.)"""
+    family, before = BEFORE_RELEASED_FORMS[flag]
+    shared = flag == "deberta_rel_proj_bias" and deberta_share_att_key
+    applies = isinstance(rel_pos, str) and rel_pos.startswith(family) and not shared
+    return before if applies else DEFAULTS[flag]
 
 
 def _flag(default, help, choices=None, metavar=None):
@@ -139,10 +177,26 @@ class PositionConfig:
     sandwich_dim: int = _flag(128, metavar="D", help="Sandwich: the dimension d' of the sinusoids p_i, p_j")
     sandwich_scale: float = _flag(1.0, metavar="S", help="Sandwich: the bias is S (p_i . p_j - d'/2) / "
                                   "(8h/H) (default 1, the paper's)")
+    sandwich_frequencies: str = _flag(
+        "one-based", choices=SANDWICH_FREQUENCY_CHOICES,
+        help="Sandwich: the frequencies w_k = 10000^(-2k/d') of p, one-based = k = 1..d'/2 (the paper's "
+        "equation, as NVIDIA NeMo; default), zero-based = k = 0..d'/2-1 (the sinusoids of Vaswani et al., "
+        "as PyTorch attention-gym; checkpoints saved before this option)")
+    kerple_param: str = _flag(
+        "clamped", choices=KERPLE_PARAM_CHOICES,
+        help="KERPLE: how r1, r2 are kept positive; clamped = learned as they are, clamped to >= 0.01 (the "
+        "power exponent to [0.01, 2]) before each forward, started at random per head as the authors' "
+        "released code (default); softplus = r = softplus(a) (the exponent 2 sigmoid(a)), every head "
+        "started at r1 = r2 = 1 (checkpoints saved before this option)")
     fire_hidden: int = _flag(32, metavar="N", help="FIRE: hidden units of the MLP f (default 32)")
     fire_threshold: float = _flag(512.0, metavar="L", help="FIRE: initial value of the learned threshold L")
     fire_signed: bool = _flag(False, help="FIRE: the sign of j - i as a second input of f (keys before and "
                               "after the query may differ)")
+    fire_normaliser: str = _flag(
+        "largest-distance", choices=FIRE_NORMALISER_CHOICES,
+        help="FIRE: psi(|j-i|) divided by largest-distance = psi(max(L, T-1)) + 1e-6, the paper's normaliser of "
+        "its last causal row with the appendix code's epsilon (default); length = psi(max(L, T)) "
+        "(checkpoints saved before this option)")
     deberta_max_distance: int = _flag(
         512, metavar="K", help="DeBERTa: k, the table has 2k rows and i - j is clipped to [-k, k-1] (He "
         "et al. 2021 Eq. 3; default 512, the released max_relative_positions); with --deberta-buckets, the "
@@ -154,6 +208,19 @@ class PositionConfig:
     deberta_share_att_key: bool = _flag(
         False, help="DeBERTa v2/v3's share_att_key: the relative table is projected by the layer's own "
         "content query and key projections (W^q, W^k with their biases), not by W^{q,r}, W^{k,r} of its own")
+    deberta_p2c: str = _flag(
+        "released", choices=DEBERTA_P2C_CHOICES,
+        help="DeBERTa: the row the position-to-content term k_j . Q^r reads; released = delta(i, j), the "
+        "content-to-position term's, as the authors' released code and Hugging Face's (default); paper = "
+        "delta(j, i), Eq. 4 as printed (checkpoints saved before this option)")
+    deberta_rel_proj_bias: str = _flag(
+        "query", choices=DEBERTA_REL_PROJ_BIAS_CHOICES,
+        help="DeBERTa: biases of a layer's own projections of the relative table (without "
+        "--deberta-share-att-key); query = on Q^r = P W^{q,r} + b only, as the released v1 (default); both = on "
+        "Q^r and K^r, as the released v2/v3; none = Eq. 4 as printed (checkpoints saved before this option)")
+    deberta_table_norm: bool = _flag(
+        False, help="DeBERTa v2/v3's norm_rel_ebd: a LayerNorm of the encoder's normalises the relative table "
+        "before the layers project it")
     deberta_emd: bool = _flag(
         False, help="DeBERTa's Enhanced Mask Decoder (He et al. 2021 §3.2, as released): the masked-LM head "
         "reads the last layer applied again --deberta-emd-layers times, its queries the second-to-last "
@@ -233,12 +300,20 @@ class PositionConfig:
                         "parameters.")
     fire = _flag_is("rel_pos", "fire", "FIRE: a learned MLP of the normalised log-distance.")
     kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
+    kerple_clamped = _flag_is("kerple_param", "clamped", "KERPLE's r1, r2 learned as they are and clamped, as "
+                              "released.")
+    fire_largest_distance = _flag_is("fire_normaliser", "largest-distance", "FIRE normalised by "
+                                     "psi(max(L, T - 1)) + eps.")
+    sandwich_one_based = _flag_is("sandwich_frequencies", "one-based", "Sandwich's frequencies k = 1..d'/2.")
+    deberta_released_p2c = _flag_is("deberta_p2c", "released", "DeBERTa's p2c term reads delta(i, j).")
     deberta = _flag_is("rel_pos", "deberta", "DeBERTa's content-to-position and position-to-content terms.")
 
     @property
     def deberta_own_projections(self):
-        """DeBERTa v1: every layer projects the shared table by W^{q,r}, W^{k,r} of its own."""
-        return self.deberta and not self.deberta_share_att_key
+        """The biases of the W^{q,r}, W^{k,r} by which every layer projects DeBERTa's shared table
+        (``--deberta-rel-proj-bias``: query, both or none), or None: no DeBERTa, or its table projected by
+        the content projections (``--deberta-share-att-key``)."""
+        return self.deberta_rel_proj_bias if self.deberta and not self.deberta_share_att_key else None
 
     @property
     def kerple(self):
@@ -360,6 +435,10 @@ class PositionConfig:
         if self.fire_signed and not self.fire:
             errors.append(f"--fire-signed is an option of FIRE; add --rel-pos fire (got --rel-pos "
                           f"{self.rel_pos})")
+        for flag, (family, _) in BEFORE_RELEASED_FORMS.items():
+            if getattr(self, flag) != DEFAULTS[flag] and not self.rel_pos.startswith(family):
+                errors.append(f"{option(flag)} is an option of --rel-pos {family.rstrip('-')}"
+                              f"{'*' if family.endswith('-') else ''} (got --rel-pos {self.rel_pos})")
         if self.fire and self.fire_hidden < 1:
             errors.append(f"--fire-hidden must be >= 1, got {self.fire_hidden}")
         if self.fire and self.fire_threshold < 1:
@@ -379,7 +458,8 @@ class PositionConfig:
     def _deberta_errors(self):
         if not self.deberta:
             changed = [option(flag) for flag in ("deberta_max_distance", "deberta_buckets",
-                                                 "deberta_share_att_key", "deberta_emd", "deberta_emd_layers")
+                                                 "deberta_share_att_key", "deberta_table_norm", "deberta_emd",
+                                                 "deberta_emd_layers")
                        if getattr(self, flag) != DEFAULTS[flag]]
             return [f"{flag} is an option of DeBERTa; add --rel-pos deberta (got --rel-pos {self.rel_pos})"
                     for flag in changed]
@@ -389,6 +469,10 @@ class PositionConfig:
                           "depend on the content and are scaled by 1/sqrt(3 d_h), TUPE's untied term is "
                           "content-free and scaled by 1/sqrt(2 d_h); their sum is defined by neither paper, "
                           "use --untied-pos none")
+        if self.deberta_share_att_key and self.deberta_rel_proj_bias != DEFAULTS["deberta_rel_proj_bias"]:
+            errors.append(f"--deberta-rel-proj-bias {self.deberta_rel_proj_bias} with --deberta-share-att-key: "
+                          "the layers project the table by their content projections, with their biases, and "
+                          "have no relative projections of their own; drop --deberta-rel-proj-bias")
         if self.deberta_max_distance < 1:
             errors.append(f"--deberta-max-distance must be >= 1, got {self.deberta_max_distance}")
         buckets = self.deberta_buckets

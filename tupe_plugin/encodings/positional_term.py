@@ -51,6 +51,8 @@ class PositionalTerm:
     disentangled_table: Optional[torch.Tensor] = None
     disentangled_index: Optional[torch.Tensor] = None
     disentangled_offsets: Optional[torch.Tensor] = None
+    disentangled_p2c_index: Optional[torch.Tensor] = None
+    disentangled_p2c_offsets: Optional[torch.Tensor] = None
     rotary_cos: Optional[torch.Tensor] = None
     rotary_sin: Optional[torch.Tensor] = None
     attn_mask: Optional[torch.Tensor] = None

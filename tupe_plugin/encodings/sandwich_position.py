@@ -1,7 +1,9 @@
 """Sandwich (Chi, Fan, Rudnicky, Ramadge, "Dissecting Transformer Length Extrapolation via the Lens of
 Receptive Field Analysis", arXiv 2212.10356): the fixed bias of the inner product of sinusoidal position
 embeddings, with no parameters. For p_t = [.., sin(w_k t), cos(w_k t), ..] of dimension d'
-(``--sandwich-dim``), w_k = 10000^(-2k/d'), k = 0..d'/2-1,
+(``--sandwich-dim``), w_k = 10000^(-2k/d'), k = 1..d'/2 (the paper's equation of p_m . p_n, which NVIDIA
+NeMo's Sandwich implements; ``--sandwich-frequencies zero-based``: k = 0..d'/2-1, the sinusoids of Vaswani
+et al. as PyTorch attention-gym's Sandwich takes them, and this plugin's first form),
 
     bias[h, i, j] = S (p_i . p_j - d'/2) / r_h = S (sum_k cos(w_k (j - i)) - d'/2) / r_h,
 
@@ -23,11 +25,11 @@ from .sinusoid import Sinusoid
 class SandwichBias(OffsetBias):
     """The (H, T, T) Sandwich bias, shared by all layers; never trained."""
 
-    def __init__(self, num_heads, dim=128, scale=1.0, zero_cls=False):
+    def __init__(self, num_heads, dim=128, scale=1.0, zero_cls=False, one_based=True):
         super().__init__(zero_cls)
         self.num_heads = num_heads
         self.scale = scale
-        self.sinusoid = Sinusoid(dim)
+        self.sinusoid = Sinusoid(dim, first=1 if one_based else 0)
 
     def per_offset(self, seq_len):
         """(offsets (2T-1,), bias (H, 2T-1)) for j - i = -(T-1)..T-1, in float32."""
@@ -42,4 +44,4 @@ def build_sandwich_bias(config):
     if not config.sandwich:
         return None
     return SandwichBias(config.num_heads, config.sandwich_dim, config.sandwich_scale,
-                        zero_cls=config.zero_cls_bias)
+                        zero_cls=config.zero_cls_bias, one_based=config.sandwich_one_based)

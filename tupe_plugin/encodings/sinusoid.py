@@ -2,27 +2,28 @@
 
 Vaswani et al., "Attention Is All You Need", arXiv 1706.03762; Wang, Shang, Lioma, Jiang, Yang, Liu,
 Simonsen, "On Position Embeddings in BERT", ICLR 2021, §3.2 and Table 1.
-P(x) = [.., sin(w_i x), cos(w_i x), ..] (pairs interleaved), w_i = (1/10000)^(2i/D) at initialisation;
-with ``learnable=True`` the D/2 frequencies are parameters (Wang et al.'s learnable sinusoidal PEs).
+P(x) = [.., sin(w_i x), cos(w_i x), ..] (pairs interleaved), w_i = (1/10000)^(2i/D), i = 0..D/2-1, at
+initialisation (``first=1``: i = 1..D/2, Sandwich's); with ``learnable=True`` the D/2 frequencies are
+parameters (Wang et al.'s learnable sinusoidal PEs).
 """
 
 import torch
 from torch import nn
 
 
-def initial_frequencies(dim, base=10000.0):
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float) / dim)
+def initial_frequencies(dim, base=10000.0, first=0):
+    return base ** (-torch.arange(2 * first, dim + 2 * first, 2, dtype=torch.float) / dim)
 
 
 class Sinusoid(nn.Module):
-    def __init__(self, dim, learnable=False, base=10000.0):
+    def __init__(self, dim, learnable=False, base=10000.0, first=0):
         super().__init__()
         if dim % 2:
             raise ValueError(f"sinusoidal position encodings need an even dimension, got {dim}")
         self.dim = dim
         self.learnable = learnable
         self.base = base
-        frequencies = initial_frequencies(dim, base)
+        frequencies = initial_frequencies(dim, base, first)
         if learnable:
             self.frequencies = nn.Parameter(frequencies)
         else:

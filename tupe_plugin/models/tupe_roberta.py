@@ -165,7 +165,8 @@ class TupeRobertaEncoder(RobertaEncoder):
 @register_model_architecture("tupe_roberta", "tupe_roberta")
 def base_architecture(args):
     """Defaults for every flag a preset leaves unset: TUPE-R, base size, BERT's post-LN recipe."""
-    position_config.set_defaults(args)
+    # a config that has built a model before is a checkpoint's
+    position_config.set_defaults(args, saved=safe_getattr(args, "embed_init_applied", False))
     model_flags.set_defaults(args)
     embedding_init.set_defaults(args)
     checkpoint_init.set_defaults(args)

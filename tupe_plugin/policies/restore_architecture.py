@@ -19,6 +19,7 @@ import argparse
 import logging
 
 from ..checkpoint_config import saved_model_config
+from ..encodings.position_config import BEFORE_RELEASED_FORMS, value_as_trained
 from ..models.model_flags import SETTING_OF_FLAG, carry_setting, show_setting
 from ..user_errors import UserError
 from .missing_restore_file import checkpoint_to_restore
@@ -123,6 +124,9 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
     refused, carried = [], {}
     for setting in architecture_settings(flags) + list(RECORDED):
         wanted, pretrained = _get(model_cfg, setting), _get(saved, setting)
+        if pretrained is _MISSING and setting in BEFORE_RELEASED_FORMS:  # saved before the option existed
+            pretrained = value_as_trained(setting, _get(saved, "rel_pos"),
+                                          _get(saved, "deberta_share_att_key") is True)
         if pretrained is _MISSING or (wanted is not _MISSING and _same(wanted, pretrained)):
             continue
         if setting in explicit:
