@@ -88,7 +88,7 @@ def test_glue_task_missing_from_glue_dir_is_named_with_its_folder(tmp_path, arch
 def test_glue_task_without_its_train_or_dev_file_is_named_with_the_file(tmp_path, archs, present, missing):
     glue = partial_glue(tmp_path, present)
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": glue, "tasks": ["RTE"]}}, archs)
-    assert (f"key 'glue.tasks[0]': {os.path.join(glue, 'RTE', missing)}: file not found: the GLUE task RTE "
+    assert (f"key 'glue.tasks[0]': {os.path.join(glue, 'RTE', missing)}: no such file: the GLUE task RTE "
             f"needs its {missing}") in message
 
 
@@ -100,7 +100,7 @@ def test_mnli_mismatched_is_checked_in_the_mnli_folder(tmp_path, archs):
     mnli = {"archs": ["tupe_r_tiny"], "glue": {"dir": str(tmp_path / "glue"), "tasks": ["MNLI"]}}
     assert load_config(write(tmp_path, mnli), archs)["glue"]["tasks"] == ["MNLI"]
     mnli["glue"]["tasks"] = ["MNLI-mm"]
-    assert f"{folder / 'dev_mismatched.tsv'}: file not found" in error_of(tmp_path, mnli, archs)
+    assert f"{folder / 'dev_mismatched.tsv'}: no such file" in error_of(tmp_path, mnli, archs)
 
 
 def test_typo_in_a_top_level_key_is_named_with_a_suggestion(tmp_path, archs):
@@ -140,13 +140,13 @@ def test_corpus_not_utf8_names_the_file_and_byte(tmp_path, archs):
 
 def test_missing_corpus_file_is_named(tmp_path, archs):
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "corpus": str(tmp_path / "none.txt")}, archs)
-    assert f"key 'corpus': {tmp_path / 'none.txt'}: file not found" in message
+    assert f"key 'corpus': {tmp_path / 'none.txt'}: no such file" in message
 
 
 def test_missing_squad_dev_file_is_named(tmp_path, archs):
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "squad": {"dev": str(tmp_path / "d.json")}},
                        archs)
-    assert "key 'squad.dev'" in message and "file not found" in message
+    assert "key 'squad.dev'" in message and "no such file" in message
     assert "rajpurkar.github.io/SQuAD-explorer" in message
 
 
@@ -219,7 +219,7 @@ def test_glue_task_without_its_dev_file_stops_the_cli_before_any_job(tmp_path, c
         main([write(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": glue, "tasks": ["RTE"]}}),
               "--out", str(out)])
     assert caught.value.code == 2
-    assert f"{os.path.join(glue, 'RTE', 'dev.tsv')}: file not found" in capsys.readouterr().err
+    assert f"{os.path.join(glue, 'RTE', 'dev.tsv')}: no such file" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -14,6 +14,7 @@ import os
 from omegaconf.errors import OmegaConfBaseException
 
 from ..glue.tasks import GLUE_TASKS
+from ..path_checks import path_problem
 from .yaml_file import YamlFileError, read_mapping
 
 GET_GLUE = ("get the GLUE data with the GLUE benchmark's download script (download_glue_data.py, linked "
@@ -80,8 +81,8 @@ def load_config(path, known_archs):
 
     ``known_archs`` are the ``--arch`` names the study may pre-train.
     """
-    if not os.path.isfile(path):
-        raise StudyConfigError(f"{path}: config file not found")
+    if problem := path_problem(path):
+        raise StudyConfigError(f"{path}: {problem}; give the study's YAML config file")
     try:
         raw = read_mapping(path, "archs: [bert_a_tiny, tupe_r_tiny]")
     except YamlFileError as error:
@@ -217,8 +218,8 @@ def _existing_file(path, key, fail, what):
     if not isinstance(path, str):
         fail(key, f"must be the path of {what}, got {path!r}")
     absolute = os.path.abspath(path)
-    if not os.path.isfile(absolute):
-        fail(key, f"{absolute}: file not found; give the path of {what}")
+    if problem := path_problem(absolute):
+        fail(key, f"{absolute}: {problem}; give the path of {what}")
     return absolute
 
 
@@ -241,8 +242,8 @@ def _check_corpus(corpus, fail):
 
 def _check_glue(glue, fail):
     glue_dir = glue["dir"]
-    if not isinstance(glue_dir, str) or not os.path.isdir(glue_dir):
-        fail("glue.dir", f"{os.path.abspath(str(glue_dir))}: no such folder; give the folder holding "
+    if problem := path_problem(glue_dir, "folder") if isinstance(glue_dir, str) else "not a path":
+        fail("glue.dir", f"{os.path.abspath(str(glue_dir))}: {problem}; give the folder holding "
              f"the GLUE tasks (TASK/train.tsv, TASK/dev.tsv), {GET_GLUE}; or set glue: null to skip GLUE")
     glue["dir"] = os.path.abspath(glue_dir)
     tasks = glue["tasks"]
@@ -252,12 +253,12 @@ def _check_glue(glue, fail):
         if task not in GLUE_TASKS:
             fail(f"glue.tasks[{i}]", f"unknown GLUE task {task!r}{_suggest(task, GLUE_TASKS)}")
         folder = os.path.join(glue["dir"], GLUE_TASKS[task].folder)
-        if not os.path.isdir(folder):
-            fail(f"glue.tasks[{i}]", f"{folder}: no such folder: glue.dir has no "
+        if problem := path_problem(folder, "folder"):
+            fail(f"glue.tasks[{i}]", f"{folder}: {problem}: glue.dir has no "
                  f"GLUE task {task}; {GET_GLUE}, or remove {task} from glue.tasks")
         for path in GLUE_TASKS[task].files(glue["dir"]).values():
-            if not os.path.isfile(path):
-                fail(f"glue.tasks[{i}]", f"{path}: file not found: the GLUE task {task} needs its "
+            if problem := path_problem(path):
+                fail(f"glue.tasks[{i}]", f"{path}: {problem}: the GLUE task {task} needs its "
                      f"{os.path.basename(path)}; {GET_GLUE}")
     if len(set(tasks)) != len(tasks):
         fail("glue.tasks", "lists a task twice")
