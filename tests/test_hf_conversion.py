@@ -329,7 +329,7 @@ def test_truncated_safetensors_is_named(bert_folder, tmp_path):
 
 
 @pytest.mark.parametrize("missing, message", [
-    ("vocab.txt", "has no vocab.txt \\(bert's tokenizer\\)"),
+    ("vocab.txt", "has no vocab.txt \\(bert's tokenizer\\) and no tokenizer.json: save the tokenizer"),
     ("model.safetensors", "has neither model.safetensors nor pytorch_model.bin"),
     ("config.json", "has no config.json"),
 ])
@@ -337,6 +337,31 @@ def test_missing_files_are_named(bert_folder, tmp_path, missing, message):
     (bert_folder / missing).unlink()
     with pytest.raises(HfCheckpointError, match=message):
         convert(str(bert_folder), str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_folder_whose_tokenizer_is_only_tokenizer_json_converts_as_with_the_vocabulary_files(
+        family, bert, roberta, tmp_path):
+    """transformers 5's save_pretrained writes tokenizer.json and neither vocab.txt nor vocab.json."""
+    _, root = bert if family == "bert" else roberta
+    shutil.copytree(root / "hf", tmp_path / "hf")
+    files = ["vocab.txt"] if family == "bert" else ["vocab.json", "merges.txt"]
+    tokenizer_class = transformers.BertTokenizer if family == "bert" else transformers.RobertaTokenizer
+    tokenizer_class(*(str(tmp_path / "hf" / name) for name in files)).save_pretrained(tmp_path / "hf")
+    for name in files:
+        (tmp_path / "hf" / name).unlink(missing_ok=True)
+    convert(str(tmp_path / "hf"), str(tmp_path / "out"))
+    for name in ["dict.txt"] + files:
+        assert output_file(tmp_path / "out", name) == output_file(root / "out", name)
+    assert output_file(tmp_path / "out", "model.pt") == output_file(root / "out", "model.pt")
+
+
+def output_file(folder, name):
+    """A converted folder's file as compared: JSON parsed, model.pt's HF ids, text otherwise."""
+    if name == "model.pt":
+        return list(torch.load(folder / name, weights_only=False)["extra_state"]["hf_token_ids"])
+    text = (folder / name).read_text(encoding="utf-8")
+    return json.loads(text) if name.endswith(".json") else text
 
 
 def test_arch_of_another_size_is_refused_and_another_encoding_says_how_to_swap(bert_folder, tmp_path, caplog):

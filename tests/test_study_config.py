@@ -88,7 +88,7 @@ def test_glue_task_missing_from_glue_dir_is_named_with_its_folder(tmp_path, arch
 def test_glue_task_without_its_train_or_dev_file_is_named_with_the_file(tmp_path, archs, present, missing):
     glue = partial_glue(tmp_path, present)
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": glue, "tasks": ["RTE"]}}, archs)
-    assert (f"key 'glue.tasks[0]': {os.path.join(glue, 'RTE', missing)}: file not found: the GLUE task RTE "
+    assert (f"key 'glue.tasks[0]': {os.path.join(glue, 'RTE', missing)}: no such file: the GLUE task RTE "
             f"needs its {missing}") in message
 
 
@@ -100,7 +100,7 @@ def test_mnli_mismatched_is_checked_in_the_mnli_folder(tmp_path, archs):
     mnli = {"archs": ["tupe_r_tiny"], "glue": {"dir": str(tmp_path / "glue"), "tasks": ["MNLI"]}}
     assert load_config(write(tmp_path, mnli), archs)["glue"]["tasks"] == ["MNLI"]
     mnli["glue"]["tasks"] = ["MNLI-mm"]
-    assert f"{folder / 'dev_mismatched.tsv'}: file not found" in error_of(tmp_path, mnli, archs)
+    assert f"{folder / 'dev_mismatched.tsv'}: no such file" in error_of(tmp_path, mnli, archs)
 
 
 def test_typo_in_a_top_level_key_is_named_with_a_suggestion(tmp_path, archs):
@@ -140,14 +140,56 @@ def test_corpus_not_utf8_names_the_file_and_byte(tmp_path, archs):
 
 def test_missing_corpus_file_is_named(tmp_path, archs):
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "corpus": str(tmp_path / "none.txt")}, archs)
-    assert f"key 'corpus': {tmp_path / 'none.txt'}: file not found" in message
+    assert f"key 'corpus': {tmp_path / 'none.txt'}: no such file" in message
 
 
 def test_missing_squad_dev_file_is_named(tmp_path, archs):
     message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "squad": {"dev": str(tmp_path / "d.json")}},
                        archs)
-    assert "key 'squad.dev'" in message and "file not found" in message
+    assert "key 'squad.dev'" in message and "no such file" in message
     assert "rajpurkar.github.io/SQuAD-explorer" in message
+
+
+def error_of_text(tmp_path, text, archs):
+    """The error of a config file written as ``text`` (YAML that yaml.safe_dump would not write)."""
+    path = tmp_path / "study.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(StudyConfigError) as caught:
+        load_config(str(path), archs)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("archs: [tupe_r_tiny]\narchs: [bert_a_tiny]\n",
+     "line 2: the key 'archs' is given twice in its section (first on line 1): keep one"),
+    ("archs: [tupe_r_tiny]\npretrain: {updates: 5\n",
+     "line 2: the '{' at column 11 is not closed"),
+    ("archs: [tupe_r_tiny]\npretrain:\n\tupdates: 5\n",
+     "line 3: a tab at column 1; YAML indents with spaces: replace the tab with spaces"),
+], ids=["duplicate-key", "unclosed-brace", "tab-indent"])
+def test_a_yaml_error_is_one_line_naming_the_file_and_line(tmp_path, archs, text, problem):
+    message = error_of_text(tmp_path, text, archs)
+    assert message.startswith(f"{tmp_path / 'study.yaml'}: {problem}") and "\n" not in message
+
+
+def test_a_plain_string_as_the_config_is_named_as_such_not_as_an_unknown_key(tmp_path, archs):
+    message = error_of_text(tmp_path, "tupe_r_tiny bert_a_tiny\n", archs)
+    assert message.startswith(f"{tmp_path / 'study.yaml'}: line 1: the file holds the text "
+                              "'tupe_r_tiny bert_a_tiny', not a mapping of keys: write KEY: VALUE lines")
+    assert "unknown key" not in message
+
+
+def test_decreasing_stage_lengths_are_refused_naming_the_stage(tmp_path, archs):
+    stages = [{"tokens_per_sample": 64, "updates": 4}, {"tokens_per_sample": 32, "updates": 2}]
+    message = error_of(tmp_path, {"archs": ["tupe_r_tiny"], "pretrain": {"stages": stages}}, archs)
+    assert ("key 'pretrain.stages[1].tokens_per_sample': 32 is shorter than pretrain.stages[0]'s 64: "
+            "the model's positions are sized for the last stage's length") in message
+
+
+def test_evaluate_at_may_list_the_last_update_which_is_evaluated_anyway(tmp_path, archs):
+    pretrain = {"updates": 60, "validate_every": 30, "evaluate_at": [30, 60]}
+    config = load_config(write(tmp_path, {"archs": ["tupe_r_tiny"], "pretrain": pretrain}), archs)
+    assert config["pretrain"]["evaluate_at"] == [30]
 
 
 def test_non_positive_updates_are_refused(tmp_path, archs):
@@ -177,7 +219,7 @@ def test_glue_task_without_its_dev_file_stops_the_cli_before_any_job(tmp_path, c
         main([write(tmp_path, {"archs": ["tupe_r_tiny"], "glue": {"dir": glue, "tasks": ["RTE"]}}),
               "--out", str(out)])
     assert caught.value.code == 2
-    assert f"{os.path.join(glue, 'RTE', 'dev.tsv')}: file not found" in capsys.readouterr().err
+    assert f"{os.path.join(glue, 'RTE', 'dev.tsv')}: no such file" in capsys.readouterr().err
     assert not out.exists()
 
 

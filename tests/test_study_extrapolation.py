@@ -24,6 +24,14 @@ def test_a_learned_table_has_no_loss_beyond_its_positions_and_says_why(pretraine
                       "reason": f"table of {max_positions} positions"}
 
 
+def test_a_learned_table_validates_a_shorter_length_with_the_table_as_trained(pretrained_dir, tmp_path):
+    max_positions, learned, _ = extrapolation.trained_model(
+        pretrained_dir / "checkpoints" / "checkpoint_last.pt")
+    assert learned and max_positions >= 16
+    result = run(pretrained_dir, tmp_path, max_positions // 2)
+    assert result["reason"] is None and 0 < result["loss"] < 20
+
+
 @pytest.mark.slow
 def test_a_length_the_model_reaches_gets_fairseq_validates_loss(pretrained_dir, tmp_path):
     max_positions, _, _ = extrapolation.trained_model(pretrained_dir / "checkpoints" / "checkpoint_last.pt")

@@ -16,6 +16,7 @@ import sys
 
 from .child_processes import ended_with_parent
 from .fairseq_tools import PLUGIN_DIR, fairseq_tool
+from .path_checks import path_problem
 
 
 def pretrained_architecture(checkpoint):
@@ -67,8 +68,8 @@ def parse_run_args(parser, argv):
     for path, what in ((args.checkpoint, "CKPT"),
                        (os.path.join(args.data_bin, "sentencepiece.bpe.model"), "DATA_BIN"),
                        (os.path.join(args.data_bin, "dict.txt"), "DATA_BIN")):
-        if not os.path.isfile(path):
-            parser.error(f"{what} {path}: no such file")
+        if problem := path_problem(path):
+            parser.error(f"{what} {path}: {problem}")
     return args, extra
 
 

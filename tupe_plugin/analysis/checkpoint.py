@@ -5,6 +5,7 @@ import os
 from fairseq import checkpoint_utils, tasks
 
 from ..models import TupeRobertaModel
+from ..path_checks import path_problem
 from ..user_errors import UserError
 
 
@@ -18,11 +19,11 @@ def load_checkpoint(path, data=None):
     ``data`` replaces the data directory stored in the checkpoint (it must hold the task's
     dictionary, e.g. dict.txt of fairseq-preprocess).
     """
-    if not os.path.isfile(path):
-        raise CheckpointError(f"--path {path}: no such checkpoint file")
+    if problem := path_problem(path):
+        raise CheckpointError(f"--path {path}: {problem}; give a checkpoint file")
     overrides = {"data": os.path.abspath(data)} if data else {}
-    if data and not os.path.isdir(data):
-        raise CheckpointError(f"--data {data}: no such directory")
+    if data and (problem := path_problem(data, "folder")):
+        raise CheckpointError(f"--data {data}: {problem}")
     state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides=overrides)
     cfg = state["cfg"]
     if cfg is None or cfg.model is None:

@@ -17,10 +17,10 @@ and always when it is the ``--checkpoint`` or ``--dict`` being converted.
 
 import argparse
 import logging
-import os
 import sys
 
 from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert
+from tupe_plugin.path_checks import path_problem
 
 
 def main(argv=None):
@@ -36,8 +36,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     for flag, path in (("--checkpoint", args.checkpoint), ("--dict", args.dict)):
-        if not os.path.isfile(path):
-            parser.error(f"{flag} {path}: no such file")
+        if problem := path_problem(path):
+            parser.error(f"{flag} {path}: {problem}")
     try:
         convert(args.checkpoint, args.dict, args.out, args.allow_pickle, args.force)
     except ReleaseCheckpointError as error:

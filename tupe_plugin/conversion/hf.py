@@ -5,7 +5,8 @@ definitions (Devlin et al. 2019, BERT; Liu et al. 2019, RoBERTa), not from any c
 
 * Read: ``config.json``; the weights from ``model.safetensors`` (parsed here from the format's JSON header,
   no extra package) or else ``pytorch_model.bin`` (``torch.load(weights_only=True)``); the tokenizer's
-  ``vocab.txt`` (WordPiece, BERT) or ``vocab.json`` + ``merges.txt`` (byte-level BPE, RoBERTa), and
+  ``vocab.txt`` (WordPiece, BERT) or ``vocab.json`` + ``merges.txt`` (byte-level BPE, RoBERTa), or else
+  their vocabulary and merges in ``tokenizer.json`` (all that transformers 5 saves), and
   ``tokenizer_config.json`` when there (``do_lower_case``, BERT's special tokens, ``add_prefix_space``).
 * Layers: BERT's post-LN layer is the plugin's (LayerNorm after each residual, embedding LayerNorm, GELU);
   query/key/value are stacked into ``in_proj``. The MLM head's transform (dense, GELU, LayerNorm) is
@@ -52,7 +53,7 @@ from tupe_plugin.user_errors import UserError
 
 logger = logging.getLogger("convert_hf")
 
-CONFIG, TOKENIZER_CONFIG = "config.json", "tokenizer_config.json"
+CONFIG, TOKENIZER_CONFIG, TOKENIZER_JSON = "config.json", "tokenizer_config.json", "tokenizer.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 FAIRSEQ_MASK = "<mask>"
@@ -110,8 +111,16 @@ def read_json(hf_dir, name, required=True):
         return {}
     try:
         with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (ValueError, UnicodeDecodeError) as error:
+            return parse_json(f.read(), path)
+    except UnicodeDecodeError as error:
+        raise HfCheckpointError(f"{path} is not valid JSON ({error}): download the model again") from error
+
+
+def parse_json(text, path):
+    """The JSON object ``text`` read from ``path``."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
         raise HfCheckpointError(f"{path} is not valid JSON ({error}): download the model again") from error
     if not isinstance(value, dict):
         raise HfCheckpointError(f"{path} is not a JSON object: download the model again")
@@ -209,11 +218,43 @@ def _token(value, default):
     return value if isinstance(value, str) else default
 
 
-def bert_vocabulary(hf_dir, config, tokenizer_config):
+def tokenizer_files(hf_dir, family, model_type):
+    """``{name: (text, where)}`` of the family's tokenizer files (``where`` names the file in errors): read
+    from ``hf_dir``, or written from ``tokenizer.json`` where they are absent (transformers 5 saves only
+    that file)."""
+    paths = {name: os.path.join(hf_dir, name) for name in family.tokenizer_files}
+    if all(os.path.isfile(path) for path in paths.values()):
+        files = {}
+        for name, path in paths.items():
+            with open(path, encoding="utf-8") as f:
+                files[name] = f.read(), path
+        return files
+    path = os.path.join(hf_dir, TOKENIZER_JSON)
+    if not os.path.isfile(path):
+        missing = " or ".join(name for name, path in paths.items() if not os.path.isfile(path))
+        raise HfCheckpointError(f"--hf-model {hf_dir} has no {missing} ({model_type}'s tokenizer) and no "
+                                f"{TOKENIZER_JSON}: save the tokenizer with save_pretrained into the same "
+                                "folder")
+    model = read_json(hf_dir, TOKENIZER_JSON).get("model") or {}
+    kind = {"bert": "WordPiece", "roberta": "BPE"}[model_type]
+    vocab = model.get("vocab")
+    if model.get("type") != kind or not isinstance(vocab, dict):
+        raise HfCheckpointError(f"{path} holds a {model.get('type')} tokenizer, not {model_type}'s {kind} "
+                                "vocabulary: pass the tokenizer saved with the model")
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise HfCheckpointError(f"{path}: the vocabulary's ids are not 0..{len(vocab) - 1}, each once")
+    where = f"{path} (its vocabulary as {family.tokenizer_files[0]})"
+    if model_type == "bert":
+        return {"vocab.txt": ("".join(token + "\n" for token in sorted(vocab, key=vocab.get)), where)}
+    merges = [merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
+    return {"vocab.json": (json.dumps(vocab, ensure_ascii=False), where),
+            "merges.txt": ("#version: 0.2\n" + "".join(merge + "\n" for merge in merges), path)}
+
+
+def bert_vocabulary(files, config, tokenizer_config):
     """(plugin id -> HF id, dict.txt lines, --bpe bert settings) of a WordPiece vocab.txt."""
-    path = os.path.join(hf_dir, "vocab.txt")
-    with open(path, encoding="utf-8") as f:
-        tokens = [line.rstrip("\n") for line in f]
+    text, path = files["vocab.txt"]
+    tokens = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
     if tokens and tokens[-1] == "":
         tokens.pop()  # a trailing empty line
     first_line = {}
@@ -250,10 +291,10 @@ def bert_vocabulary(hf_dir, config, tokenizer_config):
     return specials + others + [ids["mask_token"]], lines, {"bpe_cased": not lower}
 
 
-def roberta_vocabulary(hf_dir, config, tokenizer_config):
+def roberta_vocabulary(files, config, tokenizer_config):
     """(plugin id -> HF id, dict.txt lines, --bpe hf_byte_bpe settings) of a byte-level BPE vocab.json."""
-    path = os.path.join(hf_dir, "vocab.json")
-    vocab = read_json(hf_dir, "vocab.json")
+    text, path = files["vocab.json"]
+    vocab = parse_json(text, path)
     if sorted(vocab.values()) != list(range(len(vocab))):
         raise HfCheckpointError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once")
     _check_vocab_size(path, len(vocab), config)
@@ -472,10 +513,7 @@ def convert(hf_dir, out_dir, arch=None, force=False):
     config = read_json(hf_dir, CONFIG)
     model_type = check_config(config, os.path.join(hf_dir, CONFIG))
     family = FAMILIES[model_type]
-    for name in family.tokenizer_files:
-        if not os.path.isfile(os.path.join(hf_dir, name)):
-            raise HfCheckpointError(f"--hf-model {hf_dir} has no {name} ({model_type}'s tokenizer): save the "
-                                    "tokenizer with save_pretrained into the same folder")
+    tokenizer = tokenizer_files(hf_dir, family, model_type)
     names = (CHECKPOINT_NAME, "dict.txt", *family.tokenizer_files)
     check_output_folder(out_dir, force, names)
     opts = model_options(config)
@@ -487,15 +525,16 @@ def convert(hf_dir, out_dir, arch=None, force=False):
     dims = tuple(opts[k] for k in ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads",
                                    "encoder_ffn_embed_dim"))
     written, swap = choose_arch(dims, arch)
-    order, lines, bpe_settings = VOCABULARIES[model_type](hf_dir, config, read_json(hf_dir, TOKENIZER_CONFIG,
-                                                                                    required=False))
+    tokenizer_config = read_json(hf_dir, TOKENIZER_CONFIG, required=False)
+    order, lines, bpe_settings = VOCABULARIES[model_type](tokenizer, config, tokenizer_config)
     hf, weights_path = load_weights(hf_dir)
     folder = make_sibling_folder(out_dir)
     try:
         with open(os.path.join(folder, "dict.txt"), "w", encoding="utf-8") as f:
             f.writelines(lines)
-        for name in family.tokenizer_files:
-            shutil.copyfile(os.path.join(hf_dir, name), os.path.join(folder, name))
+        for name, (text, _) in tokenizer.items():
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                f.write(text)
         train_args = options.parse_args_and_arch(options.get_training_parser(), plugin_command_line(
             opts, written, max_positions, folder, bpe_flags(model_type, out_dir, bpe_settings)))
         cfg = convert_namespace_to_omegaconf(train_args)

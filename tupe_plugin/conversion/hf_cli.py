@@ -18,10 +18,10 @@ succeeded; files of the same names already in OUT stop the conversion unless ``-
 
 import argparse
 import logging
-import os
 import sys
 
 from tupe_plugin.conversion.hf import convert
+from tupe_plugin.path_checks import path_problem
 from tupe_plugin.user_errors import UserError
 
 
@@ -35,8 +35,8 @@ def main(argv=None):
                         help="replace the files already in --out (only once the conversion succeeded)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    if not os.path.isdir(args.hf_model):
-        parser.error(f"--hf-model {args.hf_model}: no such folder")
+    if problem := path_problem(args.hf_model, "folder"):
+        parser.error(f"--hf-model {args.hf_model}: {problem}: give the folder save_pretrained wrote")
     try:
         convert(args.hf_model, args.out, args.arch, args.force)
     except UserError as error:

@@ -29,6 +29,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from ..path_checks import path_problem
+
 logger = logging.getLogger("build_corpus")
 
 SPLITS = ("train", "valid", "test")
@@ -229,8 +231,8 @@ def parse_args(argv):
             parser.error(f"{flag} must be between 0 and 0.5, got {fraction}")
     if args.max_words < 1:
         parser.error(f"--max-words must be at least 1, got {args.max_words}")
-    if args.corpus is not None and not args.corpus.is_file():
-        parser.error(f"--corpus: file not found: {args.corpus}; give the path of a UTF-8 text file")
+    if args.corpus is not None and (problem := path_problem(args.corpus)):
+        parser.error(f"--corpus {args.corpus}: {problem}; give the path of a UTF-8 text file")
     return parser, args
 
 

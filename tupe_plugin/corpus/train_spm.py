@@ -32,6 +32,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from ..path_checks import path_problem
+
 logger = logging.getLogger("train_spm")
 
 SPLITS = ("train", "valid", "test")
@@ -123,11 +125,10 @@ def parse_args(argv):
     if args.max_pieces < 1:
         parser.error(f"--max-pieces must be at least 1, got {args.max_pieces}")
     train_file = args.corpus_dir / "train.txt"
-    if not train_file.is_file():
-        parser.error(
-            f"--corpus-dir: {train_file} not found; build it with tupe-build-corpus "
-            f"--output-dir {args.corpus_dir}"
-        )
+    for path, expected in ((args.corpus_dir, "folder"), (train_file, "file")):
+        if problem := path_problem(path, expected):
+            parser.error(f"--corpus-dir: {path}: {problem}; build it with "
+                         "tupe-build-corpus --output-dir DIR, and give that DIR")
     if not train_file.read_text(encoding="utf-8").strip():
         parser.error(f"--corpus-dir: {train_file} is empty; rebuild the corpus")
     return args

@@ -15,6 +15,8 @@ import os
 import numpy
 import torch
 
+from ..path_checks import path_problem
+
 logger = logging.getLogger(__name__)
 
 STANDARDIZE_CHOICES = ("none", "std", "xavier")
@@ -47,8 +49,8 @@ class PretrainedVectors:
 
 def read_vectors(path, dictionary_path=None):
     """Read ``--embed-init-path``: a fairseq checkpoint (``*.pt``, or any file torch can load) or text."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--embed-init-path {path}: no such file")
+    if problem := path_problem(path):
+        raise FileNotFoundError(f"--embed-init-path {path}: {problem}")
     if _is_zip_or_pickle(path):
         return read_checkpoint_vectors(path, dictionary_path)
     return read_text_vectors(path)

@@ -24,6 +24,7 @@ import sys
 from ..cli_types import at_least_one
 from ..finetuning import (add_run_args, count_lines, description, fairseq_train_command, linear_schedule,
                           parse_run_args, pretrained_architecture, run_logged)
+from ..path_checks import path_problem
 from . import prepare
 from .tasks import GLUE_TASKS
 
@@ -43,9 +44,10 @@ def main(argv=None):
                         help="keep only the first N examples of each split")
     args, extra = parse_run_args(parser, argv)
     task = GLUE_TASKS[args.task]
-    if not os.path.isdir(os.path.join(args.glue_dir, task.folder)):
-        parser.error(f"--glue-dir {args.glue_dir} has no {task.folder} folder: give the folder of the GLUE "
-                     "data (TASK/train.tsv, TASK/dev.tsv), as the GLUE benchmark's download script "
+    folder = os.path.join(args.glue_dir, task.folder)
+    if problem := path_problem(folder, "folder"):
+        parser.error(f"--glue-dir {args.glue_dir}: {folder}: {problem}: give the folder of the GLUE data "
+                     "(TASK/train.tsv, TASK/dev.tsv), as the GLUE benchmark's download script "
                      "(download_glue_data.py, linked from gluebenchmark.com) writes it")
     arch, max_positions = pretrained_architecture(args.checkpoint)
     args.max_epoch = args.max_epoch or task.epochs

@@ -29,6 +29,7 @@ import sys
 from collections import Counter
 
 from tupe_plugin.glue.tasks import GLUE_TASKS
+from tupe_plugin.path_checks import path_problem
 from tupe_plugin.prepared_folder import fingerprint, write_prepared_folder
 
 logger = logging.getLogger("prepare_glue")
@@ -202,12 +203,12 @@ def write_lines(path, lines):
 def task_files(task, glue_dir, sentencepiece_model, dictionary):
     """``{split: tsv path}`` of ``task``, after checking that every input file exists."""
     for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary, "--dict")):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{flag} {path}: no such file")
+        if problem := path_problem(path):
+            raise FileNotFoundError(f"{flag} {path}: {problem}")
     files = GLUE_TASKS[task].files(glue_dir)
     for path in files.values():
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such file (--glue-dir {glue_dir}, --task {task})")
+        if problem := path_problem(path):
+            raise FileNotFoundError(f"{path}: {problem} (--glue-dir {glue_dir}, --task {task})")
     return files
 
 

@@ -22,6 +22,7 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from tupe_plugin.fairseq_logs import Evaluations, evaluations
+from tupe_plugin.path_checks import path_problem
 
 
 class Run(NamedTuple):
@@ -47,9 +48,9 @@ def read_run(run_dir):
     """The :class:`Run` of one run directory."""
     info_path, log_path = os.path.join(run_dir, "run.json"), os.path.join(run_dir, "train.log")
     for path in (info_path, log_path):
-        if not os.path.isfile(path):
+        if problem := path_problem(path):
             raise FileNotFoundError(
-                f"{path}: missing (RUN_DIR must be a --save-dir of tupe-finetune-glue)"
+                f"{path}: {problem} (RUN_DIR must be a --save-dir of tupe-finetune-glue)"
             )
     with open(info_path, encoding="utf-8") as f:
         info = json.load(f)

@@ -29,6 +29,7 @@ from fairseq.utils import safe_getattr
 from ..checkpoint_config import model_config
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
+from ..path_checks import path_problem
 from . import stock_roberta
 from .checkpoint_guards import (HEAD_PREFIXES, CheckpointMismatchError, DictionaryMismatchError,
                                dictionary_fingerprint)
@@ -83,6 +84,8 @@ def set_defaults(args):
 def check_exists(path):
     if not os.path.isfile(path):
         raise MissingInitCheckpointError(
+            f"--init-from-checkpoint {path}: {path_problem(path)}: give a checkpoint file (a plugin "
+            "checkpoint, or fairseq RoBERTa's model.pt)" if os.path.exists(path) else
             f"--init-from-checkpoint {path} does not exist: correct the path (a plugin checkpoint, or "
             "fairseq RoBERTa's model.pt)"
         )

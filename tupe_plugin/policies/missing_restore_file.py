@@ -1,4 +1,4 @@
-"""A ``--restore-file`` that does not exist stops the run, naming the path.
+"""A ``--restore-file`` that does not exist (or is a folder) stops the run, naming the path.
 
 fairseq's ``load_checkpoint`` treats a missing checkpoint as "no checkpoint yet": a mistyped
 ``--restore-file`` logs "No existing checkpoint found" at INFO and trains from random initialisation,
@@ -11,6 +11,7 @@ the plugin's checks that run before the model is built.
 import os
 
 from fairseq.file_io import PathManager
+from ..path_checks import path_problem
 from ..user_errors import UserError
 
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
@@ -23,7 +24,8 @@ class MissingRestoreFileError(UserError, FileNotFoundError):
 def checkpoint_to_restore(cfg, suffix=""):
     """The file fairseq's ``load_checkpoint`` will load for checkpoint config ``cfg``, or None.
 
-    Raises :class:`MissingRestoreFileError` for a non-default ``--restore-file`` that does not exist.
+    Raises :class:`MissingRestoreFileError` for a non-default ``--restore-file`` that does not exist or is a
+    folder.
     """
     suffix = suffix or ""
     if cfg.restore_file == DEFAULT_RESTORE_FILE:
@@ -41,5 +43,8 @@ def checkpoint_to_restore(cfg, suffix=""):
             f"--restore-file {path} does not exist (fairseq would train from random initialisation): "
             "correct the path, or drop --restore-file to start a new run"
         )
+    if os.path.isdir(path):
+        raise MissingRestoreFileError(f"--restore-file {path}: {path_problem(path)}: give a checkpoint file "
+                                      f"(e.g. {os.path.join(path, DEFAULT_RESTORE_FILE)})")
     return path
 

@@ -37,6 +37,7 @@ import sys
 import torch
 
 from tupe_plugin.cli_types import at_least_one
+from tupe_plugin.path_checks import path_problem
 from tupe_plugin.squad.features import features_path, load_features
 from tupe_plugin.squad.metric import evaluate, official_output, questions
 from tupe_plugin.squad.spans import best_answer
@@ -89,8 +90,8 @@ def read_json(path, flag, what):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except FileNotFoundError:
-        sys.exit(f"tupe-evaluate-squad: error: {flag} {path}: no such file")
+    except (FileNotFoundError, IsADirectoryError):
+        sys.exit(f"tupe-evaluate-squad: error: {flag} {path}: {path_problem(path)}")
     except (ValueError, UnicodeDecodeError) as e:
         sys.exit(f"tupe-evaluate-squad: error: {flag} {path} is not a {what} JSON file ({e})")
 

@@ -25,6 +25,7 @@ import sys
 from ..cli_types import at_least_one
 from ..finetuning import (add_run_args, count_lines, description, fairseq_train_command, linear_schedule,
                           parse_run_args, pretrained_architecture, run_logged)
+from ..path_checks import path_problem
 from . import prepare
 
 SQUAD_WEBSITE = "rajpurkar.github.io/SQuAD-explorer"
@@ -54,8 +55,8 @@ def main(argv=None):
     files = {"train": args.train_file or os.path.join(args.squad_dir, f"train-v{args.version}.json"),
              "valid": args.valid_file or os.path.join(args.squad_dir, f"dev-v{args.version}.json")}
     for split, path in files.items():
-        if not os.path.isfile(path):
-            parser.error(f"{path}: no such file: give --squad-dir, the folder of the official SQuAD files "
+        if problem := path_problem(path):
+            parser.error(f"{path}: {problem}: give --squad-dir, the folder of the official SQuAD files "
                          f"(train-v{args.version}.json, dev-v{args.version}.json; {SQUAD_WEBSITE}), or "
                          f"--{split}-file")
     arch, max_positions = pretrained_architecture(args.checkpoint)

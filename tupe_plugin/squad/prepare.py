@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tupe_plugin.path_checks import path_problem
 from tupe_plugin.prepared_folder import PreparedFolderError, fingerprint, write_prepared_folder
 from tupe_plugin.squad.features import NO_ANSWER, features_path, spans_path, tokens_prefix
 from tupe_plugin.vocabulary import check_dictionary_symbols, check_unknown_pieces
@@ -237,8 +238,8 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
     doc_stride, max_query_length = window_defaults(max_seq_length, doc_stride, max_query_length)
     for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary_path, "--dict"),
                        *((p, f"--{s}-file") for s, p in files.items())):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{flag} {path}: no such file")
+        if problem := path_problem(path):
+            raise FileNotFoundError(f"{flag} {path}: {problem}")
     if max_query_length + 4 > max_seq_length:
         raise ValueError(f"--max-query-length {max_query_length} leaves no room for the passage in "
                          f"--max-seq-length {max_seq_length} (3 special tokens and at least 1 piece)")

@@ -11,10 +11,11 @@ import copy
 import difflib
 import os
 
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..glue.tasks import GLUE_TASKS
+from ..path_checks import path_problem
+from .yaml_file import YamlFileError, read_mapping
 
 GET_GLUE = ("get the GLUE data with the GLUE benchmark's download script (download_glue_data.py, linked "
             "from gluebenchmark.com)")
@@ -80,11 +81,13 @@ def load_config(path, known_archs):
 
     ``known_archs`` are the ``--arch`` names the study may pre-train.
     """
-    if not os.path.isfile(path):
-        raise StudyConfigError(f"{path}: config file not found")
+    if problem := path_problem(path):
+        raise StudyConfigError(f"{path}: {problem}; give the study's YAML config file")
     try:
-        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except (OmegaConfBaseException, ValueError, UnicodeDecodeError) as error:
+        raw = read_mapping(path, "archs: [bert_a_tiny, tupe_r_tiny]")
+    except YamlFileError as error:
+        raise StudyConfigError(str(error)) from None
+    except (OmegaConfBaseException, UnicodeDecodeError) as error:
         raise StudyConfigError(f"{path}: not a readable YAML file: {error}") from error
     return check_config(raw, known_archs, source=path)
 
@@ -215,8 +218,8 @@ def _existing_file(path, key, fail, what):
     if not isinstance(path, str):
         fail(key, f"must be the path of {what}, got {path!r}")
     absolute = os.path.abspath(path)
-    if not os.path.isfile(absolute):
-        fail(key, f"{absolute}: file not found; give the path of {what}")
+    if problem := path_problem(absolute):
+        fail(key, f"{absolute}: {problem}; give the path of {what}")
     return absolute
 
 
@@ -239,8 +242,8 @@ def _check_corpus(corpus, fail):
 
 def _check_glue(glue, fail):
     glue_dir = glue["dir"]
-    if not isinstance(glue_dir, str) or not os.path.isdir(glue_dir):
-        fail("glue.dir", f"{os.path.abspath(str(glue_dir))}: no such folder; give the folder holding "
+    if problem := path_problem(glue_dir, "folder") if isinstance(glue_dir, str) else "not a path":
+        fail("glue.dir", f"{os.path.abspath(str(glue_dir))}: {problem}; give the folder holding "
              f"the GLUE tasks (TASK/train.tsv, TASK/dev.tsv), {GET_GLUE}; or set glue: null to skip GLUE")
     glue["dir"] = os.path.abspath(glue_dir)
     tasks = glue["tasks"]
@@ -250,12 +253,12 @@ def _check_glue(glue, fail):
         if task not in GLUE_TASKS:
             fail(f"glue.tasks[{i}]", f"unknown GLUE task {task!r}{_suggest(task, GLUE_TASKS)}")
         folder = os.path.join(glue["dir"], GLUE_TASKS[task].folder)
-        if not os.path.isdir(folder):
-            fail(f"glue.tasks[{i}]", f"{folder}: no such folder: glue.dir has no "
+        if problem := path_problem(folder, "folder"):
+            fail(f"glue.tasks[{i}]", f"{folder}: {problem}: glue.dir has no "
                  f"GLUE task {task}; {GET_GLUE}, or remove {task} from glue.tasks")
         for path in GLUE_TASKS[task].files(glue["dir"]).values():
-            if not os.path.isfile(path):
-                fail(f"glue.tasks[{i}]", f"{path}: file not found: the GLUE task {task} needs its "
+            if problem := path_problem(path):
+                fail(f"glue.tasks[{i}]", f"{path}: {problem}: the GLUE task {task} needs its "
                      f"{os.path.basename(path)}; {GET_GLUE}")
     if len(set(tasks)) != len(tasks):
         fail("glue.tasks", "lists a task twice")
@@ -288,6 +291,11 @@ def _check_stages(pretrain, raw_pretrain, fail):
         for key in ("tokens_per_sample", "updates"):
             least = 8 if key == "tokens_per_sample" else 1
             _positive_int(stage, f"pretrain.stages[{i}]", key, fail, least=least)
+        if i and stage["tokens_per_sample"] < stages[i - 1]["tokens_per_sample"]:
+            before = stages[i - 1]["tokens_per_sample"]
+            fail(f"pretrain.stages[{i}].tokens_per_sample", f"{stage['tokens_per_sample']} is shorter than "
+                 f"pretrain.stages[{i - 1}]'s {before}: the model's positions are sized for the last stage's "
+                 "length, so the lengths may only grow; order the stages from short to long")
     given = [key for key in ("updates", "tokens_per_sample", "evaluate_at") if key in raw_pretrain]
     if given:
         fail(f"pretrain.{given[0]}", "is given by pretrain.stages (the updates add up, the last stage's "
@@ -308,20 +316,20 @@ def stage_ends(pretrain):
 
 def _check_evaluate_at(pretrain, fail):
     """The updates whose checkpoints are evaluated too: saved ones (multiples of the validation
-    interval), before the last."""
+    interval), before the last (the final model, always evaluated, may be listed and is dropped)."""
     from .jobs import pretrain_schedule
 
     updates, at = pretrain["updates"], pretrain["evaluate_at"]
     if (not isinstance(at, list) or len(set(at)) != len(at)
-            or not all(isinstance(u, int) and not isinstance(u, bool) and 0 < u < updates for u in at)):
-        fail("pretrain.evaluate_at", f"must be a list of distinct updates between 0 and pretrain.updates "
-             f"({updates}, whose model is always evaluated), got {at!r}")
+            or not all(isinstance(u, int) and not isinstance(u, bool) and 0 < u <= updates for u in at)):
+        fail("pretrain.evaluate_at", f"must be a list of distinct updates from 1 to pretrain.updates "
+             f"({updates}), got {at!r}")
     interval = pretrain_schedule(pretrain)["interval"]
     for i, update in enumerate(at):
-        if update % interval:
+        if update % interval and update != updates:
             fail(f"pretrain.evaluate_at[{i}]", f"{update} is not a multiple of the checkpoint interval "
                  f"{interval} (pretrain.validate_every): no checkpoint is saved there")
-    pretrain["evaluate_at"] = sorted(at)
+    pretrain["evaluate_at"] = sorted(update for update in at if update != updates)
 
 
 def _seed_list(section, prefix, fail):

@@ -4,12 +4,13 @@ As "On Position Embeddings in BERT" (Wang et al., ICLR 2021, §4.2) and the ALiB
 ``fairseq-validate`` on the study's validation text cut into blocks of ``--length`` tokens across line
 ends (``--sample-break-mode none --tokens-per-sample L``: every input but the last is L tokens long),
 the model rebuilt for that length (``--model-overrides "{'max_positions': L}"``). A model with a
-learned position table (``--abs-pos learned``, TUPE's untied table) has no position beyond its table:
-for a longer ``L`` no number is given, and the result says why (``table of N positions``) instead of
-leaving the row out. ``--rotary-scaling linear|ntk --rotary-scaling-factor F`` validates a RoPE model
-with that evaluation-time scaling of its angles (position interpolation, Chen et al. 2023, arXiv
-2306.15595; NTK-aware base scaling) as a row of its own; a model without RoPE gets ``no RoPE to
-scale`` as the position config words it (and learnable RoPE, which has no base, its refusal of ntk).
+learned position table (``--abs-pos learned``, TUPE's untied table) keeps its table as trained: a
+shorter ``L`` reads its first ``L`` rows, and for a longer ``L`` no number is given, the result saying
+why (``table of N positions``) instead of leaving the row out. ``--rotary-scaling linear|ntk
+--rotary-scaling-factor F`` validates a RoPE model with that evaluation-time scaling of its angles
+(position interpolation, Chen et al. 2023, arXiv 2306.15595; NTK-aware base scaling) as a row of its
+own; a model without RoPE gets ``no RoPE to scale`` as the position config words it (and learnable
+RoPE, which has no base, its refusal of ntk).
 
     python -m tupe_plugin.study.extrapolation --path CKPT --data DATA_BIN --length 256 --out FILE.json
 
@@ -51,10 +52,10 @@ def scaling_refused(config, overrides):
     return None
 
 
-def validate(path, data, length, batch_size, cpu, log_path, overrides=None):
-    """The validation loss (bits) of fairseq-validate at ``length`` (with the model ``overrides``), its
-    output in ``log_path``."""
-    overrides = {"max_positions": length, **(overrides or {})}
+def validate(path, data, length, positions, batch_size, cpu, log_path, overrides=None):
+    """The validation loss (bits) of fairseq-validate at ``length``, the model rebuilt for ``positions``
+    (with the model ``overrides``), its output in ``log_path``."""
+    overrides = {"max_positions": positions, **(overrides or {})}
     command = [fairseq_tool("validate"), data, "--user-dir", PLUGIN_DIR, "--path", path,
                "--task", "masked_lm", "--criterion", "masked_lm", "--sample-break-mode", "none",
                "--tokens-per-sample", str(length), "--model-overrides", repr(overrides),
@@ -100,8 +101,9 @@ def main(argv=None):
         result["reason"] = scaling_refused(config, overrides)
     else:
         log_path = os.path.join(folder, "validate.log")
-        result["loss"] = validate(args.path, args.data, args.length, args.batch_size, args.cpu, log_path,
-                                  overrides)
+        positions = trained if learned_table else args.length  # a table validates shorter inputs as trained
+        result["loss"] = validate(args.path, args.data, args.length, positions, args.batch_size, args.cpu,
+                                  log_path, overrides)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result))

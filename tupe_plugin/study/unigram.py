@@ -23,6 +23,8 @@ import math
 import os
 from collections import Counter
 
+from ..path_checks import path_problem
+
 EOS, UNK = "</s>", "<unk>"
 
 
@@ -70,8 +72,8 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     for flag, path in (("--train", args.train), ("--valid", args.valid), ("--dict", args.dict)):
-        if not os.path.isfile(path):
-            parser.error(f"{flag} {path}: file not found")
+        if problem := path_problem(path):
+            parser.error(f"{flag} {path}: {problem}")
     try:
         result = unigram_cross_entropy(args.train, args.valid, read_dictionary(args.dict))
     except ValueError as error:

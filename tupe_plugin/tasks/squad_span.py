@@ -26,6 +26,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING, OmegaConf, open_dict
 
+from ..path_checks import path_problem
 from ..squad.features import load_spans, spans_path, tokens_prefix
 
 logger = logging.getLogger(__name__)
@@ -51,9 +52,9 @@ class SquadSpanTask(FairseqTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         path = os.path.join(cfg.data, "dict.txt")
-        if not os.path.isfile(path):
+        if problem := path_problem(path):
             raise FileNotFoundError(
-                f"{path}: no such file; prepare the data with tupe-prepare-squad --out {cfg.data}"
+                f"{path}: {problem}; prepare the data with tupe-prepare-squad --out {cfg.data}"
             )
         dictionary = Dictionary.load(path)
         dictionary.add_symbol("<mask>")  # as masked_lm did in pre-training: same vocabulary size

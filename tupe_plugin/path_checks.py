@@ -1,0 +1,15 @@
+"""What a path is, where a file or a folder is expected: a missing path is "no such file", an existing one
+of the other kind "a folder, not a file", so that no error calls an existing path missing."""
+
+import os
+
+
+def path_problem(path, expected="file"):
+    """None when ``path`` is an existing ``expected`` ("file" or "folder"); else what it is instead, to
+    follow ``PATH: `` in an error: "no such file", "a folder, not a file", "a file, not a folder"."""
+    if os.path.isfile(path) if expected == "file" else os.path.isdir(path):
+        return None
+    if not os.path.exists(path):
+        return f"no such {expected}"
+    actual = "folder" if os.path.isdir(path) else "file" if os.path.isfile(path) else "pipe or device"
+    return f"a {actual}, not a {expected}"
