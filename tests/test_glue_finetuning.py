@@ -200,8 +200,8 @@ def test_a_rerun_with_a_checkpoint_of_another_arch_is_refused_and_changes_no_fil
                         capsys)
     assert f"--save-dir {save_dir} holds a SST-2 run trained with other settings" in err
     pretrained = os.path.realpath(pretrained_dir / "checkpoints" / "checkpoint_last.pt")
-    assert f"CKPT {os.path.realpath(other)} (the run: {pretrained})" in err
-    assert "arch (of CKPT) bert_alibi_asym_tiny (the run: tupe_r_tiny)" in err
+    assert f"CKPT {os.path.realpath(other)} (the run: {pretrained}); arch (of CKPT) bert_alibi_asym_tiny " \
+        "(the run: tupe_r_tiny)" in err
     assert folder_contents(save_dir) == before
 
 
@@ -220,5 +220,8 @@ def test_a_resume_with_other_training_flags_is_refused_listing_them(finetuned, p
     before = folder_contents(save_dir)
     err = refused_rerun(finetune_glue_argv("SST-2", pretrained_dir, save_dir.parent.parent, flags={
         "--lr": "1e-5", "--batch-size": "8", "--max-epoch": "2"}), capsys)
-    assert "--lr 1e-5 (the run: 2e-5); --batch-size 8 (the run: 16); --max-epoch 2 (the run: 1)" in err
+    assert "--lr 1e-5 (the run: 2e-5); --batch-size 8 (the run: 16); --max-epoch 2 (the run: 1). A rerun " \
+        "resumes the run from its checkpoint_last.pt: rerun with its settings, or give another --save-dir " \
+        "to start a new run (the learning rate decays to 0 over the epochs a run is given: more cannot be " \
+        "added)" in err
     assert folder_contents(save_dir) == before

@@ -57,12 +57,14 @@ def rerun_conflict(save_dir, record, fairseq_task):
         return (f"--save-dir {save_dir} holds a fine-tuning run of {saved.get('task')} ({RECORD}, {LAST}), "
                 f"which this {record['task']} run would resume and relabel: give another --save-dir")
     changes = setting_changes(saved, record)
-    if changes:
-        return (f"--save-dir {save_dir} holds a {record['task']} run trained with other settings than this "
-                f"command's: {'; '.join(changes)}. A rerun resumes the run from its {LAST}: rerun with its "
-                "settings, or give another --save-dir to start a new run (the learning rate decays to 0 over "
-                "the epochs a run is given: more cannot be added)")
-    return None
+    if not changes:
+        return None
+    epochs = any(change.startswith("--max-epoch ") for change in changes)
+    return (f"--save-dir {save_dir} holds a {record['task']} run trained with other settings than this "
+            f"command's: {'; '.join(changes)}. A rerun resumes the run from its {LAST}: rerun with its "
+            "settings, or give another --save-dir to start a new run"
+            + (" (the learning rate decays to 0 over the epochs a run is given: more cannot be added)"
+               if epochs else ""))
 
 
 def setting_changes(saved, record):

@@ -52,8 +52,8 @@ def main(argv=None):
     args.max_epoch = args.max_epoch or task.epochs
     args.bin_dir = args.bin_dir or os.path.join("glue-bin", f"{task.name}-bin")
     args.save_dir = args.save_dir or os.path.join("checkpoints", "glue", task.name, arch, f"seed{args.seed}")
-    record = {"task": task.name, "arch": arch, "seed": args.seed, "metric": task.metric, "lr": args.lr,
-              "checkpoint": os.path.realpath(args.checkpoint), "batch_size": args.batch_size,
+    record = {"task": task.name, "checkpoint": os.path.realpath(args.checkpoint), "arch": arch,
+              "seed": args.seed, "metric": task.metric, "lr": args.lr, "batch_size": args.batch_size,
               "max_epoch": args.max_epoch, "max_examples": args.max_examples, "fairseq_args": extra}
     check_rerun(parser, args.save_dir, record, "sentence_prediction")
 

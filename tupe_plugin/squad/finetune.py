@@ -69,8 +69,8 @@ def main(argv=None):
     articles = ["--max-articles", str(args.max_articles)] if args.max_articles else []
     doc_stride, max_query_length = prepare.window_defaults(args.max_seq_length, args.doc_stride,
                                                            args.max_query_length)
-    record = {"task": f"SQuAD v{args.version}", "arch": arch, "seed": args.seed, "lr": args.lr,
-              "checkpoint": os.path.realpath(args.checkpoint), "batch_size": args.batch_size,
+    record = {"task": f"SQuAD v{args.version}", "checkpoint": os.path.realpath(args.checkpoint),
+              "arch": arch, "seed": args.seed, "lr": args.lr, "batch_size": args.batch_size,
               "max_epoch": args.max_epoch, "warmup_percent": args.warmup_percent,
               "max_seq_length": args.max_seq_length, "doc_stride": doc_stride,
               "max_query_length": max_query_length, "max_articles": args.max_articles, "fairseq_args": extra}
