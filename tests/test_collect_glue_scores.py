@@ -1,4 +1,5 @@
-"""tupe-collect-glue treats a nan evaluation as failed: excluded, counted and reported."""
+"""tupe-collect-glue treats a nan evaluation as failed: excluded, counted and reported; it reads GLUE runs
+only."""
 
 import json
 
@@ -69,3 +70,14 @@ def test_runs_of_different_learning_rates_are_rows_not_seeds(tmp_path, capsys):
     collect_glue_scores.main(dirs)
     table = capsys.readouterr().out.splitlines()
     assert table[2:] == ["| bert_a_tiny (lr 1e-5) | 0.6 ± 0.1 (2) |", "| bert_a_tiny (lr 3e-5) | 0.9 (1) |"]
+
+
+def test_a_run_of_another_task_than_glue_is_refused_naming_it(tmp_path):
+    """tupe-finetune-squad records its runs in run.json too (the version, no metric)."""
+    path = tmp_path / "squad"
+    path.mkdir()
+    (path / "run.json").write_text(json.dumps({"task": "SQuAD v1.1", "arch": "bert_a_tiny", "seed": 1}))
+    (path / "train.log").write_text("")
+    with pytest.raises(SystemExit, match=f"{path / 'run.json'}: a run of SQuAD v1.1, not of a GLUE task "
+                                         r"\(RUN_DIR must be a --save-dir of tupe-finetune-glue\)"):
+        collect_glue_scores.main([str(path)])

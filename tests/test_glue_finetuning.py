@@ -2,6 +2,7 @@
 excerpts of the real GLUE files in tests/data/glue."""
 
 import hashlib
+import json
 import math
 import os
 import subprocess
@@ -14,6 +15,7 @@ from conftest import VENV_BIN, test_data
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import NotAFairseqCheckpointError
 from tupe_plugin.finetuning import pretrained_architecture
 from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.glue.finetune import main as finetune_glue_main
 from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.glue import scores as collect_glue_scores
 
@@ -96,14 +98,22 @@ def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
         prepare_glue.regression_targets(path, [(2, ["a", "b"], "high")])
 
 
+def finetune_glue_argv(task, pretrained_dir, root, save_dir=None, checkpoint=None, flags=()):
+    """tupe-finetune-glue's arguments for the first 48 examples of ``task``, 3 updates, into ``save_dir``
+    (default ``ROOT/runs/TASK``); ``flags`` replace the values of those given."""
+    settings = {"--max-examples": "48", "--max-epoch": "1", "--batch-size": "16", **dict(flags)}
+    checkpoint = checkpoint or pretrained_dir / "checkpoints" / "checkpoint_last.pt"
+    return [str(a) for a in (
+        task, checkpoint, pretrained_dir / "data-bin",
+        "--glue-dir", test_data("glue"), *[item for pair in settings.items() for item in pair],
+        "--cpu", "--bin-dir", root / f"{task}-bin", "--save-dir", save_dir or root / "runs" / task,
+        "--max-update", "3", "--log-interval", "1", "--num-workers", "0")]
+
+
 def finetune_glue(task, pretrained_dir, root):
     """tupe-finetune-glue on the first 48 examples of ``task``, 3 updates; its output."""
     proc = subprocess.run(
-        [os.path.join(VENV_BIN, "tupe-finetune-glue"), task,
-         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin",
-         "--glue-dir", test_data("glue"), "--max-examples", "48", "--max-epoch", "1", "--batch-size", "16",
-         "--cpu", "--bin-dir", root / f"{task}-bin", "--save-dir", root / "runs" / task,
-         "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
+        [os.path.join(VENV_BIN, "tupe-finetune-glue"), *finetune_glue_argv(task, pretrained_dir, root)],
         cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -156,3 +166,62 @@ def test_rerunning_a_finished_finetuning_keeps_its_best_checkpoint_and_log(finet
     assert hashlib.sha256((save_dir / "checkpoint_best.pt").read_bytes()).hexdigest() == best
     log_after = (save_dir / "train.log").read_text(encoding="utf-8")
     assert log_after.startswith(log_before) and len(log_after) > len(log_before)
+
+
+def folder_contents(folder):
+    """{file name: sha256 of its bytes} of ``folder``."""
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.iterdir())}
+
+
+def refused_rerun(argv, capsys):
+    """tupe-finetune-glue ``argv`` in this process, which must stop with an error; the error."""
+    with pytest.raises(SystemExit) as exit_info:
+        finetune_glue_main(argv)
+    assert exit_info.value.code not in (0, None)
+    return capsys.readouterr().err
+
+
+def test_the_run_record_names_the_settings_the_model_was_trained_with(finetuned, pretrained_dir):
+    _, save_dir, _ = finetuned["SST-2"]
+    record = json.loads((save_dir / "run.json").read_text(encoding="utf-8"))
+    assert record == {
+        "task": "SST-2", "arch": "tupe_r_tiny", "seed": 1, "metric": "accuracy", "lr": "2e-5",
+        "checkpoint": os.path.realpath(pretrained_dir / "checkpoints" / "checkpoint_last.pt"),
+        "batch_size": 16, "max_epoch": 1, "max_examples": 48,
+        "fairseq_args": ["--max-update", "3", "--log-interval", "1", "--num-workers", "0"]}
+
+
+def test_a_rerun_with_a_checkpoint_of_another_arch_is_refused_and_changes_no_file(finetuned, pretrained_dir,
+                                                                                  capsys):
+    _, save_dir, _ = finetuned["SST-2"]
+    before = folder_contents(save_dir)
+    other = test_data("checkpoints", "bert_alibi_asym.pt")
+    err = refused_rerun(finetune_glue_argv("SST-2", pretrained_dir, save_dir.parent.parent, checkpoint=other),
+                        capsys)
+    assert f"--save-dir {save_dir} holds a SST-2 run trained with other settings" in err
+    pretrained = os.path.realpath(pretrained_dir / "checkpoints" / "checkpoint_last.pt")
+    assert f"CKPT {os.path.realpath(other)} (the run: {pretrained}); arch (of CKPT) bert_alibi_asym_tiny " \
+        "(the run: tupe_r_tiny)" in err
+    assert folder_contents(save_dir) == before
+
+
+def test_another_task_into_a_finished_runs_save_dir_is_refused_naming_both(finetuned, pretrained_dir, capsys):
+    _, save_dir, _ = finetuned["SST-2"]
+    before = folder_contents(save_dir)
+    err = refused_rerun(finetune_glue_argv("RTE", pretrained_dir, save_dir.parent.parent, save_dir=save_dir),
+                        capsys)
+    assert f"--save-dir {save_dir} holds a fine-tuning run of SST-2 (run.json, checkpoint_last.pt), which " \
+        "this RTE run would resume and relabel: give another --save-dir" in err
+    assert folder_contents(save_dir) == before
+
+
+def test_a_resume_with_other_training_flags_is_refused_listing_them(finetuned, pretrained_dir, capsys):
+    _, save_dir, _ = finetuned["SST-2"]
+    before = folder_contents(save_dir)
+    err = refused_rerun(finetune_glue_argv("SST-2", pretrained_dir, save_dir.parent.parent, flags={
+        "--lr": "1e-5", "--batch-size": "8", "--max-epoch": "2"}), capsys)
+    assert "--lr 1e-5 (the run: 2e-5); --batch-size 8 (the run: 16); --max-epoch 2 (the run: 1). A rerun " \
+        "resumes the run from its checkpoint_last.pt: rerun with its settings, or give another --save-dir " \
+        "to start a new run (the learning rate decays to 0 over the epochs a run is given: more cannot be " \
+        "added)" in err
+    assert folder_contents(save_dir) == before

@@ -86,3 +86,12 @@ def test_restore_file_of_another_arch_stops_with_the_checkpoint_and_arch(finetun
     assert proc.returncode != 0
     assert f"{checkpoint} does not fit this command" in proc.stdout
     assert "--arch bert_a_tiny gives --abs-pos learned but the checkpoint (--arch tupe_r_tiny)" in proc.stdout
+
+
+def test_the_run_record_names_the_version_and_the_window_settings(finetuned):
+    root, _, _ = finetuned
+    record = json.loads((root / "run" / "run.json").read_text(encoding="utf-8"))
+    assert record["task"] == "SQuAD v1.1" and record["arch"] == "tupe_r_tiny"
+    assert {key: record[key] for key in ("batch_size", "max_epoch", "max_seq_length", "doc_stride",
+                                         "max_query_length")} == {
+        "batch_size": 16, "max_epoch": 3, "max_seq_length": 64, "doc_stride": 16, "max_query_length": 40}

@@ -1,4 +1,5 @@
-"""The model configuration a fairseq checkpoint was trained with, read on the CPU without its tensors."""
+"""What a fairseq checkpoint was trained with (its model configuration, its cfg), read on the CPU without its
+tensors."""
 
 import zipfile
 
@@ -18,6 +19,12 @@ def model_config(state):
 def saved_model_config(path):
     """The model configuration of the fairseq checkpoint ``path``; a damaged or truncated file, or one that
     holds no fairseq checkpoint, is refused naming it."""
+    return model_config(saved_state(path))
+
+
+def saved_state(path):
+    """The fairseq checkpoint ``path``, its tensors memory-mapped where torch can; refused as
+    :func:`saved_model_config` says."""
     verify_checkpoint(path)
     try:
         # mmap needs torch's zip format; the released fairseq RoBERTa files are in the legacy one
@@ -26,4 +33,4 @@ def saved_model_config(path):
         raise_if_unreadable(path, err)
         raise
     check_fairseq_checkpoint(path, state)
-    return model_config(state)
+    return state

@@ -7,6 +7,8 @@ A run starts from the pre-trained checkpoint with fairseq's ``--finetune-from-mo
 loaded (optimizer, schedule, meters and data order fresh) only when ``SAVE_DIR`` has no
 ``checkpoint_last.pt``. A rerun resumes from ``checkpoint_last.pt``: a finished run is left as it is (its
 best checkpoint and best score kept), an interrupted one goes on. The log is appended to, never truncated.
+``SAVE_DIR/run.json`` records the run (:mod:`tupe_plugin.run_record`): a rerun of another task or with other
+settings is refused before anything is written.
 """
 
 import argparse
@@ -17,6 +19,10 @@ import sys
 from .child_processes import ended_with_parent
 from .fairseq_tools import PLUGIN_DIR, fairseq_tool
 from .path_checks import path_problem
+from .run_record import holds_run, rerun_conflict, write_record
+
+# fairseq-train's log line as it starts the first batch of an epoch, once every check has passed
+TRAINING_STARTS = "Start iterating over samples"
 
 
 def pretrained_architecture(checkpoint):
@@ -88,9 +94,24 @@ def fairseq_train_command(args, data, arch, max_positions, total_updates, warmup
     ]
 
 
-def run_logged(command, log_path):
-    """Run ``command``, its output shown and appended to ``log_path``; its exit status. It ends when this
-    process is killed."""
+def check_rerun(parser, save_dir, record, fairseq_task):
+    """Stop ``parser``'s command when ``save_dir`` holds a run that ``record``'s may not resume."""
+    conflict = rerun_conflict(save_dir, record, fairseq_task)
+    if conflict:
+        parser.error(conflict)
+
+
+def train_recorded(command, save_dir, record):
+    """fairseq-train ``command`` logged to ``SAVE_DIR/train.log``; its exit status. A new run's ``record``
+    is written once fairseq-train starts training; a resumed run keeps its own (:func:`check_rerun`)."""
+    new = not holds_run(save_dir)
+    return run_logged(command, os.path.join(save_dir, "train.log"),
+                      on_training=(lambda: write_record(save_dir, record)) if new else None)
+
+
+def run_logged(command, log_path, on_training=None):
+    """Run ``command``, its output shown and appended to ``log_path``; its exit status. ``on_training`` is
+    called at fairseq-train's first :data:`TRAINING_STARTS` line. It ends when this process is killed."""
     with open(log_path, "a", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", preexec_fn=ended_with_parent())
@@ -98,6 +119,9 @@ def run_logged(command, log_path):
             sys.stdout.write(line)
             log.write(line)
             log.flush()
+            if on_training is not None and TRAINING_STARTS in line:
+                on_training()
+                on_training = None
         return proc.wait()
 
 

@@ -9,21 +9,22 @@ arXiv 2006.15595) Table 1: batch 32, peak lr 2e-5, 6% linear warm-up then linear
 (which chooses the best checkpoint) come from the table of GLUE tasks (``python -m tupe_plugin.glue.tasks``).
 Flags this tool does not know go last to fairseq-train and override its settings.
 
-SAVE_DIR/train.log is fairseq-train's log and SAVE_DIR/run.json names the task, arch, seed and metric for
-tupe-collect-glue. The run starts from CKPT once: a rerun with the same SAVE_DIR resumes from its
-checkpoint_last.pt (a finished run stays as it is). Validate the result with
+SAVE_DIR/train.log is fairseq-train's log and SAVE_DIR/run.json names the task, arch, metric and the
+settings the run trained with, for tupe-collect-glue; it is written once training starts. The run starts
+from CKPT once: a rerun with the same SAVE_DIR resumes from its checkpoint_last.pt (a finished run stays as
+it is), and is refused, before anything is written, when it names another task or other settings. Validate
+the result with
 
     fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \\
         --task sentence_prediction --criterion sentence_prediction --batch-size 32
 """
 
-import json
 import os
 import sys
 
 from ..cli_types import at_least_one
-from ..finetuning import (add_run_args, count_lines, description, fairseq_train_command, linear_schedule,
-                          parse_run_args, pretrained_architecture, run_logged)
+from ..finetuning import (add_run_args, check_rerun, count_lines, description, fairseq_train_command,
+                          linear_schedule, parse_run_args, pretrained_architecture, train_recorded)
 from ..path_checks import path_problem
 from . import prepare
 from .tasks import GLUE_TASKS
@@ -53,6 +54,10 @@ def main(argv=None):
     args.max_epoch = args.max_epoch or task.epochs
     args.bin_dir = args.bin_dir or os.path.join("glue-bin", f"{task.name}-bin")
     args.save_dir = args.save_dir or os.path.join("checkpoints", "glue", task.name, arch, f"seed{args.seed}")
+    record = {"task": task.name, "checkpoint": os.path.realpath(args.checkpoint), "arch": arch,
+              "seed": args.seed, "metric": task.metric, "lr": args.lr, "batch_size": args.batch_size,
+              "max_epoch": args.max_epoch, "max_examples": args.max_examples, "fairseq_args": extra}
+    check_rerun(parser, args.save_dir, record, "sentence_prediction")
 
     prepared = prepare.main(["--task", task.name, "--glue-dir", args.glue_dir, "--out", args.bin_dir,
                              "--sentencepiece-model", os.path.join(args.data_bin, "sentencepiece.bpe.model"),
@@ -63,17 +68,13 @@ def main(argv=None):
     examples = count_lines(os.path.join(args.bin_dir, "raw", "train.input0"))
     total, warmup = linear_schedule(examples, args.batch_size, args.max_epoch, WARMUP_PERCENT)
     os.makedirs(args.save_dir, exist_ok=True)
-    with open(os.path.join(args.save_dir, "run.json"), "w", encoding="utf-8") as f:
-        json.dump({"task": task.name, "arch": arch, "seed": args.seed, "metric": task.metric, "lr": args.lr,
-                   "checkpoint": args.checkpoint}, f)
-        f.write("\n")
     command = fairseq_train_command(args, args.bin_dir, arch, max_positions, total, warmup) + [
         "--task", "sentence_prediction", "--criterion", "sentence_prediction",
         "--init-token", "0", "--separator-token", "2", *task.fairseq_train_args(),
         "--shorten-method", "truncate", "--maximize-best-checkpoint-metric",
         *extra,
     ]
-    return run_logged(command, os.path.join(args.save_dir, "train.log"))
+    return train_recorded(command, args.save_dir, record)
 
 
 if __name__ == "__main__":

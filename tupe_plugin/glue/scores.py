@@ -22,6 +22,7 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from tupe_plugin.fairseq_logs import Evaluations, evaluations
+from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.path_checks import path_problem
 
 
@@ -54,6 +55,9 @@ def read_run(run_dir):
             )
     with open(info_path, encoding="utf-8") as f:
         info = json.load(f)
+    if "task" in info and info["task"] not in GLUE_TASKS:
+        raise ValueError(f"{info_path}: a run of {info['task']}, not of a GLUE task (RUN_DIR must be a "
+                         "--save-dir of tupe-finetune-glue)")
     missing = {"task", "arch", "seed", "metric"} - info.keys()
     if missing:
         raise ValueError(f"{info_path}: lacks {', '.join(sorted(missing))}")

@@ -11,9 +11,11 @@
    questions up to 64 pieces; at most a third and a half of a shorter --max-seq-length).
 3. tupe-evaluate-squad on SAVE_DIR/checkpoint_best.pt: SAVE_DIR/predictions.json, EM and F1 in
    SAVE_DIR/eval.log.
-Flags this tool does not know go last to fairseq-train and override its settings. The run starts from
-CKPT once: a rerun with the same SAVE_DIR resumes from its checkpoint_last.pt (a finished run stays as it
-is). Validate the result with
+Flags this tool does not know go last to fairseq-train and override its settings. SAVE_DIR/run.json names
+the SQuAD version, arch and the settings the run trained with; it is written once training starts. The run
+starts from CKPT once: a rerun with the same SAVE_DIR resumes from its checkpoint_last.pt (a finished run
+stays as it is), and is refused, before anything is written, when it names another task (a GLUE task,
+another SQuAD version) or other settings. Validate the result with
 
     fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \\
         --task squad_span --criterion squad_span --batch-size 32
@@ -23,8 +25,9 @@ import os
 import sys
 
 from ..cli_types import at_least_one
-from ..finetuning import (add_run_args, count_lines, description, fairseq_train_command, linear_schedule,
-                          parse_run_args, pretrained_architecture, run_logged)
+from ..finetuning import (add_run_args, check_rerun, count_lines, description, fairseq_train_command,
+                          linear_schedule, parse_run_args, pretrained_architecture, run_logged,
+                          train_recorded)
 from ..path_checks import path_problem
 from . import prepare
 
@@ -65,6 +68,14 @@ def main(argv=None):
     args.save_dir = args.save_dir or os.path.join("checkpoints", "squad", f"v{args.version}", arch,
                                                   f"seed{args.seed}")
     articles = ["--max-articles", str(args.max_articles)] if args.max_articles else []
+    doc_stride, max_query_length = prepare.window_defaults(args.max_seq_length, args.doc_stride,
+                                                           args.max_query_length)
+    record = {"task": f"SQuAD v{args.version}", "checkpoint": os.path.realpath(args.checkpoint),
+              "arch": arch, "seed": args.seed, "lr": args.lr, "batch_size": args.batch_size,
+              "max_epoch": args.max_epoch, "warmup_percent": args.warmup_percent,
+              "max_seq_length": args.max_seq_length, "doc_stride": doc_stride,
+              "max_query_length": max_query_length, "max_articles": args.max_articles, "fairseq_args": extra}
+    check_rerun(parser, args.save_dir, record, "squad_span")
 
     prepared = prepare.main([
         "--train-file", files["train"], "--valid-file", files["valid"], "--out", args.bin_dir,
@@ -82,7 +93,7 @@ def main(argv=None):
         "--task", "squad_span", "--criterion", "squad_span", "--validate-interval-updates", "1000",
         "--save-interval-updates", "1000", "--keep-interval-updates", "1", *extra,
     ]
-    trained = run_logged(command, os.path.join(args.save_dir, "train.log"))
+    trained = train_recorded(command, args.save_dir, record)
     if trained:
         return trained
     negative = (["--version-2-with-negative", "--null-threshold", str(args.null_threshold)]
