@@ -41,6 +41,7 @@ import pickle
 import re
 import shutil
 import struct
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -128,11 +129,7 @@ def parse_json(text, path):
 
 
 def check_config(config, path):
-    """The family of a supported ``config.json`` (``bert`` or ``roberta``); refuse anything else."""
-    model_type = config.get("model_type")
-    if model_type not in FAMILIES:
-        raise HfCheckpointError(f"{path}: model_type {model_type!r} is not supported; tupe-convert-hf "
-                                "converts BERT ('bert') and RoBERTa ('roberta') masked language models")
+    """Refuse a BERT or RoBERTa ``config.json`` the plugin cannot represent."""
     refusals = (
         ("position_embedding_type", "absolute",
          "the plugin converts absolute position embeddings only (relative_key* are Shaw/Huang variants)"),
@@ -145,11 +142,15 @@ def check_config(config, path):
         if config.get(field, supported) != supported:
             raise HfCheckpointError(f"{path}: {field} = {config[field]!r} is not supported ({why}); convert "
                                     f"a model with {field} = {json.dumps(supported)}")
+    check_sizes(config, path)
+
+
+def check_sizes(config, path):
+    """Refuse a ``config.json`` whose sizes are not positive integers."""
     for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                   "intermediate_size", "max_position_embeddings"):
         if not isinstance(config.get(field), int) or config[field] < 1:
             raise HfCheckpointError(f"{path}: {field} = {config.get(field)!r}, expected a positive integer")
-    return model_type
 
 
 def read_safetensors(path):
@@ -236,7 +237,7 @@ def tokenizer_files(hf_dir, family, model_type):
                                 f"{TOKENIZER_JSON}: save the tokenizer with save_pretrained into the same "
                                 "folder")
     model = read_json(hf_dir, TOKENIZER_JSON).get("model") or {}
-    kind = {"bert": "WordPiece", "roberta": "BPE"}[model_type]
+    kind = "WordPiece" if model_type == "bert" else "BPE"
     vocab = model.get("vocab")
     if model.get("type") != kind or not isinstance(vocab, dict):
         raise HfCheckpointError(f"{path} holds a {model.get('type')} tokenizer, not {model_type}'s {kind} "
@@ -429,10 +430,10 @@ def size_name(dims):
     return next((name for name, preset in SIZES.items() if preset == dims), None)
 
 
-def choose_arch(dims, requested):
-    """(the bert_a_* arch written, the arch to swap into or None) for ``--arch requested``."""
+def choose_arch(dims, requested, family="bert_a"):
+    """(the ``family``_* arch written, the arch to swap into or None) for ``--arch requested``."""
     size = size_name(dims) or "base"  # a size outside SIZES: the flags set it
-    written = f"bert_a_{size}"
+    written = f"{family}_{size}"
     if requested in (None, written):
         return written, None
     if requested not in ARCHITECTURES:
@@ -470,7 +471,7 @@ def model_options(config):
     )
 
 
-def plugin_command_line(opts, arch, max_positions, data_dir, bpe_flags):
+def plugin_command_line(opts, arch, max_positions, data_dir, bpe_flags, position_flags=()):
     """The fairseq-train command line (after ``fairseq-train``) of the converted model."""
     line = [
         data_dir, "--user-dir", PLUGIN_DIR, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", arch,
@@ -479,6 +480,7 @@ def plugin_command_line(opts, arch, max_positions, data_dir, bpe_flags):
         "--attention-dropout", opts["attention_dropout"],
         "--activation-dropout", 0.0, "--pooler-dropout", opts["pooler_dropout"],
         "--pooler-activation-fn", "tanh", "--layer-norm-eps", repr(opts["layer_norm_eps"]), *bpe_flags,
+        *position_flags,
     ]
     return [str(arg) for arg in line]
 
@@ -499,51 +501,102 @@ def check_out_is_not_the_model(out_dir, hf_dir):
                                 "converted ones would replace: give another --out")
 
 
-def convert(hf_dir, out_dir, arch=None, force=False):
+class Conversion(NamedTuple):
+    """What a model type's conversion reads and writes: ``check(config, path)`` refuses what the plugin
+    cannot represent; ``tokenizer(hf_dir)`` gives the tokenizer files ``{name: (text or bytes, where)}``
+    copied into OUT; ``vocabulary(files, config, tokenizer_config)`` gives (plugin id -> HF id, dict.txt
+    lines, BPE settings); ``bpe_flags(out_dir, settings)`` the fairseq --bpe flags; ``model_flags(config)``
+    the position flags; ``max_positions(config)``; ``state_dict(hf, config, order, expected_shapes,
+    weights_path)`` the plugin state dict; ``arch_family`` the presets written (bert_a, deberta)."""
+
+    check: Callable
+    tokenizer: Callable
+    vocabulary: Callable
+    bpe_flags: Callable
+    model_flags: Callable
+    max_positions: Callable
+    state_dict: Callable
+    arch_family: str
+    bpe: str
+
+
+def _bert_or_roberta(model_type):
+    family = FAMILIES[model_type]
+    return Conversion(
+        check=check_config,
+        tokenizer=lambda hf_dir: tokenizer_files(hf_dir, family, model_type),
+        vocabulary=VOCABULARIES[model_type],
+        bpe_flags=lambda out_dir, settings: bpe_flags(model_type, out_dir, settings),
+        model_flags=lambda config: [],
+        max_positions=lambda config: config["max_position_embeddings"] - position_offset(model_type, config),
+        state_dict=lambda hf, config, order, expected, path: map_state_dict(
+            hf, family, config, order, position_offset(model_type, config), expected, path),
+        arch_family="bert_a",
+        bpe=family.bpe,
+    )
+
+
+CONVERSIONS = {model_type: _bert_or_roberta(model_type) for model_type in FAMILIES}
+
+
+def conversion_of(hf_dir, conversions):
+    """(the checked ``config.json`` of ``hf_dir``, its model type's :class:`Conversion`)."""
+    config = read_json(hf_dir, CONFIG)
+    model_type = config.get("model_type")
+    if model_type not in conversions:
+        raise HfCheckpointError(f"{os.path.join(hf_dir, CONFIG)}: model_type {model_type!r} is not supported; "
+                                f"tupe-convert-hf converts {', '.join(repr(t) for t in conversions)} masked "
+                                "language models")
+    conversion = conversions[model_type]
+    conversion.check(config, os.path.join(hf_dir, CONFIG))
+    return config, conversion
+
+
+def convert(hf_dir, out_dir, arch=None, force=False, conversions=CONVERSIONS):
     """Write ``out_dir/model.pt``, ``dict.txt`` and the tokenizer files; return the checkpoint path.
 
-    Written into a folder beside ``out_dir`` first and moved into place only when the conversion
-    succeeded; files already in ``out_dir`` are replaced only with ``force``.
+    ``conversions``: {model_type: :class:`Conversion`} of the model types accepted. Written into a folder
+    beside ``out_dir`` first and moved into place only when the conversion succeeded; files already in
+    ``out_dir`` are replaced only with ``force``.
     """
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     out_dir = os.path.abspath(out_dir)
     check_out_is_not_the_model(out_dir, hf_dir)
-    config = read_json(hf_dir, CONFIG)
-    model_type = check_config(config, os.path.join(hf_dir, CONFIG))
-    family = FAMILIES[model_type]
-    tokenizer = tokenizer_files(hf_dir, family, model_type)
-    names = (CHECKPOINT_NAME, "dict.txt", *family.tokenizer_files)
+    config, conversion = conversion_of(hf_dir, conversions)
+    tokenizer = conversion.tokenizer(hf_dir)
+    names = (CHECKPOINT_NAME, "dict.txt", *tokenizer)
     check_output_folder(out_dir, force, names)
     opts = model_options(config)
-    offset = position_offset(model_type, config)
-    max_positions = config["max_position_embeddings"] - offset
+    max_positions = conversion.max_positions(config)
     if max_positions < 1:
         raise HfCheckpointError(f"{CONFIG}: max_position_embeddings = {config['max_position_embeddings']} "
-                                f"leaves no position after RoBERTa's offset of {offset} (pad_token_id + 1)")
+                                "leaves no position after RoBERTa's offset of pad_token_id + 1")
     dims = tuple(opts[k] for k in ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads",
                                    "encoder_ffn_embed_dim"))
-    written, swap = choose_arch(dims, arch)
+    written, swap = choose_arch(dims, arch, conversion.arch_family)
     tokenizer_config = read_json(hf_dir, TOKENIZER_CONFIG, required=False)
-    order, lines, bpe_settings = VOCABULARIES[model_type](tokenizer, config, tokenizer_config)
+    order, lines, bpe_settings = conversion.vocabulary(tokenizer, config, tokenizer_config)
     hf, weights_path = load_weights(hf_dir)
     folder = make_sibling_folder(out_dir)
     try:
         with open(os.path.join(folder, "dict.txt"), "w", encoding="utf-8") as f:
             f.writelines(lines)
-        for name, (text, _) in tokenizer.items():
-            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-                f.write(text)
+        for name, (content, _) in tokenizer.items():
+            binary = isinstance(content, bytes)
+            with open(os.path.join(folder, name), "wb" if binary else "w",
+                      **({} if binary else {"encoding": "utf-8"})) as f:
+                f.write(content)
         train_args = options.parse_args_and_arch(options.get_training_parser(), plugin_command_line(
-            opts, written, max_positions, folder, bpe_flags(model_type, out_dir, bpe_settings)))
+            opts, written, max_positions, folder, conversion.bpe_flags(out_dir, bpe_settings),
+            conversion.model_flags(config)))
         cfg = convert_namespace_to_omegaconf(train_args)
         task = tasks.setup_task(cfg.task)
         assert len(task.source_dictionary) == len(order), "dictionary rows"
         model = task.build_model(cfg.model)
         expected = {key: value.shape for key, value in model.state_dict().items()}
-        model.load_state_dict(map_state_dict(hf, family, config, order, offset, expected, weights_path),
-                              strict=True)
+        model.load_state_dict(conversion.state_dict(hf, config, order, expected, weights_path), strict=True)
         cfg.task.data = out_dir
         state = converted_state(cfg, model, hf_dir, hf_token_ids=order)
         torch.save(state, os.path.join(folder, CHECKPOINT_NAME))
@@ -551,11 +604,11 @@ def convert(hf_dir, out_dir, arch=None, force=False):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     target = os.path.join(out_dir, CHECKPOINT_NAME)
-    if model_type == "bert":
-        logger.info("dict.txt: [CLS] [PAD] [SEP] [UNK] are <s> <pad> </s> <unk> (ids 0-3), [MASK] is <mask> "
-                    "(id %d), the other tokens follow in vocab.txt's order", len(order) - 1)
-    logger.info("wrote %s (%s, --bpe %s, %d tensors), dict.txt and %s", target, written, family.bpe,
-                len(state["model"]), " ".join(family.tokenizer_files))
+    if order[:4] != list(range(4)):
+        logger.info("dict.txt: the HF ids %s are <s> <pad> </s> <unk> (ids 0-3), HF id %d is <mask> (id %d), "
+                    "the other tokens follow in the HF order", order[:4], order[-1], len(order) - 1)
+    logger.info("wrote %s (%s, --bpe %s, %d tensors), dict.txt and %s", target, written, conversion.bpe,
+                len(state["model"]), " ".join(tokenizer))
     if swap is not None:
         continuation = ["fairseq-train", "DATA", "--user-dir", PLUGIN_DIR, "--task", "masked_lm",
                         "--arch", swap, SWAP_FLAG, target, "--tokens-per-sample", str(max_positions)]

@@ -1,16 +1,18 @@
-"""Convert a Hugging Face BERT or RoBERTa masked LM into a plugin checkpoint.
+"""Convert a Hugging Face BERT, RoBERTa or DeBERTa (v1 to v3) masked LM into a plugin checkpoint.
 
     tupe-convert-hf --hf-model bert-base-uncased/ --out bert_a_base_hf [--arch tupe_r_base]
 
 ``--hf-model`` is a folder written by ``save_pretrained`` (``config.json``, ``model.safetensors`` or
-``pytorch_model.bin``, and the tokenizer's ``vocab.txt``, or ``vocab.json`` + ``merges.txt``). Writes
-``OUT/model.pt``, a fairseq checkpoint of the plugin's ``bert_a_*`` architecture of the model's size computing
-what the original computes, ``OUT/dict.txt`` (the HF ids; BERT's [CLS] [PAD] [SEP] [UNK] [MASK] become
-fairseq's <s> <pad> </s> <unk> <mask>) and the tokenizer files, recorded as the checkpoint's fairseq
-``--bpe`` (``bert`` or ``hf_byte_bpe``). fairseq-validate, ``TupeRobertaModel.from_pretrained(OUT,
-bpe="bert")`` (or ``bpe="hf_byte_bpe"``) and fine-tuning (``--restore-file``) load it like any plugin
-checkpoint. ``--arch`` another plugin architecture of the same size prints how to continue pre-training with
-its position encoding swapped in. The conversion is :mod:`tupe_plugin.conversion.hf`.
+``pytorch_model.bin``, and the tokenizer's ``vocab.txt``, or ``vocab.json`` + ``merges.txt`` (or their
+vocabulary in ``tokenizer.json``), or DeBERTa-v2/v3's ``spm.model``). Writes ``OUT/model.pt``, a fairseq
+checkpoint of the plugin's ``bert_a_*`` (BERT, RoBERTa) or ``deberta_*`` (DeBERTa) architecture of the
+model's size computing what the original computes, ``OUT/dict.txt`` (the HF ids; [CLS] [PAD] [SEP] [UNK]
+[MASK] become fairseq's <s> <pad> </s> <unk> <mask>) and the tokenizer files, recorded as the checkpoint's
+fairseq ``--bpe`` (``bert``, ``hf_byte_bpe`` or ``sentencepiece``). fairseq-validate,
+``TupeRobertaModel.from_pretrained(OUT, bpe=...)`` and fine-tuning (``--restore-file``) load it like any
+plugin checkpoint. ``--arch`` another plugin architecture of the same size prints how to continue
+pre-training with its position encoding swapped in. The conversion is :mod:`tupe_plugin.conversion.hf`
+(BERT, RoBERTa) and :mod:`tupe_plugin.conversion.hf_deberta`.
 
 Nothing is overwritten: the files are written beside OUT and moved into place when the conversion
 succeeded; files of the same names already in OUT stop the conversion unless ``--force`` is given.
@@ -20,7 +22,7 @@ import argparse
 import logging
 import sys
 
-from tupe_plugin.conversion.hf import convert
+from tupe_plugin.conversion.hf_deberta import convert_any
 from tupe_plugin.path_checks import path_problem
 from tupe_plugin.user_errors import UserError
 
@@ -38,7 +40,7 @@ def main(argv=None):
     if problem := path_problem(args.hf_model, "folder"):
         parser.error(f"--hf-model {args.hf_model}: {problem}: give the folder save_pretrained wrote")
     try:
-        convert(args.hf_model, args.out, args.arch, args.force)
+        convert_any(args.hf_model, args.out, args.arch, args.force)
     except UserError as error:
         sys.exit(f"tupe-convert-hf: error: {error}")
     return 0
