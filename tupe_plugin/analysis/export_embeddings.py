@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 
+from tupe_plugin.cli_types import finite_float
 from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors
 
 
@@ -27,7 +28,7 @@ def main(argv=None):
     parser.add_argument("--dict", help="the checkpoint's dict.txt (default: found as described above)")
     parser.add_argument("--no-header", action="store_true", help="GloVe style: no 'N d' first line")
     parser.add_argument(
-        "--scale", type=float, default=1.0,
+        "--scale", type=finite_float, default=1.0,
         help="multiply every vector by this factor, e.g. 20 to mimic the wide value range of GloVe "
         "vectors (std ~0.4) with a plugin checkpoint (std ~0.02) (default 1: as trained)",
     )

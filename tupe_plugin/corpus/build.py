@@ -29,6 +29,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from tupe_plugin.cli_types import finite_float
+
 logger = logging.getLogger("build_corpus")
 
 SPLITS = ("train", "valid", "test")
@@ -217,7 +219,7 @@ def parse_args(argv):
     parser.add_argument("--corpus", type=Path, help="UTF-8 text file to use instead of the standard-library "
                         "docstrings (documents separated by blank lines, or one document per line)")
     for split in ("valid", "test"):
-        parser.add_argument(f"--{split}-fraction", type=float, default=0.02,
+        parser.add_argument(f"--{split}-fraction", type=finite_float, default=0.02,
                             help=f"share of documents for {split} (default 0.02)")
     parser.add_argument("--max-words", type=int, default=48,
                         help="longest line in words; longer paragraphs are cut at sentence ends (default 48)")

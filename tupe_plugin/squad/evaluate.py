@@ -36,7 +36,7 @@ import sys
 
 import torch
 
-from tupe_plugin.cli_types import at_least_one
+from tupe_plugin.cli_types import at_least_one, finite_float
 from tupe_plugin.squad.features import features_path, load_features
 from tupe_plugin.squad.metric import evaluate, official_output, questions
 from tupe_plugin.squad.spans import best_answer
@@ -261,7 +261,7 @@ def main(argv=None):
                         help="longest answer in tokens (default 30)")
     parser.add_argument("--version-2-with-negative", action="store_true",
                         help="SQuAD v2.0: no answer when null score - best span score > --null-threshold")
-    parser.add_argument("--null-threshold", type=float, default=0.0, help="default 0.0")
+    parser.add_argument("--null-threshold", type=finite_float, default=0.0, help="default 0.0")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is available")
     args = parser.parse_args(argv)
