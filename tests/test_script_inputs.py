@@ -131,3 +131,29 @@ def test_a_model_float_flag_that_is_not_finite_is_refused_as_it_is_parsed(flag, 
 def test_a_tool_float_flag_that_is_not_finite_is_refused_as_it_is_parsed(main, argv, flag, value, capsys):
     err = refused(main, argv + [flag, value], capsys)
     assert f"argument {flag}: must be a finite number, got {value}" in err
+
+
+@pytest.mark.parametrize("output", ["checkpoint", "dict-beside-it", "dict-by-another-path", "given-dict"])
+def test_export_to_an_input_is_refused_and_the_input_left_as_it_was(output, tmp_path, capsys):
+    checkpoint, given = tmp_path / "run" / "model.pt", tmp_path / "data" / "dict.txt"
+    checkpoint.parent.mkdir()
+    given.parent.mkdir()
+    torch.save({"model": build_model("tupe_r_tiny", make_dictionary()).state_dict()}, checkpoint)
+    make_dictionary().save(str(checkpoint.parent / "dict.txt"))
+    make_dictionary().save(str(given))
+    target = {"checkpoint": checkpoint, "dict-beside-it": checkpoint.parent / "dict.txt",
+              "dict-by-another-path": tmp_path / "data" / ".." / "run" / "dict.txt", "given-dict": given}[output]
+    argv = [checkpoint, "--out", target] + (["--dict", given] if output == "given-dict" else [])
+    before = target.read_bytes()
+    err = refused(export_embeddings.main, argv, capsys)
+    assert f"--out {target} is the " in err and "which the vectors would overwrite" in err
+    assert target.read_bytes() == before
+
+
+def test_a_corpus_that_the_built_split_would_overwrite_is_refused_and_left_as_it_was(tmp_path, capsys):
+    corpus = tmp_path / "corpus" / "train.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("One document.\n\nAnother one.\n", encoding="utf-8")
+    err = refused(build_corpus.main, ["--output-dir", tmp_path / "corpus" / ".", "--corpus", corpus], capsys)
+    assert "its train.txt is the --corpus file, which the train split would overwrite" in err
+    assert corpus.read_text(encoding="utf-8") == "One document.\n\nAnother one.\n"

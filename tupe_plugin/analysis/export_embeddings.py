@@ -13,6 +13,7 @@ import sys
 
 from tupe_plugin.cli_types import finite_float
 from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors
+from tupe_plugin.overwritten_inputs import overwritten_input
 
 
 def own_flags(message, checkpoint):
@@ -33,6 +34,12 @@ def main(argv=None):
         "vectors (std ~0.4) with a plugin checkpoint (std ~0.02) (default 1: as trained)",
     )
     args = parser.parse_args(argv)
+    beside = os.path.join(os.path.dirname(os.path.abspath(args.checkpoint)), "dict.txt")
+    overwritten = overwritten_input(args.out, (("CHECKPOINT", args.checkpoint), ("--dict", args.dict),
+                                               ("checkpoint's dict.txt", None if args.dict else beside)))
+    if overwritten:
+        sys.exit(f"tupe-export-embeddings: error: --out {args.out} is {overwritten}, which the vectors would "
+                 "overwrite: write them elsewhere (--out vectors.txt)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         vectors = read_checkpoint_vectors(args.checkpoint, args.dict)

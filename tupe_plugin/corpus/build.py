@@ -30,6 +30,7 @@ import sysconfig
 from pathlib import Path
 
 from tupe_plugin.cli_types import finite_float
+from tupe_plugin.overwritten_inputs import overwritten_input
 
 logger = logging.getLogger("build_corpus")
 
@@ -240,6 +241,10 @@ def main(argv=None):
     # force: importing the package (fairseq) has given the root logger a handler already
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", force=True)
     parser, args = parse_args(argv)
+    for split in SPLITS:
+        if overwritten_input(args.output_dir / f"{split}.txt", (("--corpus", args.corpus),)):
+            parser.error(f"--output-dir {args.output_dir}: its {split}.txt is the --corpus file, which the "
+                         f"{split} split would overwrite: give another --output-dir")
     if args.corpus is None:
         documents = stdlib_documents(args.max_words)
         source = "Python standard-library docstrings"
