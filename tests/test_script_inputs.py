@@ -1,20 +1,27 @@
 """The scripts refuse an unusable device, an --out that is a file and non-UTF-8 files in one line, and name
 their own flags."""
 
+import argparse
 import json
 
 import pytest
 import torch
 from conftest import build_model, make_dictionary
+from fairseq import options
 
 from tupe_plugin.analysis import cli as analyze_positions
 from tupe_plugin.analysis import export_embeddings
+from tupe_plugin.cli_types import finite_float
+from tupe_plugin.corpus import build as build_corpus
+from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.glue import finetune as finetune_glue
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue.tasks import GLUE_TASKS
+from tupe_plugin.models import checkpoint_init, embedding_init, model_flags
 from tupe_plugin.squad import evaluate as evaluate_squad
 from tupe_plugin.squad import finetune as finetune_squad
 from tupe_plugin.squad import prepare as prepare_squad
+from tupe_plugin.study import extrapolation
 
 
 def refused(main, argv, capsys):
@@ -90,3 +97,63 @@ def test_a_count_below_one_is_refused_rather_than_read_as_all(command, argv, cou
             "evaluate_squad": evaluate_squad}[command].main
     err = refused(main, argv + [count], capsys)
     assert f"{argv[-1]}: must be at least 1, got {count}" in err
+
+
+def plugin_model_float_flags():
+    """Every float flag the plugin adds to fairseq's model flags."""
+    parser = argparse.ArgumentParser()
+    for add_args in (PositionConfig.add_args, model_flags.add_args, embedding_init.add_args,
+                     checkpoint_init.add_args):
+        add_args(parser)
+    return [action.option_strings[0] for action in parser._actions if action.type in (float, finite_float)]
+
+
+@pytest.mark.parametrize("flag", plugin_model_float_flags())
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_model_float_flag_that_is_not_finite_is_refused_as_it_is_parsed(flag, value, capsys):
+    """nan passed the range checks (nan < 1 is false) and training stopped at nan gradients."""
+    argv = ["data", "--task", "masked_lm", "--arch", "tupe_r_tiny", flag, value]
+    with pytest.raises(SystemExit):
+        options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert f"argument {flag}: must be a finite number, got {value}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("main, argv, flag", [
+    (evaluate_squad.main, ["--gold-file", "dev.json", "--predictions", "p.json"], "--null-threshold"),
+    (finetune_squad.main, ["2.0", "ckpt.pt", "data-bin"], "--null-threshold"),
+    (export_embeddings.main, ["model.pt", "--out", "v.txt"], "--scale"),
+    (build_corpus.main, ["--output-dir", "corpus"], "--valid-fraction"),
+    (build_corpus.main, ["--output-dir", "corpus"], "--test-fraction"),
+    (extrapolation.main, ["--path", "c.pt", "--data", "d", "--length", "64", "--out", "o.json",
+                          "--rotary-scaling", "linear"], "--rotary-scaling-factor"),
+])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_tool_float_flag_that_is_not_finite_is_refused_as_it_is_parsed(main, argv, flag, value, capsys):
+    err = refused(main, argv + [flag, value], capsys)
+    assert f"argument {flag}: must be a finite number, got {value}" in err
+
+
+@pytest.mark.parametrize("output", ["checkpoint", "dict-beside-it", "dict-by-another-path", "given-dict"])
+def test_export_to_an_input_is_refused_and_the_input_left_as_it_was(output, tmp_path, capsys):
+    checkpoint, given = tmp_path / "run" / "model.pt", tmp_path / "data" / "dict.txt"
+    checkpoint.parent.mkdir()
+    given.parent.mkdir()
+    torch.save({"model": build_model("tupe_r_tiny", make_dictionary()).state_dict()}, checkpoint)
+    make_dictionary().save(str(checkpoint.parent / "dict.txt"))
+    make_dictionary().save(str(given))
+    target = {"checkpoint": checkpoint, "dict-beside-it": checkpoint.parent / "dict.txt",
+              "dict-by-another-path": tmp_path / "data" / ".." / "run" / "dict.txt", "given-dict": given}[output]
+    argv = [checkpoint, "--out", target] + (["--dict", given] if output == "given-dict" else [])
+    before = target.read_bytes()
+    err = refused(export_embeddings.main, argv, capsys)
+    assert f"--out {target} is the " in err and "which the vectors would overwrite" in err
+    assert target.read_bytes() == before
+
+
+def test_a_corpus_that_the_built_split_would_overwrite_is_refused_and_left_as_it_was(tmp_path, capsys):
+    corpus = tmp_path / "corpus" / "train.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("One document.\n\nAnother one.\n", encoding="utf-8")
+    err = refused(build_corpus.main, ["--output-dir", tmp_path / "corpus" / ".", "--corpus", corpus], capsys)
+    assert "its train.txt is the --corpus file, which the train split would overwrite" in err
+    assert corpus.read_text(encoding="utf-8") == "One document.\n\nAnother one.\n"

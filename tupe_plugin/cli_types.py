@@ -2,6 +2,7 @@
 in argparse's own one-line error naming the flag."""
 
 import argparse
+import math
 
 
 def at_least_one(text):
@@ -13,4 +14,16 @@ def at_least_one(text):
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def finite_float(text):
+    """A float that is a number: ``nan`` and ``inf`` (which ``float`` accepts) are refused, for every float
+    flag of the plugin (a nan --fire-threshold trained until the gradients were nan)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value

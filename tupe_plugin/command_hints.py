@@ -35,6 +35,14 @@ def model_setting(name, value, argv=None):
     return f"{flag} (fairseq-train), {override} (fairseq-validate) or {name}={value} (from_pretrained)"
 
 
+def overrides_named(overrides, argv=None):
+    """The overrides ``overrides`` ({name: value}) of a checkpoint's settings as the command at hand takes
+    them: ``--model-overrides "{...}"``, or the ``arg_overrides`` of fairseq's loaders in Python."""
+    if current_command(argv) == "validate":
+        return f"--model-overrides \"{overrides!r}\""
+    return f"arg_overrides {overrides!r}"
+
+
 def input_length_fix(limit, argv=None):
     """How to keep the inputs within ``limit`` learned positions in the command at hand."""
     command = current_command(argv)

@@ -11,7 +11,9 @@ import logging
 import os
 import sys
 
+from tupe_plugin.cli_types import finite_float
 from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors
+from tupe_plugin.overwritten_inputs import overwritten_input
 
 
 def own_flags(message, checkpoint):
@@ -27,11 +29,17 @@ def main(argv=None):
     parser.add_argument("--dict", help="the checkpoint's dict.txt (default: found as described above)")
     parser.add_argument("--no-header", action="store_true", help="GloVe style: no 'N d' first line")
     parser.add_argument(
-        "--scale", type=float, default=1.0,
+        "--scale", type=finite_float, default=1.0,
         help="multiply every vector by this factor, e.g. 20 to mimic the wide value range of GloVe "
         "vectors (std ~0.4) with a plugin checkpoint (std ~0.02) (default 1: as trained)",
     )
     args = parser.parse_args(argv)
+    beside = os.path.join(os.path.dirname(os.path.abspath(args.checkpoint)), "dict.txt")
+    overwritten = overwritten_input(args.out, (("CHECKPOINT", args.checkpoint), ("--dict", args.dict),
+                                               ("checkpoint's dict.txt", None if args.dict else beside)))
+    if overwritten:
+        sys.exit(f"tupe-export-embeddings: error: --out {args.out} is {overwritten}, which the vectors would "
+                 "overwrite: write them elsewhere (--out vectors.txt)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         vectors = read_checkpoint_vectors(args.checkpoint, args.dict)

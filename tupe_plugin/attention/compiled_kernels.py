@@ -14,17 +14,31 @@ without OpenMP (Apple's clang) gets a one-thread build and a warning.
 The code is compiled for the machine family's baseline instruction set, not ``-march=native``, so that a
 cache on a shared home directory serves every node of a cluster; the GEMMs are torch's BLAS, which
 chooses its instruction set when it runs.
+
+torch guards a build with a ``lock`` file in the extension's folder, which every later load waits on until
+it is gone; a build killed by SIGKILL leaves it, and every later run waited forever. The plugin's loads
+hold a kernel lock (``flock`` on ``tupe_plugin.lock`` beside it, released when its process ends, killed or
+not) around torch's: a ``lock`` file found while holding it belongs to no live build, and is removed. A
+build of another process that holds the lock longer than :data:`BUILD_WAIT_SECONDS` is not waited for:
+the Python backward runs, and the warning names the lock file.
 """
 
+import fcntl
 import functools
 import logging
 import os
 import pathlib
+import time
 
 logger = logging.getLogger(__name__)
 
 SOURCE = pathlib.Path(__file__).with_name("biased_attention_backward.cpp")
 SWITCH = "TUPE_PLUGIN_COMPILED_KERNELS"
+BUILD_WAIT_SECONDS = 300
+
+
+class BuildWaitTimeout(Exception):
+    """Another process has held the build of a kernel for longer than :data:`BUILD_WAIT_SECONDS`."""
 
 
 @functools.cache
@@ -34,26 +48,57 @@ def biased_attention_backward():
         logger.info(f"{SWITCH}=0: the attention backward with a learned mask runs in Python")
         return None
     import torch
-    from torch.utils import cpp_extension
 
     # -fno-trapping-math lets the compiler vectorise the exponential's clamps (no FP exceptions used)
     flags = ["-O3", "-fno-trapping-math"]
     try:
         try:
-            cpp_extension.load(name="tupe_plugin_kernels", sources=[str(SOURCE)], extra_cflags=flags + ["-fopenmp"],
-                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+            _load("tupe_plugin_kernels", extra_cflags=flags + ["-fopenmp"], extra_ldflags=["-fopenmp"])
         except (OSError, RuntimeError) as error:
-            cpp_extension.load(name="tupe_plugin_kernels_one_thread", sources=[str(SOURCE)], extra_cflags=flags,
-                               is_python_module=False, verbose=False)
+            _load("tupe_plugin_kernels_one_thread", extra_cflags=flags)
             logger.warning(f"the compiled attention backward was built without OpenMP ({_last_line(error)}) and "
                            f"runs on one thread; a compiler with OpenMP (GCC, or clang with libomp) lets it use "
                            f"torch's {torch.get_num_threads()} threads.")
+    except BuildWaitTimeout as error:
+        logger.warning(f"{error}; the slower Python backward runs instead")
+        return None
     except (OSError, RuntimeError, ImportError) as error:  # no compiler, no ninja, a failed build
         logger.warning(f"the compiled attention backward could not be built ({_last_line(error)}); the slower "
                        f"Python backward runs instead. It needs a C++ compiler and `pip install ninja`; "
                        f"{SWITCH}=0 skips the attempt.")
         return None
     return torch.ops.tupe_plugin.biased_attention_backward
+
+
+def _load(name, **flags):
+    """torch's ``cpp_extension.load`` of the kernels as extension ``name``, under the plugin's kernel lock;
+    a torch ``lock`` file no live build holds is removed first."""
+    from torch.utils import cpp_extension
+
+    folder = cpp_extension._get_build_directory(name, verbose=False)
+    torch_lock = os.path.join(folder, "lock")
+    with open(os.path.join(folder, "tupe_plugin.lock"), "a") as guard:
+        deadline = time.monotonic() + BUILD_WAIT_SECONDS
+        while not _try_lock(guard):
+            if time.monotonic() > deadline:
+                raise BuildWaitTimeout(f"{torch_lock}: another process has been building the compiled "
+                                       f"attention backward for over {BUILD_WAIT_SECONDS} s (it holds "
+                                       f"{guard.name})")
+            time.sleep(0.1)
+        if os.path.exists(torch_lock):
+            logger.warning(f"{torch_lock} was left by a build of the compiled attention backward that was "
+                           "killed (no process builds it now): removed, the kernel is built again")
+            os.remove(torch_lock)
+        cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=folder, is_python_module=False,
+                           verbose=False, **flags)
+
+
+def _try_lock(file):
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _last_line(error):

@@ -30,6 +30,8 @@ import sysconfig
 from pathlib import Path
 
 from ..path_checks import path_problem
+from tupe_plugin.cli_types import finite_float
+from tupe_plugin.overwritten_inputs import overwritten_input
 
 logger = logging.getLogger("build_corpus")
 
@@ -219,7 +221,7 @@ def parse_args(argv):
     parser.add_argument("--corpus", type=Path, help="UTF-8 text file to use instead of the standard-library "
                         "docstrings (documents separated by blank lines, or one document per line)")
     for split in ("valid", "test"):
-        parser.add_argument(f"--{split}-fraction", type=float, default=0.02,
+        parser.add_argument(f"--{split}-fraction", type=finite_float, default=0.02,
                             help=f"share of documents for {split} (default 0.02)")
     parser.add_argument("--max-words", type=int, default=48,
                         help="longest line in words; longer paragraphs are cut at sentence ends (default 48)")
@@ -240,6 +242,10 @@ def main(argv=None):
     # force: importing the package (fairseq) has given the root logger a handler already
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", force=True)
     parser, args = parse_args(argv)
+    for split in SPLITS:
+        if overwritten_input(args.output_dir / f"{split}.txt", (("--corpus", args.corpus),)):
+            parser.error(f"--output-dir {args.output_dir}: its {split}.txt is the --corpus file, which the "
+                         f"{split} split would overwrite: give another --output-dir")
     if args.corpus is None:
         documents = stdlib_documents(args.max_words)
         source = "Python standard-library docstrings"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 
 from fairseq.utils import safe_getattr
 
+from ..cli_types import finite_float
 from ..user_errors import UserError
 
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
@@ -252,7 +253,7 @@ class PositionConfig:
     @classmethod
     def add_args(cls, group):
         """Declare every position flag on ``group`` (argparse), without defaults: the preset and
-        :func:`set_defaults` fill what the command line leaves unset."""
+        :func:`set_defaults` fill what the command line leaves unset; a float flag refuses nan and inf."""
         for flag in fields(cls):
             if "help" not in flag.metadata:
                 continue
@@ -260,7 +261,8 @@ class PositionConfig:
                 group.add_argument(option(flag.name), action="store_true", help=flag.metadata["help"])
             else:
                 declared = {key: value for key, value in flag.metadata.items() if value is not None}
-                group.add_argument(option(flag.name), type=flag.type, **declared)
+                flag_type = finite_float if flag.type is float else flag.type
+                group.add_argument(option(flag.name), type=flag_type, **declared)
 
     @classmethod
     def from_args(cls, args):

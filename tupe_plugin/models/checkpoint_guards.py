@@ -2,7 +2,8 @@
 
 Every check a checkpoint passes before its weights are loaded into a plugin model lives here:
 learned position tables of another length, the released [CLS] semantics, U^Q/U^K biases, the
-vocabulary and the architecture. fairseq wraps any ``load_state_dict`` failure of ``--restore-file`` into "please ensure that the
+vocabulary, the architecture, and overrides of its settings (``--model-overrides``) that give the model
+other tensors. fairseq wraps any ``load_state_dict`` failure of ``--restore-file`` into "please ensure that the
 architectures match", with torch's list of size mismatches underneath. Fine-tuning from a masked-LM
 checkpoint goes wrong in two ways that deserve their own words: a task prepared with another dictionary
 than the pre-training one (embedding rows differ), and an ``--arch`` other than the pre-training one.
@@ -10,10 +11,14 @@ than the pre-training one (embedding rows differ), and an ``--arch`` other than 
 
 import hashlib
 
-from tupe_plugin.command_hints import model_setting
+from tupe_plugin.command_hints import model_setting, overrides_named
 from ..user_errors import UserError
 
 HEAD_PREFIXES = ("classification_heads.", "span_heads.")
+
+# The model settings that overrides changed in the checkpoint config read last ({name: (saved, new)}), by
+# id of that config, which the model is built from (tupe_plugin.policies.model_overrides records them).
+_overridden = {}
 
 
 class CheckpointMismatchError(UserError, ValueError):
@@ -50,6 +55,14 @@ def check_dictionary_fingerprint(args, dictionary):
     args.dictionary_size = len(dictionary)
 
 
+def record_overrides(model_cfg, changed):
+    """Remember the model settings ``changed`` by overrides in the checkpoint config ``model_cfg`` just read,
+    forgetting those of any earlier checkpoint."""
+    _overridden.clear()
+    if changed:
+        _overridden[id(model_cfg)] = changed
+
+
 def check_checkpoint(model, saved_state, prefix):
     """Raise ``ValueError`` naming the flag to change when ``saved_state`` cannot load into ``model``.
 
@@ -59,6 +72,7 @@ def check_checkpoint(model, saved_state, prefix):
     config = model.encoder.sentence_encoder.config
     _check_position_table_lengths(config, own_state, saved_state, prefix)
     _check_untied_projection_bias(own_state, saved_state, prefix)
+    _check_overridden_tensors(_overridden.get(id(model.args)), own_state, saved_state, prefix)
 
 
 def _check_position_table_lengths(config, own_state, saved_state, prefix):
@@ -93,6 +107,30 @@ def _check_untied_projection_bias(own_state, saved_state, prefix):
                 f"bias ({bias}): build the model {'with' if saved_bias else 'without'} "
                 "--untied-proj-bias"
             )
+
+
+def _check_overridden_tensors(changed, own_state, saved_state, prefix):
+    """An override that gives the model other tensors than the checkpoint's is named, with a tensor."""
+    if not changed:
+        return
+    own = {key: tuple(value.shape) for key, value in own_state.items() if not key.startswith(HEAD_PREFIXES)}
+    saved = {key[len(prefix):]: tuple(value.shape) for key, value in saved_state.items()
+             if key.startswith(prefix) and not key[len(prefix):].startswith(HEAD_PREFIXES)}
+    differences = [f"the checkpoint's {key} has no place in it" for key in sorted(saved.keys() - own.keys())]
+    differences += [f"its {key} is not in the checkpoint" for key in sorted(own.keys() - saved.keys())]
+    differences += [f"its {key} is {own[key]} but {saved[key]} in the checkpoint"
+                    for key in sorted(own.keys() & saved.keys()) if own[key] != saved[key]]
+    if not differences:
+        return
+    trained = ", ".join(f"{key} = {was!r}" for key, (was, _) in changed.items())
+    overrides = overrides_named({key: new for key, (_, new) in changed.items()})
+    raise CheckpointMismatchError(
+        f"{overrides} cannot apply to this checkpoint, trained with {trained}: the model built with it has "
+        f"other tensors ({differences[0]}"
+        f"{f', and {len(differences) - 1} more' if len(differences) > 1 else ''}); a trained model's "
+        "encoding and sizes are fixed: drop the override (to train another encoding from these weights: "
+        "fairseq-train --init-from-checkpoint)"
+    )
 
 
 def check_checkpoint_matches(model_state, saved_state, prefix, arch):

@@ -19,6 +19,7 @@ import os
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..attention.paths import ATTENTION_BACKENDS
+from ..cli_types import finite_float
 from ..encodings.position_config import PositionFlagError, option
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
@@ -47,7 +48,7 @@ def add_args(parser):
     )
     parser.add_argument(
         "--layer-norm-eps",
-        type=float,
+        type=finite_float,
         metavar="EPS",
         help="epsilon of every LayerNorm of the encoder and LM head (default: fairseq's 1e-5, or the "
         "--init-from-checkpoint model's; Google's BERT checkpoints use 1e-12)",

@@ -31,12 +31,12 @@ Example::
 import argparse
 import json
 import logging
-import os
 import sys
 
 import torch
 
-from tupe_plugin.cli_types import at_least_one
+from tupe_plugin.cli_types import at_least_one, finite_float
+from tupe_plugin.overwritten_inputs import overwritten_input
 from tupe_plugin.path_checks import path_problem
 from tupe_plugin.squad.features import features_path, load_features
 from tupe_plugin.squad.metric import evaluate, official_output, questions
@@ -227,14 +227,11 @@ def check_features(features, logits, features_file):
 def check_output_is_no_input(args):
     """Stop when --output (which the model's predictions overwrite) is one of the command's inputs: the gold
     file, the checkpoint or a file of --data, compared as real paths (links, ``./`` and ``..`` resolved)."""
-    output = os.path.realpath(args.output)
-    for flag, path in (("--gold-file", args.gold_file), ("--path", args.path)):
-        if os.path.realpath(path) == output:
-            sys.exit(f"tupe-evaluate-squad: error: --output {args.output} is the {flag} file, which the "
-                     "predictions would overwrite: write them elsewhere (--output predictions.json)")
-    if os.path.dirname(output) == os.path.realpath(args.data) and os.path.exists(output):
-        sys.exit(f"tupe-evaluate-squad: error: --output {args.output} is a file of --data {args.data}, which "
-                 "the predictions would overwrite: write them elsewhere (--output predictions.json)")
+    overwritten = overwritten_input(args.output, (("--gold-file", args.gold_file), ("--path", args.path),
+                                                  ("--data", args.data)))
+    if overwritten:
+        sys.exit(f"tupe-evaluate-squad: error: --output {args.output} is {overwritten}, which the "
+                 "predictions would overwrite: write them elsewhere (--output predictions.json)")
 
 
 def check_decoding_flags(parser, args):
@@ -262,7 +259,7 @@ def main(argv=None):
                         help="longest answer in tokens (default 30)")
     parser.add_argument("--version-2-with-negative", action="store_true",
                         help="SQuAD v2.0: no answer when null score - best span score > --null-threshold")
-    parser.add_argument("--null-threshold", type=float, default=0.0, help="default 0.0")
+    parser.add_argument("--null-threshold", type=finite_float, default=0.0, help="default 0.0")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is available")
     args = parser.parse_args(argv)

@@ -24,7 +24,7 @@ another SQuAD version) or other settings. Validate the result with
 import os
 import sys
 
-from ..cli_types import at_least_one
+from ..cli_types import at_least_one, finite_float
 from ..finetuning import (add_run_args, check_rerun, count_lines, description, fairseq_train_command,
                           linear_schedule, parse_run_args, pretrained_architecture, run_logged,
                           train_recorded)
@@ -51,7 +51,7 @@ def main(argv=None):
     parser.add_argument("--doc-stride", type=int, help="default 128, at most --max-seq-length / 3")
     parser.add_argument("--max-query-length", type=int, help="default 64, at most --max-seq-length / 2")
     parser.add_argument("--max-answer-length", type=int, default=30, help="default 30")
-    parser.add_argument("--null-threshold", type=float, default=0.0, help="v2.0 only (default 0.0)")
+    parser.add_argument("--null-threshold", type=finite_float, default=0.0, help="v2.0 only (default 0.0)")
     parser.add_argument("--max-articles", type=at_least_one,
                         help="keep only the first N articles of each file")
     args, extra = parse_run_args(parser, argv)

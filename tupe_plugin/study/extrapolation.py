@@ -26,6 +26,7 @@ import subprocess
 import sys
 
 from ..child_processes import ended_with_parent
+from ..cli_types import finite_float
 from ..fairseq_logs import valid_lines
 from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
 
@@ -79,7 +80,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=8, help="default 8")
     parser.add_argument("--out", required=True, help="the result, a JSON file")
     parser.add_argument("--rotary-scaling", choices=("linear", "ntk"), help="RoPE's evaluation-time scaling")
-    parser.add_argument("--rotary-scaling-factor", type=float, default=None, help="its factor F > 1")
+    parser.add_argument("--rotary-scaling-factor", type=finite_float, default=None, help="its factor F > 1")
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args(argv)
     if args.length < 8:

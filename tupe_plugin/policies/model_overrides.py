@@ -1,0 +1,119 @@
+"""Overrides of a plugin checkpoint's settings that could not take effect are refused, naming the override.
+
+fairseq applies fairseq-validate's ``--model-overrides`` (and the ``arg_overrides`` of its loaders,
+``from_pretrained``'s keyword arguments) to a checkpoint's config as it reads it: a key that is no setting
+of the checkpoint (a typo) was set and never read, and a setting that only gave a tensor stored in the
+checkpoint its starting value (FIRE's learned threshold, RoPE's frequencies) was undone without a word
+when the weights loaded. Both are refused as the checkpoint is read. The settings an override changes are
+handed to the check of the weights (:func:`~tupe_plugin.models.checkpoint_guards.record_overrides`), which
+names an override that changes the model's tensors (``{'rotary': 'none'}`` on a RoPE model) instead of
+torch's "Unexpected key(s) in state_dict".
+"""
+
+import argparse
+import difflib
+from dataclasses import fields
+
+from fairseq import checkpoint_utils
+from fairseq.registry import REGISTRIES
+
+from ..checkpoint_config import model_config
+from ..command_hints import overrides_named
+from ..encodings.position_config import BEFORE_RELEASED_FORMS, option, value_as_trained
+from ..models.checkpoint_guards import record_overrides
+from ..user_errors import UserError
+from .restore_architecture import MAY_CHANGE_AT_FINE_TUNING, model_flags
+from .scope import is_plugin_config
+
+# A setting that only gives a tensor the checkpoint stores its starting value: the tensor's key ends with
+# the suffix; the checkpoint's tensor replaces whatever the setting computes.
+STARTING_VALUES = {
+    "fire_threshold": ("relative_bias.threshold", "FIRE's threshold L is learned"),
+    "rotary_base": ("rotary.sinusoid.frequencies", "RoPE's frequencies are stored in the checkpoint"),
+    "sandwich_frequencies": ("relative_bias.sinusoid.frequencies",
+                             "Sandwich's frequencies are stored in the checkpoint"),
+}
+
+_fairseq_overwrite_args_by_name = checkpoint_utils.overwrite_args_by_name
+_fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
+
+# What the checkpoint being read held before fairseq applied the overrides: its settings (and the model
+# flags), and the saved value of each overridden one.
+_read = {}
+
+
+class OverrideError(UserError, ValueError):
+    """An override of a checkpoint's setting that could not take effect."""
+
+
+def _settings(node):
+    if isinstance(node, argparse.Namespace):
+        return vars(node)
+    return node if hasattr(node, "keys") else {}
+
+
+def _chosen_settings(overrides):
+    """The settings of a component the overrides choose (``bpe='sentencepiece'``: its
+    ``sentencepiece_model``), which fairseq gives the checkpoint's config with it."""
+    for group, name in overrides.items():
+        dataclass = REGISTRIES.get(group, {}).get("dataclass_registry", {}).get(name) \
+            if isinstance(name, str) else None
+        if dataclass is not None:
+            yield from (field.name for field in fields(dataclass))
+
+
+def overwrite_args_by_name(cfg, overrides):
+    """fairseq's; for a plugin checkpoint, its settings and what the overridden ones held are kept first."""
+    if is_plugin_config(cfg):
+        flags = set(model_flags().values())
+        known = set(cfg.keys()) | flags | set(_chosen_settings(overrides))
+        for group in cfg.keys():
+            known.update(_settings(cfg.get(group)))
+        model = _settings(cfg.get("model"))
+        saved = {key: model[key] for key in overrides if key in model}
+        for key in overrides.keys() & BEFORE_RELEASED_FORMS.keys() - model.keys():  # saved before the option
+            saved[key] = value_as_trained(key, model.get("rel_pos"), model.get("deberta_share_att_key") is True)
+        _read.update(known=known, flags=flags, saved=saved)
+    _fairseq_overwrite_args_by_name(cfg, overrides)
+
+
+def load_checkpoint_to_cpu(path, arg_overrides=None, load_on_all_ranks=False):
+    """fairseq's loader; the overrides applied to a plugin checkpoint are checked against it."""
+    _read.clear()
+    state = _fairseq_load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
+    changed = check_overrides(path, arg_overrides, state["model"]) if arg_overrides and _read else {}
+    record_overrides(model_config(state), changed)
+    return state
+
+
+def check_overrides(path, overrides, weights):
+    """Refuse an unknown key or a learned setting among ``overrides`` of the checkpoint ``path``; return
+    the model settings they change that the check of its weights is to name: {name: (saved, new)}."""
+    for key, value in overrides.items():
+        if key not in _read["known"]:
+            close = difflib.get_close_matches(key, _read["known"], n=1)
+            raise OverrideError(
+                f"{overrides_named({key: value})}: {key!r} is no setting of {path}"
+                f"{f' (did you mean {close[0]!r}?)' if close else ''}; it would be ignored: correct it or "
+                "drop it")
+    changed = {key: (_read["saved"].get(key), value) for key, value in overrides.items()
+               if key in _read["flags"] and _read["saved"].get(key) != value}
+    for key in changed.keys() & STARTING_VALUES.keys():
+        _check_starting_value(path, key, changed[key], weights)
+    return {key: change for key, change in changed.items() if key not in MAY_CHANGE_AT_FINE_TUNING}
+
+
+def _check_starting_value(path, key, change, weights):
+    suffix, why = STARTING_VALUES[key]
+    tensor = next((name for name in weights if name.endswith(suffix)), None)
+    if tensor is None:
+        return
+    saved, value = change
+    now = f" = {weights[tensor].item():g} after training" if weights[tensor].numel() == 1 else ""
+    raise OverrideError(
+        f"{overrides_named({key: value})} cannot change {path}: {why}, {tensor}{now}; {option(key)} "
+        f"({saved}) only gave its starting value, which the checkpoint's weights replace: drop the override")
+
+
+checkpoint_utils.overwrite_args_by_name = overwrite_args_by_name
+checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
