@@ -56,6 +56,10 @@ install: $(STAMP)
 $(STAMP): setup.py Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(REQUIREMENTS)
+	# ve-fairseq pulls in torchaudio, whose last release does not load against torch 2.13 (its
+	# _torchaudio.abi3.so fails, and transformers' model classes import torchaudio when it is there).
+	# fairseq imports it only inside its speech tasks and audio utilities, which the plugin never runs.
+	$(BIN)/pip uninstall -y torchaudio
 	$(BIN)/pip install --no-deps -e .
 	touch $@
 
