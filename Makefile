@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 ninja sentencepiece tensorboard tensorboardX matplotlib pytest hypothesis \
-	submitit transformers==5.24.0 triton==3.9.0
+	submitit transformers==5.24.0 accelerate triton==3.9.0
 
 # Demo settings, passed to examples/demo.sh (see its header).
 CORPUS ?=

@@ -31,6 +31,8 @@ definitions (Devlin et al. 2019, BERT; Liu et al. 2019, RoBERTa), not from any c
   not where fairseq needs them, a weight with no place in the plugin, one missing, or a size that
   disagrees with ``config.json``. The pooler and the next-sentence head are dropped, said in the log.
 * The output folder is written aside and moved into place as :func:`.official_tupe.convert` does.
+* A folder written by ``tupe-export-hf`` (``model_type`` "tupe") goes back to its plugin checkpoint
+  (:mod:`.hf_import`).
 """
 
 import json
@@ -43,6 +45,7 @@ import struct
 
 import torch
 
+from tupe_plugin.conversion import hf_import
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
@@ -470,6 +473,9 @@ def convert(hf_dir, out_dir, arch=None, force=False):
     out_dir = os.path.abspath(out_dir)
     check_out_is_not_the_model(out_dir, hf_dir)
     config = read_json(hf_dir, CONFIG)
+    if config.get("model_type") == hf_import.EXPORT_MODEL_TYPE:  # a folder of tupe-export-hf
+        return hf_import.convert_export(hf_dir, out_dir, config, *load_weights(hf_dir), arch=arch,
+                                        force=force)
     model_type = check_config(config, os.path.join(hf_dir, CONFIG))
     family = FAMILIES[model_type]
     for name in family.tokenizer_files:
