@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 ninja sentencepiece tensorboard tensorboardX matplotlib pytest hypothesis \
-	submitit transformers==5.24.0 triton==3.9.0
+	submitit transformers==5.24.0 accelerate triton==3.9.0
 
 # Demo settings, passed to examples/demo.sh (see its header).
 CORPUS ?=
@@ -56,6 +56,10 @@ install: $(STAMP)
 $(STAMP): setup.py Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(REQUIREMENTS)
+	# ve-fairseq pulls in torchaudio, whose last release does not load against torch 2.13 (its
+	# _torchaudio.abi3.so fails, and transformers' model classes import torchaudio when it is there).
+	# fairseq imports it only inside its speech tasks and audio utilities, which the plugin never runs.
+	$(BIN)/pip uninstall -y torchaudio
 	$(BIN)/pip install --no-deps -e .
 	touch $@
 

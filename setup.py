@@ -13,6 +13,7 @@ COMMANDS = {
     "tupe-evaluate-squad": "tupe_plugin.squad.evaluate",
     "tupe-convert-official": "tupe_plugin.conversion.cli",
     "tupe-convert-hf": "tupe_plugin.conversion.hf_cli",
+    "tupe-export-hf": "tupe_plugin.conversion.hf_export",
     "tupe-build-corpus": "tupe_plugin.corpus.build",
     "tupe-train-spm": "tupe_plugin.corpus.train_spm",
     "tupe-show-progress": "tupe_plugin.progress",
@@ -26,7 +27,8 @@ setup(
         "encodings of 'On Position Embeddings in BERT'"
     ),
     packages=find_packages(include=["tupe_plugin", "tupe_plugin.*"]),
-    package_data={"tupe_plugin.attention": ["*.cpp"]},
+    # hf_remote/ is the code tupe-export-hf copies into every export, not a package of the plugin
+    package_data={"tupe_plugin.attention": ["*.cpp"], "tupe_plugin.conversion": ["hf_remote/*.py"]},
     python_requires=">=3.11",
     # torch >= 2.6: torch.load's weights_only default, which the plugin's checkpoint loading is built
     # around; < 2.14: the versions tested (2.13.0).
@@ -46,8 +48,9 @@ setup(
         "study": ["matplotlib", "tensorboard", "submitit"],
         # the tests of tupe-convert-hf compare with transformers' BERT and RoBERTa; transformers is also
         # what fairseq's --bpe bert imports to encode text for a converted BERT; the Triton attention
-        # kernel's tests run its kernels through Triton's CPU interpreter
-        "test": ["pytest", "hypothesis", "transformers>=5,<6", "triton"],
+        # kernel's tests run its kernels through Triton's CPU interpreter; the tests of tupe-export-hf
+        # fine-tune an export with transformers' Trainer, which needs accelerate
+        "test": ["pytest", "hypothesis", "transformers>=5,<6", "accelerate", "triton"],
     },
     entry_points={
         "console_scripts": [f"{name} = {module}:main" for name, module in COMMANDS.items()],

@@ -6,7 +6,8 @@ import pytest
 
 COMMANDS = {
     "tupe-study", "tupe-analyze", "tupe-prepare-glue", "tupe-prepare-squad", "tupe-evaluate-squad",
-    "tupe-convert-official", "tupe-convert-hf", "tupe-collect-glue", "tupe-build-corpus", "tupe-train-spm",
+    "tupe-convert-official", "tupe-convert-hf", "tupe-export-hf", "tupe-collect-glue", "tupe-build-corpus",
+    "tupe-train-spm",
     "tupe-export-embeddings", "tupe-show-progress", "tupe-finetune-glue", "tupe-finetune-squad",
 }
 

@@ -5,10 +5,10 @@ batch), its tokenizers, and the refusals."""
 import json
 import logging
 import shutil
-import sys
 
 import pytest
 import torch
+import transformers
 from cli import logged_losses, run_fairseq_steps
 from fairseq import checkpoint_utils
 from safetensors.torch import load_file, save_file
@@ -16,24 +16,6 @@ from safetensors.torch import load_file, save_file
 from tupe_plugin.conversion import hf_cli
 from tupe_plugin.conversion.hf import HfCheckpointError, convert
 from tupe_plugin.models import TupeRobertaModel
-
-
-def _import_transformers():
-    """transformers, with the torchaudio that fairseq installs hidden: built for another torch, it fails to
-    load, and transformers' model classes import it when it is there."""
-    hidden = "torchaudio" not in sys.modules
-    if hidden:
-        sys.modules["torchaudio"] = None
-    try:
-        import transformers
-        transformers.BertForMaskedLM, transformers.RobertaForMaskedLM  # noqa: B018 (the lazy imports)
-    finally:
-        if hidden:
-            del sys.modules["torchaudio"]
-    return transformers
-
-
-transformers = _import_transformers()
 
 SIZE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

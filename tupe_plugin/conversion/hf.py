@@ -32,6 +32,8 @@ definitions (Devlin et al. 2019, BERT; Liu et al. 2019, RoBERTa), not from any c
   not where fairseq needs them, a weight with no place in the plugin, one missing, or a size that
   disagrees with ``config.json``. The pooler and the next-sentence head are dropped, said in the log.
 * The output folder is written aside and moved into place as :func:`.official_tupe.convert` does.
+* A folder written by ``tupe-export-hf`` (``model_type`` "tupe") goes back to its plugin checkpoint
+  (:mod:`.hf_import`).
 """
 
 import json
@@ -45,6 +47,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from tupe_plugin.conversion import hf_import
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
@@ -539,17 +542,15 @@ def _bert_or_roberta(model_type):
 CONVERSIONS = {model_type: _bert_or_roberta(model_type) for model_type in FAMILIES}
 
 
-def conversion_of(hf_dir, conversions):
-    """(the checked ``config.json`` of ``hf_dir``, its model type's :class:`Conversion`)."""
-    config = read_json(hf_dir, CONFIG)
+def conversion_of(config, path, conversions):
+    """The :class:`Conversion` of the model type of ``config`` (read from ``path``), its config checked."""
     model_type = config.get("model_type")
     if model_type not in conversions:
-        raise HfCheckpointError(f"{os.path.join(hf_dir, CONFIG)}: model_type {model_type!r} is not supported; "
-                                f"tupe-convert-hf converts {', '.join(repr(t) for t in conversions)} masked "
-                                "language models")
-    conversion = conversions[model_type]
-    conversion.check(config, os.path.join(hf_dir, CONFIG))
-    return config, conversion
+        raise HfCheckpointError(f"{path}: model_type {model_type!r} is not supported; tupe-convert-hf converts "
+                                f"{', '.join(repr(t) for t in conversions)} masked language models and the "
+                                f"folders of tupe-export-hf ({hf_import.EXPORT_MODEL_TYPE!r})")
+    conversions[model_type].check(config, path)
+    return conversions[model_type]
 
 
 def convert(hf_dir, out_dir, arch=None, force=False, conversions=CONVERSIONS):
@@ -564,7 +565,11 @@ def convert(hf_dir, out_dir, arch=None, force=False, conversions=CONVERSIONS):
 
     out_dir = os.path.abspath(out_dir)
     check_out_is_not_the_model(out_dir, hf_dir)
-    config, conversion = conversion_of(hf_dir, conversions)
+    config = read_json(hf_dir, CONFIG)
+    if config.get("model_type") == hf_import.EXPORT_MODEL_TYPE:  # a folder of tupe-export-hf
+        return hf_import.convert_export(hf_dir, out_dir, config, *load_weights(hf_dir), arch=arch,
+                                        force=force)
+    conversion = conversion_of(config, os.path.join(hf_dir, CONFIG), conversions)
     tokenizer = conversion.tokenizer(hf_dir)
     names = (CHECKPOINT_NAME, "dict.txt", *tokenizer)
     check_output_folder(out_dir, force, names)

@@ -1,0 +1,322 @@
+"""tupe-export-hf: tiny random-weight plugin checkpoints of every exportable family, exported, loaded through
+transformers' Auto classes in a child process that cannot import fairseq or tupe_plugin, and compared with
+the plugin (masked-LM logits, features, heads; padded batch of real text); the tokenizer's ids against the
+plugin's hub; the way back through tupe-convert-hf; the refusals."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+import torch
+from conftest import test_data
+from fairseq import checkpoint_utils, options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+from tupe_plugin.conversion import hf_export
+from tupe_plugin.conversion.hf import convert
+from tupe_plugin.conversion.hf_export import ExportError, export
+from tupe_plugin.conversion.official_tupe import converted_state
+from tupe_plugin.fairseq_tools import PLUGIN_DIR
+from tupe_plugin.models import TupeRobertaModel
+
+SIZE = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-attention-heads", "4",
+        "--encoder-ffn-embed-dim", "64"]
+MAX_POSITIONS = 96
+# every exportable family: name -> (arch, extra flags)
+FAMILIES = {
+    "bert_a": ("bert_a_tiny", []),
+    "bert_r": ("bert_r_tiny", []),
+    "bert_r_cls_reset": ("bert_r_tiny", ["--cls-reset", "paper"]),
+    "tupe_a": ("tupe_a_tiny", []),
+    "tupe_r": ("tupe_r_tiny", []),
+    "tupe_r_release": ("tupe_r_tiny", ["--cls-reset", "release", "--untied-proj-bias"]),
+    "tupe_a_tie_cls": ("tupe_a_tie_cls_tiny", []),
+    "bert_a_d": ("bert_a_d_tiny", []),
+    "bert_nope": ("bert_nope_tiny", []),
+    "bert_sin_ape": ("bert_sin_ape_tiny", []),
+    "bert_lsin_ape": ("bert_lsin_ape_tiny", []),
+    "bert_rpe": ("bert_rpe_tiny", ["--shaw-max-distance", "4"]),
+    "bert_a_sin_rpe_keys_only": ("bert_a_sin_rpe_tiny", ["--shaw-keys-only"]),
+    "bert_lsin_ape_lsin_rpe": ("bert_lsin_ape_lsin_rpe_tiny", []),
+    "bert_rope": ("bert_rope_tiny", []),
+    "bert_lrope_linear": ("bert_lrope_tiny", ["--rotary-scaling", "linear", "--rotary-scaling-factor", "2"]),
+    "bert_rope_ntk": ("bert_rope_tiny", ["--rotary-scaling", "ntk", "--rotary-scaling-factor", "3"]),
+    "tupe_rope": ("tupe_rope_tiny", []),
+    "bert_alibi": ("bert_alibi_tiny", []),
+    "bert_alibi_cls": ("bert_alibi_cls_tiny", []),
+    "bert_alibi_asym": ("bert_alibi_asym_tiny", []),
+    "tupe_r_pre_ln": ("tupe_r_tiny", ["--encoder-normalize-before", "--layer-norm-eps", "1e-12",
+                                      "--activation-fn", "gelu_accurate"]),
+    "bert_a_no_embedding_norm": ("bert_a_tiny", ["--no-layernorm-embedding"]),
+}
+TEXTS = [
+    "Senjō no Valkyria 3 : Unrecorded Chronicles is a role @-@ playing video game developed by Sega .",
+    "Café déjà vu: 1,234 naïve façades — über 56 % 😀 in 2011!",
+    "ℵ₀ ⊂ 𝔘 «тест» 漢字",
+    "The game began development in 2010 .",
+]
+CHILD = r"""
+import sys, json, torch
+sys.modules["fairseq"] = None
+sys.modules["tupe_plugin"] = None
+from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification, AutoTokenizer)
+request = json.load(open(sys.argv[1]))
+batch = torch.load(request["batch"])
+results = {}
+with torch.no_grad():
+    for name, folder in request["exports"].items():
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        mlm = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+        base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+        classifier = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+        qa = AutoModelForQuestionAnswering.from_pretrained(folder, trust_remote_code=True).eval()
+        span = qa(input_ids=ids, attention_mask=mask)
+        results[name] = dict(
+            logits=mlm(input_ids=ids, attention_mask=mask).logits,
+            features=base(input_ids=ids, attention_mask=mask).last_hidden_state,
+            eager=base(input_ids=ids, attention_mask=mask, output_attentions=True).last_hidden_state,
+            classes=classifier(input_ids=ids, attention_mask=mask).logits,
+            start=span.start_logits, end=span.end_logits,
+        )
+    tokenizer = AutoTokenizer.from_pretrained(request["tokenizer"], trust_remote_code=True)
+    results["ids"] = [tokenizer(text)["input_ids"] for text in request["texts"]]
+    results["pair"] = tokenizer(request["texts"][0], request["texts"][1])["input_ids"]
+torch.save(results, request["out"])
+"""
+
+
+def transformers_only(code, *args, modules, timeout=600):
+    """Run ``code`` in a Python that cannot import fairseq or tupe_plugin (no PYTHONPATH to the repo), with
+    transformers' copies of remote code in ``modules``."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(modules), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                            env=env, cwd="/", timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    """A sentencepiece model of WikiText-2 lines and a dict.txt missing some of its pieces (unknown
+    pieces)."""
+    root = tmp_path_factory.mktemp("export_data")
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()][:300]
+    (root / "raw.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(root / "raw.txt"), model_prefix=str(root / "spm"),
+                                   vocab_size=250, model_type="unigram", minloglevel=2)
+    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+    data = root / "data-bin"
+    data.mkdir()
+    (data / "dict.txt").write_text("".join(f"{piece} {100 - i % 50}\n" for i, piece in enumerate(pieces)
+                                           if i % 7 != 3), encoding="utf-8")
+    (data / "sentencepiece.bpe.model").write_bytes((root / "spm.model").read_bytes())
+    return data
+
+
+def make_checkpoint(data, path, arch, flags, heads=True, seed=0):
+    """A plugin checkpoint of ``arch`` with random weights far from their initialisation and, with
+    ``heads``, a 3-class classification head and a span head."""
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(data), "--user-dir", PLUGIN_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
+        "--arch", arch, "--max-positions", str(MAX_POSITIONS), "--tokens-per-sample", str(MAX_POSITIONS),
+        *SIZE,
+        "--dropout", "0.1", *flags])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    if heads:
+        model.register_classification_head("sst", num_classes=3)
+        model.register_span_head("squad")
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "frequencies" in name or "log_slopes" in name:
+                parameter.mul_(torch.exp(0.1 * torch.randn_like(parameter)))
+            elif "embed_tokens" in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.3)
+            else:
+                gain = "norm" in name and name.endswith("weight")
+                parameter.copy_(torch.randn_like(parameter) * (0.3 if parameter.dim() > 1 else 0.5) + gain)
+    torch.save(converted_state(cfg, model, path), path)
+    return path
+
+
+def plugin_outputs(path, data, batch):
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(path)], arg_overrides={"data": str(data), "load_checkpoint_heads": True})
+    model = models[0].eval()
+    tokens = batch["input_ids"].masked_fill(batch["attention_mask"].eq(0), 1)
+    with torch.no_grad():
+        return dict(
+            logits=model(tokens)[0],
+            features=model(tokens, features_only=True)[0],
+            classes=model(tokens, features_only=True, classification_head_name="sst")[0],
+            **dict(zip(("start", "end"), model(tokens, span_head_name="squad")[0])),
+        )
+
+
+def plugin_batch(data, path):
+    hub = TupeRobertaModel.from_pretrained(os.path.dirname(path), os.path.basename(path), str(data),
+                                           sentencepiece_model=str(data / "sentencepiece.bpe.model"))
+    rows = [hub.encode(text) for text in TEXTS]
+    ids = torch.full((len(rows), max(map(len, rows))), 7)  # the padding of the exported side: any id
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)], mask[i, :len(row)] = row, 1
+    return dict(input_ids=ids, attention_mask=mask), rows, hub.encode(TEXTS[0], TEXTS[1])
+
+
+@pytest.fixture(scope="module")
+def exported(data_bin, tmp_path_factory):
+    """Every family exported; the transformers-only child's outputs; the plugin's ids and batch."""
+    root = tmp_path_factory.mktemp("exports")
+    exports = {}
+    for name, (arch, flags) in FAMILIES.items():
+        checkpoint = make_checkpoint(data_bin, root / f"{name}.pt", arch, flags)
+        exports[name] = export(str(checkpoint), str(data_bin), str(root / name))
+    batch, rows, pair = plugin_batch(data_bin, root / "tupe_r.pt")
+    torch.save(batch, root / "batch.pt")
+    request = dict(exports=exports, batch=str(root / "batch.pt"), texts=TEXTS, tokenizer=exports["tupe_r"],
+                   out=str(root / "results.pt"))
+    (root / "request.json").write_text(json.dumps(request))
+    transformers_only(CHILD, root / "request.json", modules=root / "modules")
+    return root, torch.load(root / "results.pt"), batch, rows, pair
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_export_equals_the_plugin_on_a_padded_batch_of_real_text(exported, data_bin, family):
+    root, results, batch, _, _ = exported
+    expected = plugin_outputs(root / f"{family}.pt", data_bin, batch)
+    real = batch["attention_mask"].bool()
+    ours = results[family]
+    for output in ("logits", "features", "start", "end"):
+        torch.testing.assert_close(ours[output][real], expected[output][real], atol=1e-5, rtol=1e-5,
+                                   msg=lambda m, output=output: f"{family} {output}: {m}")
+    torch.testing.assert_close(ours["eager"][real], expected["features"][real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours["classes"], expected["classes"], atol=1e-5, rtol=1e-5)
+
+
+def test_tokenizer_gives_the_plugin_ids_for_accents_digits_emoji_and_unknown_characters(exported):
+    _, results, _, rows, pair = exported
+    assert results["ids"] == [row.tolist() for row in rows]
+    assert 3 in rows[2].tolist()  # characters outside the vocabulary: <unk>
+    assert results["pair"] == pair.tolist()
+
+
+def test_export_writes_the_remote_code_config_and_model_card(exported):
+    root, *_ = exported
+    folder = root / "tupe_r"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "tupe" and config["auto_map"]["AutoModelForMaskedLM"] == \
+        "modeling_tupe.TupeForMaskedLM"
+    assert config["fairseq_model_args"]["arch"] == "tupe_r_tiny" and config["num_labels"] == 3
+    for name in hf_export.CODE_FILES + ("model.safetensors", "vocab.txt", "sentencepiece.bpe.model"):
+        assert (folder / name).is_file()
+    card = (folder / "README.md").read_text()
+    assert "tupe_r_tiny" in card and "arXiv 2006.15595" in card and "0 updates" in card
+
+
+@pytest.mark.parametrize("flags, name", [
+    (["--rel-pos", "kerple-log"], "KERPLE"), (["--rel-pos", "sandwich"], "Sandwich"),
+    (["--rel-pos", "fire"], "FIRE"), (["--rel-pos", "deberta"], "DeBERTa"),
+])
+def test_encodings_not_exported_yet_are_refused_by_name(data_bin, tmp_path, flags, name):
+    checkpoint = make_checkpoint(data_bin, tmp_path / "model.pt", "bert_nope_tiny", flags, heads=False)
+    with pytest.raises(ExportError, match=f"bert_nope_tiny's encoding {name} cannot be exported yet"):
+        export(str(checkpoint), str(data_bin), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_data_bin_of_another_dictionary_is_refused_naming_the_file(data_bin, tmp_path):
+    checkpoint = make_checkpoint(data_bin, tmp_path / "model.pt", "bert_a_tiny", [], heads=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "dict.txt").write_text("a 1\nb 1\n")
+    (other / "sentencepiece.bpe.model").write_bytes((data_bin / "sentencepiece.bpe.model").read_bytes())
+    with pytest.raises(SystemExit, match=r"^tupe-export-hf: error: .*dict.txt gives 7 symbols "
+                                         r"\(with <mask>\) but the checkpoint's embeddings have"):
+        hf_export.main([str(checkpoint), str(other), "--out", str(tmp_path / "out")])
+
+
+def test_several_heads_of_one_kind_need_head(data_bin, tmp_path):
+    checkpoint = make_checkpoint(data_bin, tmp_path / "model.pt", "bert_a_tiny", [])
+    state = torch.load(checkpoint, weights_only=False)
+    for key in [k for k in state["model"] if k.startswith("classification_heads.sst.")]:
+        state["model"][key.replace(".sst.", ".mnli.")] = state["model"][key]
+    torch.save(state, checkpoint)
+    with pytest.raises(ExportError, match="has the classification heads mnli, sst: choose one with --head"):
+        export(str(checkpoint), str(data_bin), str(tmp_path / "out"))
+    export(str(checkpoint), str(data_bin), str(tmp_path / "out"), head="mnli")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["fairseq_head_names"]["classification"] == "mnli"
+
+
+@pytest.mark.parametrize("family", ["tupe_r", "tupe_r_release", "bert_lsin_ape_lsin_rpe", "bert_alibi_asym"])
+def test_convert_hf_on_an_export_gives_the_checkpoint_back(exported, family, tmp_path):
+    root, *_ = exported
+    convert(str(root / family), str(tmp_path / "back"))
+    original = torch.load(root / f"{family}.pt", weights_only=False)
+    back = torch.load(tmp_path / "back" / "model.pt", weights_only=False)
+    assert back["model"].keys() == original["model"].keys()
+    assert all(torch.equal(back["model"][key], original["model"][key]) for key in original["model"])
+    assert back["cfg"]["model"].arch == original["cfg"]["model"].arch
+
+
+LOAD_AND_TRAIN = r"""
+import sys, torch
+sys.modules["fairseq"] = None
+sys.modules["tupe_plugin"] = None
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+folder, out, trainer = sys.argv[1], sys.argv[2], sys.argv[3] == "trainer"
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
+texts = ["a good game .", "the worst film of 2010 !", "Café déjà vu", "it was fine"]
+before = model.classifier.out_proj.weight.detach().clone()
+if trainer:
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+    examples = [dict(tokenizer(text), labels=i % 3) for i, text in enumerate(texts)]
+    arguments = TrainingArguments(output_dir=out + "/trainer", per_device_train_batch_size=4, max_steps=1,
+                                  learning_rate=1e-3, report_to=[], use_cpu=True, save_strategy="no")
+    Trainer(model=model, args=arguments, train_dataset=examples,
+            data_collator=DataCollatorWithPadding(tokenizer)).train()
+else:
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    model.train()
+    model(**batch, labels=torch.tensor([0, 1, 2, 0])).loss.backward()
+    torch.optim.SGD(model.parameters(), lr=1e-2).step()
+assert not torch.equal(before, model.classifier.out_proj.weight), "the step changed nothing"
+model.save_pretrained(out + "/saved")
+tokenizer.save_pretrained(out + "/saved")
+model.eval()
+again = AutoModelForSequenceClassification.from_pretrained(out + "/saved", trust_remote_code=True).eval()
+batch = AutoTokenizer.from_pretrained(out + "/saved", trust_remote_code=True)(texts, padding=True,
+                                                                               return_tensors="pt")
+with torch.no_grad():
+    torch.testing.assert_close(again(**batch).logits, model(**batch).logits)
+print("ok")
+"""
+
+
+def test_a_training_step_and_save_pretrained_of_a_loaded_export_load_again(exported, tmp_path):
+    root, *_ = exported
+    output = transformers_only(LOAD_AND_TRAIN, root / "tupe_r", tmp_path, "step",
+                               modules=tmp_path / "modules")
+    assert output.strip().endswith("ok")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None,
+                    reason="transformers' Trainer needs accelerate (make install installs it)")
+def test_a_trainer_fine_tuning_step_runs_on_a_loaded_export(exported, tmp_path):
+    root, *_ = exported
+    output = transformers_only(LOAD_AND_TRAIN, root / "tupe_r", tmp_path, "trainer",
+                               modules=tmp_path / "modules")
+    assert output.strip().endswith("ok")

@@ -1,0 +1,313 @@
+"""Export a plugin checkpoint as a transformers model.
+
+    tupe-export-hf CKPT DATA_BIN --out DIR [--head NAME] [--force]
+
+DATA_BIN is the folder with the checkpoint's ``dict.txt`` and ``sentencepiece.bpe.model`` (as
+``tupe-finetune-glue`` takes it). DIR receives ``config.json`` (every model flag of the checkpoint, its
+``auto_map``), ``model.safetensors`` (the names of :mod:`.hf_names`), the modeling, configuration and
+tokenizer code of ``hf_remote/`` (transformers' ``trust_remote_code``), the tokenizer's ``vocab.txt``
+(fairseq's ids in order) and sentencepiece model, and a model card (``README.md``).
+``AutoModel``/``AutoModelForMaskedLM``/``AutoModelForSequenceClassification``/
+``AutoModelForQuestionAnswering``/``AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)`` load it with
+torch, transformers and sentencepiece only. A fine-tuned checkpoint's classification head (its number of
+classes, a regression head, the labels of its data's ``label/dict.txt``) and span head are exported; a
+checkpoint with several of one kind needs ``--head``. A checkpoint the export cannot represent is refused
+by name before anything is written; the folder is written aside and moved into place.
+"""
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+
+import torch
+
+from tupe_plugin.conversion.hf_names import TIED, rename, write_safetensors
+from tupe_plugin.prepared_folder import make_sibling_folder
+from tupe_plugin.user_errors import UserError
+
+logger = logging.getLogger("export_hf")
+
+REMOTE_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_remote")
+CODE_FILES = ("configuration_tupe.py", "modeling_tupe.py", "tokenization_tupe.py")
+SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
+AUTO_MAP = {
+    "AutoConfig": "configuration_tupe.TupeConfig",
+    "AutoModel": "modeling_tupe.TupeModel",
+    "AutoModelForMaskedLM": "modeling_tupe.TupeForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_tupe.TupeForSequenceClassification",
+    "AutoModelForQuestionAnswering": "modeling_tupe.TupeForQuestionAnswering",
+}
+TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_tupe.TupeTokenizer", None]}
+POSITION_FLAGS = ("abs_pos", "rel_pos", "untied_pos", "cls_reset", "untied_proj_bias", "rel_pos_buckets",
+                  "rel_pos_max_distance", "shaw_max_distance", "shaw_keys_only", "rotary", "rotary_base",
+                  "rotary_scaling", "rotary_scaling_factor", "alibi_asymmetric", "alibi_learned_slopes")
+# encodings whose default semantics are being changed: refused until their export is written against them
+NOT_YET = (("kerple", "KERPLE"), ("sandwich", "Sandwich"), ("fire", "FIRE"), ("deberta", "DeBERTa"))
+ACTIVATIONS = ("gelu", "gelu_accurate", "gelu_fast", "relu", "relu_squared", "tanh", "linear")
+# the papers of the encodings, for the model card
+PAPERS = {
+    "tupe": "Ke, He, Liu, Rethinking Positional Encoding in Language Pre-training, arXiv 2006.15595",
+    "four-term": "Ke, He, Liu, arXiv 2006.15595, §4.3 (BERT-A^d)",
+    "t5": "Raffel et al., arXiv 1910.10683 (T5's relative bias, as TUPE Eq. 5)",
+    "alibi": "Press, Smith, Lewis, arXiv 2108.12409 (ALiBi)",
+    "shaw": "Shaw, Uszkoreit, Vaswani, arXiv 1803.02155; Wang et al., On Position Embeddings in BERT, "
+            "ICLR 2021",
+    "rotary": "Su et al., RoFormer, arXiv 2104.09864 (RoPE)",
+    "absolute": "Vaswani et al., arXiv 1706.03762; Wang et al., On Position Embeddings in BERT, ICLR 2021",
+}
+
+
+class ExportError(UserError, ValueError):
+    """A checkpoint or data folder the export cannot represent."""
+
+
+def load_checkpoint(path):
+    """(model flags as a Namespace with the plugin's defaults filled in, state dict, checkpoint dict)."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    from tupe_plugin.models.tupe_roberta import base_architecture
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError, ValueError) as error:
+        raise ExportError(f"{path} is not a readable fairseq checkpoint ({str(error).splitlines()[0]}); "
+                          "pass a checkpoint written by fairseq-train or a tupe-* command") from error
+    cfg = state.get("cfg") if isinstance(state, dict) else None
+    if not cfg or "model" not in cfg or not isinstance(state.get("model"), dict):
+        raise ExportError(f"{path} has no model configuration (cfg.model) and state dict: pass a checkpoint "
+                          "written by fairseq-train or a tupe-* command")
+    model_cfg = vars(cfg["model"]) if isinstance(cfg["model"], argparse.Namespace) else dict(cfg["model"])
+    arch = model_cfg.get("arch", model_cfg.get("_name"))
+    if ARCH_MODEL_NAME_REGISTRY.get(arch) != "tupe_roberta":
+        raise ExportError(f"{path} is a {arch!r} model; tupe-export-hf exports the plugin's "
+                          "tupe_roberta models (a --arch of tupe_plugin/models/architectures.py)")
+    args = argparse.Namespace(**{key: value for key, value in model_cfg.items() if key != "_name"})
+    base_architecture(args)
+    return args, state["model"], state
+
+
+def check_exportable(args, path):
+    """Refuse, in one line naming the flag, what the exported code does not compute."""
+    from tupe_plugin.encodings.position_config import PositionConfig
+
+    config = PositionConfig.from_args(args)
+    arch = getattr(args, "arch", "the checkpoint")
+    for prefix, name in NOT_YET:
+        if config.rel_pos.startswith(prefix):
+            raise ExportError(f"{arch}'s encoding {name} cannot be exported yet ({path}: --rel-pos "
+                              f"{config.rel_pos}); export a checkpoint of another encoding")
+    refusals = (
+        (getattr(args, "activation_fn", "gelu") not in ACTIVATIONS, "--activation-fn", args.activation_fn),
+        (getattr(args, "pooler_activation_fn", "tanh") not in ACTIVATIONS, "--pooler-activation-fn",
+         getattr(args, "pooler_activation_fn", None)),
+        (getattr(args, "untie_weights_roberta", False), "--untie-weights-roberta", True),
+        (getattr(args, "spectral_norm_classification_head", False), "--spectral-norm-classification-head",
+         True),
+    )
+    for refused, flag, value in refusals:
+        if refused:
+            raise ExportError(f"{path}: {flag} {value} cannot be exported (the exported model computes "
+                              f"{', '.join(ACTIVATIONS)} activations, tied LM weights, plain heads)")
+    return config
+
+
+def read_vocabulary(data_bin, rows):
+    """fairseq's symbols in id order: <s> <pad> </s> <unk>, dict.txt's, <mask>; checked against the
+    embedding's ``rows``."""
+    from fairseq.data import Dictionary
+
+    path = os.path.join(data_bin, "dict.txt")
+    for name in ("dict.txt", SENTENCEPIECE_MODEL):
+        if not os.path.isfile(os.path.join(data_bin, name)):
+            raise ExportError(f"DATA_BIN {data_bin} has no {name}: pass the folder with the checkpoint's "
+                              "dict.txt and sentencepiece.bpe.model (the pre-training data-bin)")
+    dictionary = Dictionary.load(path)
+    dictionary.add_symbol("<mask>")
+    if len(dictionary) != rows:
+        raise ExportError(f"{path} gives {len(dictionary)} symbols (with <mask>) but the checkpoint's "
+                          f"embeddings have {rows} rows: pass the DATA_BIN the checkpoint was trained with")
+    return list(dictionary.symbols)
+
+
+def head_names(state_dict, requested, path):
+    """{"classification": name or None, "span": name or None}: the checkpoint's heads to export."""
+    names = {}
+    for kind, prefix in (("classification", "classification_heads."), ("span", "span_heads.")):
+        found = sorted({key[len(prefix):].split(".")[0] for key in state_dict if key.startswith(prefix)})
+        if requested in found:
+            found = [requested]
+        if len(found) > 1:
+            raise ExportError(f"{path} has the {kind} heads {', '.join(found)}: choose one with --head NAME")
+        names[kind] = found[0] if found else None
+    return names
+
+
+def exported_tensors(state_dict, heads, path):
+    """{transformers name: float32 tensor}; a tensor without a row in the name table is refused."""
+    tensors, unmapped = {}, []
+    for key, value in state_dict.items():
+        if key == TIED[0]:
+            if not torch.equal(value, state_dict[TIED[1]]):
+                raise ExportError(f"{path}: {TIED[0]} differs from {TIED[1]}; the export ties them")
+            continue
+        name = rename(key, heads)
+        if name is None:
+            head = key.split(".")[1] if key.startswith(("classification_heads.", "span_heads.")) else None
+            if head is not None and head not in heads.values():
+                continue  # another head than the one exported
+            unmapped.append(key)
+        else:
+            tensors[name] = value.float()
+    if unmapped:
+        raise ExportError(f"{path}: no place in the export for {', '.join(unmapped[:4])}"
+                          + (", ..." if len(unmapped) > 4 else ""))
+    return tensors
+
+
+def labels(state, heads, rows):
+    """id2label from the fine-tuning data's label/dict.txt (fairseq's label ids: its lines), or None."""
+    if heads["classification"] is None or rows < 2:
+        return None
+    data = state["cfg"].get("task", {}).get("data") if state.get("cfg") else None
+    path = os.path.join(str(data), "label", "dict.txt") if data else None
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        names = [line.split()[0] for line in f if line.strip()]
+    return {i: name for i, name in enumerate(names)} if len(names) == rows else None
+
+
+def hf_config(args, state, tensors, heads, vocabulary):
+    model_flags = {key: value for key, value in vars(args).items()
+                   if isinstance(value, (str, int, float, bool, type(None)))}
+    config = dict(
+        model_type="tupe", architectures=["TupeForMaskedLM"], auto_map=dict(AUTO_MAP, **TOKENIZER_AUTO_MAP),
+        vocab_size=len(vocabulary), hidden_size=args.encoder_embed_dim,
+        num_hidden_layers=args.encoder_layers, num_attention_heads=args.encoder_attention_heads,
+        intermediate_size=args.encoder_ffn_embed_dim, max_position_embeddings=args.max_positions,
+        hidden_act=args.activation_fn, pooler_activation=args.pooler_activation_fn,
+        hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.attention_dropout,
+        activation_dropout=args.activation_dropout, classifier_dropout=args.pooler_dropout,
+        layer_norm_eps=args.layer_norm_eps if args.layer_norm_eps is not None else 1e-5,
+        pre_layer_norm=bool(args.encoder_normalize_before),
+        embedding_layer_norm=bool(args.layernorm_embedding),
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, tie_word_embeddings=True,
+        fairseq_model_args=model_flags, fairseq_head_names=heads,
+        **{flag: getattr(args, flag) for flag in POSITION_FLAGS},
+    )
+    if heads["classification"] is not None:
+        rows = tensors["classifier.out_proj.weight"].size(0)
+        config["num_labels"] = rows
+        config["problem_type"] = "regression" if rows == 1 else "single_label_classification"
+        id2label = labels(state, heads, rows)
+        if id2label:
+            config["id2label"] = id2label
+            config["label2id"] = {name: i for i, name in id2label.items()}
+    return config
+
+
+def model_card(args, state, config, checkpoint):
+    """README.md of the export: architecture, encoding and papers, sizes, training, how it was exported."""
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", "unknown")
+    data = (state.get("cfg") or {}).get("task", {}).get("data", "unknown")
+    encodings = [f"--{flag.replace('_', '-')} {config[flag]}" for flag in POSITION_FLAGS[:4]]
+    encodings.append(f"--rotary {config['rotary']}")
+    papers = sorted({PAPERS[key] for key, applies in (
+        ("tupe", config["untied_pos"] == "tupe"), ("four-term", config["untied_pos"] == "four-term"),
+        ("t5", config["rel_pos"] == "t5"), ("alibi", config["rel_pos"] == "alibi"),
+        ("shaw", config["rel_pos"].startswith("shaw-")), ("rotary", config["rotary"] != "none"),
+        ("absolute", config["abs_pos"] != "none")) if applies})
+    lines = [
+        f"# {getattr(args, 'arch', 'tupe_roberta')}", "",
+        "A BERT-style encoder pre-trained with the tupe-plugin for fairseq, exported by `tupe-export-hf`.",
+        "",
+        f"- architecture: `{getattr(args, 'arch', 'tupe_roberta')}`; {config['num_hidden_layers']} layers, "
+        f"hidden size {config['hidden_size']}, {config['num_attention_heads']} heads, FFN "
+        f"{config['intermediate_size']}, {config['vocab_size']} tokens, {config['max_position_embeddings']} "
+        "positions",
+        f"- position encoding: {', '.join(encodings)}",
+        *(f"- paper: {paper}" for paper in papers),
+        f"- pre-training: {updates} updates on `{data}` (as the checkpoint records them)",
+        f"- exported from `{os.path.abspath(checkpoint)}`",
+        "", "Load it with transformers (torch, transformers and sentencepiece only):", "",
+        "```python",
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
+        "tokenizer = AutoTokenizer.from_pretrained(FOLDER, trust_remote_code=True)",
+        "model = AutoModelForMaskedLM.from_pretrained(FOLDER, trust_remote_code=True)",
+        "```", "",
+    ]
+    return "\n".join(lines)
+
+
+def check_output(out, force):
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise ExportError(f"--out {out} is a file; give a folder")
+    if os.path.isdir(out) and os.listdir(out) and not force:
+        raise ExportError(f"--out {out} is not empty; nothing is overwritten: choose another --out, or add "
+                          "--force to replace it once the export has succeeded")
+
+
+def export(checkpoint, data_bin, out, head=None, force=False):
+    """Write the transformers folder ``out`` of ``checkpoint``; return ``out``."""
+    out = os.path.abspath(out)
+    check_output(out, force)
+    args, state_dict, state = load_checkpoint(checkpoint)
+    check_exportable(args, checkpoint)
+    rows = state_dict["encoder.sentence_encoder.embed_tokens.weight"].size(0)
+    vocabulary = read_vocabulary(data_bin, rows)
+    heads = head_names(state_dict, head, checkpoint)
+    tensors = exported_tensors(state_dict, heads, checkpoint)
+    config = hf_config(args, state, tensors, heads, vocabulary)
+    folder = make_sibling_folder(out)
+    try:
+        write_safetensors(os.path.join(folder, "model.safetensors"), tensors)
+        with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
+        with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"tokenizer_class": "TupeTokenizer", "auto_map": TOKENIZER_AUTO_MAP,
+                       "model_max_length": args.max_positions}, f, indent=2)
+        with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.writelines(symbol + "\n" for symbol in vocabulary)
+        shutil.copyfile(os.path.join(data_bin, SENTENCEPIECE_MODEL),
+                        os.path.join(folder, SENTENCEPIECE_MODEL))
+        for name in CODE_FILES:
+            shutil.copyfile(os.path.join(REMOTE_CODE, name), os.path.join(folder, name))
+        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
+            f.write(model_card(args, state, config, checkpoint))
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+        os.rename(folder, out)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    logger.info("wrote %s (%s, %d tensors%s)", out, getattr(args, "arch", "?"), len(tensors),
+                "".join(f", {kind} head {name}" for kind, name in heads.items() if name))
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", metavar="CKPT",
+                        help="the plugin checkpoint (model.pt, checkpoint_best.pt)")
+    parser.add_argument("data_bin", metavar="DATA_BIN",
+                        help="the folder with the checkpoint's dict.txt and sentencepiece.bpe.model")
+    parser.add_argument("--out", required=True, help="the folder to write (from_pretrained loads it)")
+    parser.add_argument("--head", help="the classification or span head to export when the checkpoint has "
+                        "several")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a non-empty --out once the export succeeded")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if not os.path.isfile(args.checkpoint):
+        parser.error(f"CKPT {args.checkpoint}: no such file")
+    try:
+        export(args.checkpoint, args.data_bin, args.out, args.head, args.force)
+    except UserError as error:
+        sys.exit(f"tupe-export-hf: error: {error}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

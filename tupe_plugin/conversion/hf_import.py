@@ -1,0 +1,111 @@
+"""``tupe-convert-hf`` on a folder written by ``tupe-export-hf``: the plugin checkpoint again, same tensors.
+
+The model flags come back from ``config.json``'s ``fairseq_model_args``, the tensors from
+``model.safetensors`` by the name table of :mod:`.hf_names` read the other way (the masked-LM head's weight
+from the word embeddings, as the export tied them), the exported classification and span heads under their
+names of ``fairseq_head_names``. ``OUT/dict.txt`` lists ``vocab.txt`` without fairseq's specials and
+``<mask>``; the sentencepiece model is copied beside it, so ``from_pretrained(OUT)`` encodes text as before.
+"""
+
+import logging
+import os
+import shutil
+
+import torch
+
+from tupe_plugin.conversion.hf_names import TIED, rename
+from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
+                                                  move_into_place)
+from tupe_plugin.fairseq_tools import PLUGIN_DIR
+from tupe_plugin.prepared_folder import make_sibling_folder
+from tupe_plugin.user_errors import UserError
+
+logger = logging.getLogger("convert_hf")
+
+EXPORT_MODEL_TYPE = "tupe"
+SPECIALS, MASK = ("<s>", "<pad>", "</s>", "<unk>"), "<mask>"
+SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
+OUTPUT_NAMES = (CHECKPOINT_NAME, "dict.txt", SENTENCEPIECE_MODEL)
+
+
+class ExportFolderError(UserError, ValueError):
+    """An exported folder that does not give a plugin checkpoint back."""
+
+
+def read_vocabulary(hf_dir):
+    """dict.txt's lines of the export's vocab.txt (fairseq's ids: specials first, <mask> last)."""
+    path = os.path.join(hf_dir, "vocab.txt")
+    if not os.path.isfile(path):
+        raise ExportFolderError(f"--hf-model {hf_dir} has no vocab.txt: pass a folder written by "
+                                "tupe-export-hf")
+    with open(path, encoding="utf-8") as f:
+        symbols = [line.rstrip("\n") for line in f]
+    if tuple(symbols[:4]) != SPECIALS or symbols[-1] != MASK:
+        raise ExportFolderError(f"{path} does not start with {' '.join(SPECIALS)} and end with {MASK}, as "
+                                "tupe-export-hf writes it: export the checkpoint again")
+    return [f"{symbol} 1\n" for symbol in symbols[4:-1]]
+
+
+def plugin_state(weights, heads, path):
+    """The plugin state dict of the exported tensors; a tensor without a row in the name table is refused."""
+    state, unmapped = {}, []
+    for name, tensor in weights.items():
+        key = rename(name, heads, to_hf=False)
+        if key is None:
+            unmapped.append(name)
+        else:
+            state[key] = tensor
+    if unmapped:
+        raise ExportFolderError(f"{path}: no place in the plugin for {', '.join(sorted(unmapped)[:4])}")
+    state[TIED[0]] = state[TIED[1]]
+    return state
+
+
+def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, force=False):
+    """Write ``out_dir/model.pt``, ``dict.txt`` and the sentencepiece model of an exported folder; return the
+    checkpoint path."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    model_args = config.get("fairseq_model_args")
+    if not isinstance(model_args, dict) or "arch" not in model_args:
+        raise ExportFolderError(f"{os.path.join(hf_dir, 'config.json')} has no fairseq_model_args: pass a "
+                                "folder written by tupe-export-hf")
+    if arch not in (None, model_args["arch"]):
+        raise ExportFolderError(f"--arch {arch}: an exported folder converts back to its own architecture "
+                                f"({model_args['arch']}); leave --arch out")
+    if not os.path.isfile(os.path.join(hf_dir, SENTENCEPIECE_MODEL)):
+        raise ExportFolderError(f"--hf-model {hf_dir} has no {SENTENCEPIECE_MODEL}: pass a folder written by "
+                                "tupe-export-hf")
+    check_output_folder(out_dir, force, OUTPUT_NAMES)
+    lines = read_vocabulary(hf_dir)
+    heads = config.get("fairseq_head_names") or {}
+    state = plugin_state(weights, heads, weights_path)
+    folder = make_sibling_folder(out_dir)
+    try:
+        with open(os.path.join(folder, "dict.txt"), "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        shutil.copyfile(os.path.join(hf_dir, SENTENCEPIECE_MODEL), os.path.join(folder, SENTENCEPIECE_MODEL))
+        train_args = options.parse_args_and_arch(options.get_training_parser(), [
+            folder, "--user-dir", PLUGIN_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
+            "--arch", model_args["arch"], "--tokens-per-sample", str(model_args["max_positions"])])
+        cfg = convert_namespace_to_omegaconf(train_args)
+        for key, value in model_args.items():
+            setattr(cfg.model, key, value)
+        task = tasks.setup_task(cfg.task)
+        model = task.build_model(cfg.model)
+        if heads.get("classification"):
+            classes = state[f"classification_heads.{heads['classification']}.out_proj.weight"].size(0)
+            model.register_classification_head(heads["classification"], num_classes=classes)
+        if heads.get("span"):
+            model.register_span_head(heads["span"])
+        model.load_state_dict(state, strict=True)
+        cfg.task.data = out_dir
+        torch.save(converted_state(cfg, model, hf_dir), os.path.join(folder, CHECKPOINT_NAME))
+        move_into_place(folder, out_dir, force, OUTPUT_NAMES)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    target = os.path.join(out_dir, CHECKPOINT_NAME)
+    logger.info("wrote %s (%s, %d tensors), dict.txt and %s", target, model_args["arch"], len(state),
+                SENTENCEPIECE_MODEL)
+    return target

@@ -1,0 +1,91 @@
+"""The one-to-one names of a plugin checkpoint's tensors and of its transformers export (``tupe-export-hf``,
+and ``tupe-convert-hf`` on an export), and the safetensors file both read and write.
+
+Each row is (plugin prefix, transformers prefix); ``{n}`` is a layer number, ``{head}`` the name of the
+checkpoint's classification or span head (one of each is exported). The masked-LM head's ``weight`` is the
+word embeddings (tied): it has no row, and comes back from them.
+"""
+
+import json
+import re
+import struct
+
+import torch
+
+NAME_TABLE = (
+    ("encoder.sentence_encoder.embed_tokens.", "tupe.embeddings.word_embeddings."),
+    ("encoder.sentence_encoder.embed_positions.weight", "tupe.embeddings.position_embeddings.weight"),
+    ("encoder.sentence_encoder.embed_positions.sinusoid.frequencies", "tupe.embeddings.position_frequencies"),
+    ("encoder.sentence_encoder.layernorm_embedding.", "tupe.embeddings.LayerNorm."),
+    ("encoder.sentence_encoder.layers.{n}.self_attn.in_proj.", "tupe.layer.{n}.attention.qkv."),
+    ("encoder.sentence_encoder.layers.{n}.self_attn.out_proj.", "tupe.layer.{n}.attention.output."),
+    ("encoder.sentence_encoder.layers.{n}.self_attn_layer_norm.", "tupe.layer.{n}.attention_layer_norm."),
+    ("encoder.sentence_encoder.layers.{n}.fc1.", "tupe.layer.{n}.intermediate."),
+    ("encoder.sentence_encoder.layers.{n}.fc2.", "tupe.layer.{n}.output."),
+    ("encoder.sentence_encoder.layers.{n}.final_layer_norm.", "tupe.layer.{n}.output_layer_norm."),
+    ("encoder.sentence_encoder.layer_norm.", "tupe.final_layer_norm."),
+    ("encoder.sentence_encoder.positional_term.untied_position.embed_positions.",
+     "tupe.position.untied.position_embeddings."),
+    ("encoder.sentence_encoder.positional_term.untied_position.layer_norm.",
+     "tupe.position.untied.LayerNorm."),
+    ("encoder.sentence_encoder.positional_term.untied_position.q_proj.", "tupe.position.untied.query."),
+    ("encoder.sentence_encoder.positional_term.untied_position.k_proj.", "tupe.position.untied.key."),
+    ("encoder.sentence_encoder.positional_term.untied_position.cls_vectors",
+     "tupe.position.untied.cls_vectors"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.relative_attention_bias.",
+     "tupe.position.relative_bias."),
+    ("encoder.sentence_encoder.positional_term.relative_bias.log_slopes", "tupe.position.alibi_log_slopes"),
+    ("encoder.sentence_encoder.positional_term.cls_reset.thetas", "tupe.position.cls_thetas"),
+    ("encoder.sentence_encoder.positional_term.rotary.sinusoid.frequencies",
+     "tupe.position.rotary_frequencies"),
+    ("encoder.sentence_encoder.positional_term.shaw.weight", "tupe.position.shaw_table"),
+    ("encoder.sentence_encoder.positional_term.shaw.sinusoid.frequencies", "tupe.position.shaw_frequencies"),
+    ("encoder.lm_head.dense.", "lm_head.dense."),
+    ("encoder.lm_head.layer_norm.", "lm_head.LayerNorm."),
+    ("encoder.lm_head.bias", "lm_head.bias"),
+    ("classification_heads.{head}.", "classifier."),
+    ("span_heads.{head}.out_proj.", "qa_outputs."),
+)
+TIED = ("encoder.lm_head.weight", "encoder.sentence_encoder.embed_tokens.weight")
+
+SAFETENSORS_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64"}
+
+
+def _pattern(prefix, head):
+    """The regex of a table prefix; ``head`` (a name or None) fills ``{head}``."""
+    pattern = re.escape(prefix).replace(r"\{n\}", r"(?P<n>\d+)")
+    return pattern.replace(r"\{head\}", re.escape(head) if head else r"(?!)")
+
+
+def rename(key, head_names, to_hf=True):
+    """The other side's name of ``key`` (None: no row). ``head_names``: {"classification": name or None,
+    "span": name or None}, the checkpoint's heads."""
+    for plugin, hf in NAME_TABLE:
+        source, target = (plugin, hf) if to_hf else (hf, plugin)
+        kind = "span" if "span_heads" in plugin else "classification"
+        head = head_names.get(kind)
+        match = re.match(_pattern(source, head), key)
+        if match and (source.endswith(".") or match.end() == len(key)):
+            filled = target.replace("{n}", match.groupdict().get("n") or "").replace("{head}", head or "")
+            return filled + key[match.end():]
+    return None
+
+
+def write_safetensors(path, tensors):
+    """``tensors`` ({name: float tensor}) as a .safetensors file: 8-byte little-endian header size, the JSON
+    header (dtype, shape, data offsets), the raw little-endian data."""
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        data = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        header[name] = {"dtype": SAFETENSORS_NAMES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)))
+        f.write(encoded)
+        for data in blobs:
+            f.write(data)
