@@ -133,6 +133,15 @@ def test_a_tool_float_flag_that_is_not_finite_is_refused_as_it_is_parsed(main, a
     assert f"argument {flag}: must be a finite number, got {value}" in err
 
 
+@pytest.mark.parametrize("main, argv", [(finetune_glue.main, ["RTE", "ckpt.pt", "data-bin"]),
+                                        (finetune_squad.main, ["2.0", "ckpt.pt", "data-bin"])])
+@pytest.mark.parametrize("value, problem", [("nan", "must be a finite number, got nan"),
+                                            ("inf", "must be a finite number, got inf"),
+                                            ("0", "must be above 0, got 0"), ("-1e-5", "must be above 0")])
+def test_a_fine_tuning_learning_rate_that_is_no_positive_number_is_refused(main, argv, value, problem, capsys):
+    assert f"argument --lr: {problem}" in refused(main, argv + [f"--lr={value}"], capsys)
+
+
 @pytest.mark.parametrize("output", ["checkpoint", "dict-beside-it", "dict-by-another-path", "given-dict"])
 def test_export_to_an_input_is_refused_and_the_input_left_as_it_was(output, tmp_path, capsys):
     checkpoint, given = tmp_path / "run" / "model.pt", tmp_path / "data" / "dict.txt"

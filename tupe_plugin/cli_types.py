@@ -27,3 +27,11 @@ def finite_float(text):
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
+
+
+def learning_rate(text):
+    """A finite learning rate above 0, kept as typed: fairseq-train gets it, and run records and the rows
+    of the collected scores show it, as the user wrote it."""
+    if finite_float(text) <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return text

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from .child_processes import ended_with_parent
+from .cli_types import learning_rate
 from .fairseq_tools import PLUGIN_DIR, fairseq_tool
 from .path_checks import path_problem
 from .run_record import holds_run, rerun_conflict, write_record
@@ -51,7 +52,7 @@ def add_run_args(parser, lr, epochs, epochs_help):
     parser.add_argument("data_bin", metavar="DATA_BIN",
                         help="the pre-training data-bin: its sentencepiece.bpe.model and dict.txt encode "
                         "the task")
-    parser.add_argument("--lr", default=lr, help=f"peak learning rate (default {lr})")
+    parser.add_argument("--lr", type=learning_rate, default=lr, help=f"peak learning rate (default {lr})")
     parser.add_argument("--seed", type=int, default=1, help="default 1")
     parser.add_argument("--max-epoch", type=int, default=epochs,
                         help=f"epochs (default {epochs_help})")

@@ -388,11 +388,12 @@ class PositionConfig:
 
     def check(self):
         errors = []
-        for flag, choices in (("abs_pos", ABS_POS_CHOICES), ("rel_pos", REL_POS_CHOICES),
-                              ("untied_pos", UNTIED_CHOICES), ("cls_reset", CLS_RESET_CHOICES),
-                              ("rotary", ROTARY_CHOICES), ("rotary_scaling", ROTARY_SCALING_CHOICES)):
-            if getattr(self, flag) not in choices:
-                errors.append(f"{option(flag)} must be one of {', '.join(choices)}, got {getattr(self, flag)}")
+        for flag in fields(self):  # what the parser checks, for a config that did not come through it
+            value, choices = getattr(self, flag.name), flag.metadata.get("choices")
+            if choices and value not in choices:
+                errors.append(f"{option(flag.name)} must be one of {', '.join(choices)}, got {value}")
+            elif flag.type is float and not math.isfinite(value):
+                errors.append(f"{option(flag.name)} must be a finite number, got {value}")
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
         if self.absolute is not None and self.untied_table:
