@@ -546,9 +546,9 @@ def conversion_of(config, path, conversions):
     """The :class:`Conversion` of the model type of ``config`` (read from ``path``), its config checked."""
     model_type = config.get("model_type")
     if model_type not in conversions:
-        raise HfCheckpointError(f"{path}: model_type {model_type!r} is not supported; tupe-convert-hf converts "
-                                f"{', '.join(repr(t) for t in conversions)} masked language models and the "
-                                f"folders of tupe-export-hf ({hf_import.EXPORT_MODEL_TYPE!r})")
+        raise HfCheckpointError(f"{path}: model_type {model_type!r} is not supported; tupe-convert-hf "
+                                f"converts {', '.join(repr(t) for t in conversions)} masked language models "
+                                f"and the folders of tupe-export-hf ({hf_import.EXPORT_MODEL_TYPE!r})")
     conversions[model_type].check(config, path)
     return conversions[model_type]
 

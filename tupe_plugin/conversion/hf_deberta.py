@@ -91,8 +91,8 @@ def check_deberta_config(config, path):
     check_sizes(config, path)
     heads = config["num_attention_heads"]
     refusals = (
-        ("relative_attention", False, True, "without it DeBERTa is BERT with learned positions: convert it as "
-         "a BERT model"),
+        ("relative_attention", False, True,
+         "without it DeBERTa is BERT with learned positions: convert it as a BERT model"),
         ("talking_head", False, False, "the plugin's heads attend independently"),
         ("hidden_act", "gelu", "gelu", "the plugin's layers and MLM head apply fairseq's exact GELU"),
         ("embedding_size", config["hidden_size"], config["hidden_size"],
@@ -104,18 +104,19 @@ def check_deberta_config(config, path):
     )
     for field, default, supported, why in refusals:
         if config.get(field, default) != supported:
-            raise HfCheckpointError(f"{path}: {field} = {config.get(field, default)!r} is not supported ({why})")
+            raise HfCheckpointError(f"{path}: {field} = {config.get(field, default)!r} is not supported "
+                                    f"({why})")
     if attention_types(config) != ["c2p", "p2c"]:
-        raise HfCheckpointError(f"{path}: pos_att_type = {config.get('pos_att_type')!r} is not supported: the "
-                                "plugin's DeBERTa adds both position terms, c2p and p2c")
+        raise HfCheckpointError(f"{path}: pos_att_type = {config.get('pos_att_type')!r} is not supported: "
+                                "the plugin's DeBERTa adds both position terms, c2p and p2c")
     norms = table_norms(config)
     if v2 and set(norms) - {"none", "layer_norm"}:
         raise HfCheckpointError(f"{path}: norm_rel_ebd = {config.get('norm_rel_ebd')!r} is not supported: "
                                 "the plugin normalises the relative table by a LayerNorm or not at all")
     if config.get("type_vocab_size", 0) > 0 and not config.get("position_biased_input", True):
         raise HfCheckpointError(f"{path}: type_vocab_size = {config['type_vocab_size']} without "
-                                "position_biased_input: the plugin adds a token type row to the input position "
-                                "table, and this model has none")
+                                "position_biased_input: the plugin adds a token type row to the input "
+                                "position table, and this model has none")
     half = buckets(config) // 2
     if buckets(config) and (buckets(config) % 2 or max_distance(config) - 1 <= half):
         raise HfCheckpointError(f"{path}: position_buckets = {buckets(config)} with max_relative_positions "
@@ -191,9 +192,10 @@ def v1_bpe_flags(out_dir, settings):
 def v2_tokenizer(hf_dir):
     path = os.path.join(hf_dir, SPM)
     if not os.path.isfile(path):
-        raise HfCheckpointError(f"--hf-model {hf_dir} has no {SPM}, the sentencepiece model of DeBERTa-v2/v3's "
-                                "tokenizer, which fairseq's --bpe sentencepiece reads (tokenizer.json is not "
-                                f"enough): copy {SPM} of the model's Hub repository into the folder")
+        raise HfCheckpointError(f"--hf-model {hf_dir} has no {SPM}, the sentencepiece model of "
+                                "DeBERTa-v2/v3's tokenizer, which fairseq's --bpe sentencepiece reads "
+                                f"(tokenizer.json is not enough): copy {SPM} of the model's Hub repository "
+                                "into the folder")
     with open(path, "rb") as f:
         return {FAIRSEQ_SPM: (f.read(), path)}
 
@@ -207,7 +209,8 @@ def v2_vocabulary(files, config, tokenizer_config):
     try:
         model = sentencepiece.SentencePieceProcessor(model_proto=proto)
     except RuntimeError as error:
-        raise HfCheckpointError(f"{path} is not a sentencepiece model ({error}): download it again") from error
+        raise HfCheckpointError(f"{path} is not a sentencepiece model ({error}): download it "
+                                "again") from error
     pieces = [model.id_to_piece(i) for i in range(model.get_piece_size())]
     index = {piece: i for i, piece in enumerate(pieces)}
     added = {entry.get("content"): int(i) for i, entry in (tokenizer_config.get("added_tokens_decoder") or {})
@@ -294,7 +297,8 @@ def state_dict(hf, config, order, expected_shapes, weights_path):
         mapped[PLUGIN + "embed_positions.weight"] = positions
     if v2 and "layer_norm" in table_norms(config):
         for name in ("weight", "bias"):
-            mapped[PLUGIN + "positional_term.disentangled.norm." + name] = take(BASE + "encoder.LayerNorm." + name)
+            norm = take(BASE + "encoder.LayerNorm." + name)
+            mapped[PLUGIN + "positional_term.disentangled.norm." + name] = norm
     for name in ("weight", "bias"):
         mapped[HEAD + "dense." + name] = take(head + head_dense + name)
         mapped[HEAD + "layer_norm." + name] = take(head + head_norm + name)
@@ -305,12 +309,13 @@ def state_dict(hf, config, order, expected_shapes, weights_path):
         if v2:
             for name in ("weight", "bias"):
                 mapped[target + "self_attn.in_proj." + name] = torch.cat(
-                    [take(attention + part + "." + name) for part in ("query_proj", "key_proj", "value_proj")])
+                    [take(f"{attention}{part}.{name}") for part in ("query_proj", "key_proj", "value_proj")])
             relative = None if shared else (attention + "pos_query_proj.", attention + "pos_key_proj.")
         else:
             weight, bias = _v1_in_proj(take(attention + "in_proj.weight"), take(attention + "q_bias"),
                                        take(attention + "v_bias"), config["num_attention_heads"])
-            mapped[target + "self_attn.in_proj.weight"], mapped[target + "self_attn.in_proj.bias"] = weight, bias
+            mapped[target + "self_attn.in_proj.weight"] = weight
+            mapped[target + "self_attn.in_proj.bias"] = bias
             relative = (attention + "pos_q_proj.", attention + "pos_proj.")
         if relative is not None:
             projections = target + "self_attn.relative_projections."

@@ -85,7 +85,8 @@ class DisentangledRelativeTable(nn.Module):
             first = int(index.min())
             index = index.sub(first)
             offsets = torch.cat([index[:, 0].flip(0), index[0, 1:]])
-            self._cached = (seq_len, device, first, int(index.max()) + 1, index.to(device), offsets.to(device))
+            self._cached = (seq_len, device, first, int(index.max()) + 1, index.to(device),
+                            offsets.to(device))
         return self._cached[2:]
 
     def contribute(self, term, seq_len):

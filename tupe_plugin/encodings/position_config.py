@@ -195,8 +195,8 @@ class PositionConfig:
                               "after the query may differ)")
     fire_normaliser: str = _flag(
         "largest-distance", choices=FIRE_NORMALISER_CHOICES,
-        help="FIRE: psi(|j-i|) divided by largest-distance = psi(max(L, T-1)) + 1e-6, the paper's normaliser of "
-        "its last causal row with the appendix code's epsilon (default); length = psi(max(L, T)) "
+        help="FIRE: psi(|j-i|) divided by largest-distance = psi(max(L, T-1)) + 1e-6, the paper's normaliser "
+        "of its last causal row with the appendix code's epsilon (default); length = psi(max(L, T)) "
         "(checkpoints saved before this option)")
     deberta_max_distance: int = _flag(
         512, metavar="K", help="DeBERTa: k, the table has 2k rows and i - j is clipped to [-k, k-1] (He "
@@ -217,11 +217,12 @@ class PositionConfig:
     deberta_rel_proj_bias: str = _flag(
         "query", choices=DEBERTA_REL_PROJ_BIAS_CHOICES,
         help="DeBERTa: biases of a layer's own projections of the relative table (without "
-        "--deberta-share-att-key); query = on Q^r = P W^{q,r} + b only, as the released v1 (default); both = on "
-        "Q^r and K^r, as the released v2/v3; none = Eq. 4 as printed (checkpoints saved before this option)")
+        "--deberta-share-att-key); query = on Q^r = P W^{q,r} + b only, as the released v1 (default); "
+        "both = on Q^r and K^r, as the released v2/v3; none = Eq. 4 as printed (checkpoints saved before "
+        "this option)")
     deberta_table_norm: bool = _flag(
-        False, help="DeBERTa v2/v3's norm_rel_ebd: a LayerNorm of the encoder's normalises the relative table "
-        "before the layers project it")
+        False, help="DeBERTa v2/v3's norm_rel_ebd: a LayerNorm of the encoder's normalises the relative "
+        "table before the layers project it")
     deberta_emd: bool = _flag(
         False, help="DeBERTa's Enhanced Mask Decoder (He et al. 2021 §3.2, as released): the masked-LM head "
         "reads the last layer applied again --deberta-emd-layers times, its queries the second-to-last "
@@ -302,8 +303,8 @@ class PositionConfig:
                         "parameters.")
     fire = _flag_is("rel_pos", "fire", "FIRE: a learned MLP of the normalised log-distance.")
     kerple_power = _flag_is("rel_pos", KERPLE_PREFIX + "power", "KERPLE's power variant -r1 |j - i|^r2.")
-    kerple_clamped = _flag_is("kerple_param", "clamped", "KERPLE's r1, r2 learned as they are and clamped, as "
-                              "released.")
+    kerple_clamped = _flag_is("kerple_param", "clamped", "KERPLE's r1, r2 learned as they are and clamped, "
+                              "as released.")
     fire_largest_distance = _flag_is("fire_normaliser", "largest-distance", "FIRE normalised by "
                                      "psi(max(L, T - 1)) + eps.")
     sandwich_one_based = _flag_is("sandwich_frequencies", "one-based", "Sandwich's frequencies k = 1..d'/2.")
@@ -473,9 +474,10 @@ class PositionConfig:
                           "content-free and scaled by 1/sqrt(2 d_h); their sum is defined by neither paper, "
                           "use --untied-pos none")
         if self.deberta_share_att_key and self.deberta_rel_proj_bias != DEFAULTS["deberta_rel_proj_bias"]:
-            errors.append(f"--deberta-rel-proj-bias {self.deberta_rel_proj_bias} with --deberta-share-att-key: "
-                          "the layers project the table by their content projections, with their biases, and "
-                          "have no relative projections of their own; drop --deberta-rel-proj-bias")
+            errors.append(f"--deberta-rel-proj-bias {self.deberta_rel_proj_bias} with "
+                          "--deberta-share-att-key: the layers project the table by their content "
+                          "projections, with their biases, and have no relative projections of their own; "
+                          "drop --deberta-rel-proj-bias")
         if self.deberta_max_distance < 1:
             errors.append(f"--deberta-max-distance must be >= 1, got {self.deberta_max_distance}")
         buckets = self.deberta_buckets

@@ -72,7 +72,8 @@ def overwrite_args_by_name(cfg, overrides):
         model = _settings(cfg.get("model"))
         saved = {key: model[key] for key in overrides if key in model}
         for key in overrides.keys() & BEFORE_RELEASED_FORMS.keys() - model.keys():  # saved before the option
-            saved[key] = value_as_trained(key, model.get("rel_pos"), model.get("deberta_share_att_key") is True)
+            saved[key] = value_as_trained(key, model.get("rel_pos"),
+                                          model.get("deberta_share_att_key") is True)
         _read.update(known=known, flags=flags, saved=saved)
     _fairseq_overwrite_args_by_name(cfg, overrides)
 
