@@ -273,10 +273,12 @@ def test_fire_export_gives_a_row_alone_the_plugins_logits_alone(exported, data_b
 
 
 def test_fire_row_in_a_padded_batch_longer_than_its_threshold_differs_from_the_row_alone(exported):
-    _, results, batch, _, _ = exported
+    root, results, batch, _, _ = exported
     mask = batch["attention_mask"]
     row = int(mask.sum(1).argmin())
-    assert mask.size(1) - 1 > 8  # the batch's largest distance beyond bert_fire_short's threshold L = 8
+    state = torch.load(root / "bert_fire_short.pt", weights_only=False)["model"]
+    # the batch's largest distance beyond the threshold L, and so beyond the row's
+    assert mask.size(1) - 1 > state["encoder.sentence_encoder.positional_term.relative_bias.threshold"]
     in_batch = results["bert_fire_short"]["logits"][row, :int(mask[row].sum())]
     assert not torch.allclose(in_batch, results["bert_fire_short"]["alone"], atol=1e-3)
 
