@@ -1,7 +1,7 @@
 """tupe-export-hf: tiny random-weight plugin checkpoints of every exportable family, exported, loaded through
 transformers' Auto classes in a child process that cannot import fairseq or tupe_plugin, and compared with
-the plugin (masked-LM logits, features, heads; padded batch of real text); the tokenizer's ids against the
-plugin's hub; the way back through tupe-convert-hf; the refusals."""
+the plugin (masked-LM logits, features, heads; padded batch of real text; FIRE's rows alone); the tokenizer's
+ids against the plugin's hub; the way back through tupe-convert-hf; the refusals."""
 
 import importlib.util
 import json
@@ -52,7 +52,32 @@ FAMILIES = {
     "tupe_r_pre_ln": ("tupe_r_tiny", ["--encoder-normalize-before", "--layer-norm-eps", "1e-12",
                                       "--activation-fn", "gelu_accurate"]),
     "bert_a_no_embedding_norm": ("bert_a_tiny", ["--no-layernorm-embedding"]),
+    "bert_kerple_log": ("bert_kerple_tiny", []),
+    "bert_kerple_power_cls": ("bert_kerple_tiny", ["--rel-pos", "kerple-power", "--cls-reset", "paper"]),
+    "bert_kerple_log_softplus": ("bert_kerple_tiny", ["--kerple-param", "softplus"]),
+    "bert_kerple_power_softplus": ("bert_kerple_tiny", ["--rel-pos", "kerple-power", "--kerple-param",
+                                                        "softplus"]),
+    "tupe_a_kerple": ("tupe_a_tiny", ["--rel-pos", "kerple-log"]),
+    "bert_sandwich": ("bert_sandwich_tiny", []),
+    "bert_sandwich_zero_based_cls": ("bert_sandwich_tiny", ["--sandwich-frequencies", "zero-based",
+                                                            "--sandwich-dim", "16", "--sandwich-scale", "2.5",
+                                                            "--cls-reset", "paper"]),
+    "bert_fire": ("bert_fire_tiny", []),
+    "bert_fire_short": ("bert_fire_tiny", ["--fire-threshold", "8"]),
+    "bert_fire_signed_length_cls": ("bert_fire_tiny", ["--fire-signed", "--fire-normaliser", "length",
+                                                       "--fire-threshold", "8", "--fire-hidden", "8",
+                                                       "--cls-reset", "paper"]),
+    "deberta": ("deberta_tiny", ["--deberta-max-distance", "8"]),
+    "deberta_v2": ("deberta_tiny", ["--deberta-buckets", "8", "--deberta-max-distance", "20",
+                                    "--deberta-share-att-key", "--deberta-table-norm"]),
+    "deberta_paper_abs": ("deberta_tiny", ["--deberta-p2c", "paper", "--deberta-rel-proj-bias", "none",
+                                           "--abs-pos", "learned", "--deberta-max-distance", "6"]),
+    "deberta_emd": ("deberta_emd_tiny", ["--deberta-rel-proj-bias", "both", "--deberta-emd-layers", "3",
+                                         "--deberta-buckets", "6", "--deberta-max-distance", "12"]),
+    "deberta_emd_pre_ln": ("deberta_emd_tiny", ["--encoder-normalize-before"]),
 }
+# FIRE's normaliser reads the batch's length: its shortest row is also run alone
+FIRE_FAMILIES = ("bert_fire", "bert_fire_short", "bert_fire_signed_length_cls")
 TEXTS = [
     "Senjō no Valkyria 3 : Unrecorded Chronicles is a role @-@ playing video game developed by Sega .",
     "Café déjà vu: 1,234 naïve façades — über 56 % 😀 in 2011!",
@@ -83,6 +108,9 @@ with torch.no_grad():
             classes=classifier(input_ids=ids, attention_mask=mask).logits,
             start=span.start_logits, end=span.end_logits,
         )
+        if name in request["alone"]:
+            row = int(mask.sum(1).argmin())
+            results[name]["alone"] = mlm(input_ids=ids[row:row + 1, :int(mask[row].sum())]).logits[0]
     tokenizer = AutoTokenizer.from_pretrained(request["tokenizer"], trust_remote_code=True)
     results["ids"] = [tokenizer(text)["input_ids"] for text in request["texts"]]
     results["pair"] = tokenizer(request["texts"][0], request["texts"][1])["input_ids"]
@@ -139,8 +167,10 @@ def make_checkpoint(data, path, arch, flags, heads=True, seed=0):
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "frequencies" in name or "log_slopes" in name:
+            if "frequencies" in name or "log_slopes" in name or "threshold" in name:
                 parameter.mul_(torch.exp(0.1 * torch.randn_like(parameter)))
+            elif name.endswith((".r1", ".r2")):  # KERPLE's clamped coefficients: below, within, above bounds
+                parameter.copy_(torch.linspace(-0.5, 2.7, parameter.numel()))
             elif "embed_tokens" in name:
                 parameter.copy_(torch.randn_like(parameter) * 0.3)
             else:
@@ -162,6 +192,16 @@ def plugin_outputs(path, data, batch):
             classes=model(tokens, features_only=True, classification_head_name="sst")[0],
             **dict(zip(("start", "end"), model(tokens, span_head_name="squad")[0])),
         )
+
+
+def plugin_row_alone(path, data, batch):
+    """The plugin's masked-LM logits (T, V) of the batch's shortest row, run alone."""
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(path)],
+                                                                 arg_overrides={"data": str(data)})
+    mask = batch["attention_mask"]
+    row = int(mask.sum(1).argmin())
+    with torch.no_grad():
+        return models[0].eval()(batch["input_ids"][row:row + 1, :int(mask[row].sum())])[0][0]
 
 
 def plugin_batch(data, path):
@@ -186,7 +226,7 @@ def exported(data_bin, tmp_path_factory):
     batch, rows, pair = plugin_batch(data_bin, root / "tupe_r.pt")
     torch.save(batch, root / "batch.pt")
     request = dict(exports=exports, batch=str(root / "batch.pt"), texts=TEXTS, tokenizer=exports["tupe_r"],
-                   out=str(root / "results.pt"))
+                   out=str(root / "results.pt"), alone=FIRE_FAMILIES)
     (root / "request.json").write_text(json.dumps(request))
     transformers_only(CHILD, root / "request.json", modules=root / "modules")
     return root, torch.load(root / "results.pt"), batch, rows, pair
@@ -225,15 +265,45 @@ def test_export_writes_the_remote_code_config_and_model_card(exported):
     assert "tupe_r_tiny" in card and "arXiv 2006.15595" in card and "0 updates" in card
 
 
-@pytest.mark.parametrize("flags, name", [
-    (["--rel-pos", "kerple-log"], "KERPLE"), (["--rel-pos", "sandwich"], "Sandwich"),
-    (["--rel-pos", "fire"], "FIRE"), (["--rel-pos", "deberta"], "DeBERTa"),
+@pytest.mark.parametrize("family", FIRE_FAMILIES)
+def test_fire_export_gives_a_row_alone_the_plugins_logits_alone(exported, data_bin, family):
+    root, results, batch, _, _ = exported
+    expected = plugin_row_alone(root / f"{family}.pt", data_bin, batch)
+    torch.testing.assert_close(results[family]["alone"], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fire_row_in_a_padded_batch_longer_than_its_threshold_differs_from_the_row_alone(exported):
+    root, results, batch, _, _ = exported
+    mask = batch["attention_mask"]
+    row = int(mask.sum(1).argmin())
+    state = torch.load(root / "bert_fire_short.pt", weights_only=False)["model"]
+    # the batch's largest distance beyond the threshold L, and so beyond the row's
+    assert mask.size(1) - 1 > state["encoder.sentence_encoder.positional_term.relative_bias.threshold"]
+    in_batch = results["bert_fire_short"]["logits"][row, :int(mask[row].sum())]
+    assert not torch.allclose(in_batch, results["bert_fire_short"]["alone"], atol=1e-3)
+
+
+def test_fire_row_in_a_padded_batch_within_its_threshold_equals_the_row_alone(exported):
+    _, results, batch, _, _ = exported
+    mask = batch["attention_mask"]
+    row = int(mask.sum(1).argmin())
+    in_batch = results["bert_fire"]["logits"][row, :int(mask[row].sum())]
+    torch.testing.assert_close(in_batch, results["bert_fire"]["alone"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family, paper", [
+    ("bert_kerple_log", "arXiv 2205.09921"), ("bert_sandwich", "arXiv 2212.10356"),
+    ("bert_fire", "arXiv 2310.04418"), ("deberta_emd", "arXiv 2006.03654"),
 ])
-def test_encodings_not_exported_yet_are_refused_by_name(data_bin, tmp_path, flags, name):
-    checkpoint = make_checkpoint(data_bin, tmp_path / "model.pt", "bert_nope_tiny", flags, heads=False)
-    with pytest.raises(ExportError, match=f"bert_nope_tiny's encoding {name} cannot be exported yet"):
-        export(str(checkpoint), str(data_bin), str(tmp_path / "out"))
-    assert not (tmp_path / "out").exists()
+def test_model_card_cites_the_paper_of_the_encoding(exported, family, paper):
+    root, *_ = exported
+    assert paper in (root / family / "README.md").read_text()
+
+
+def test_model_card_names_the_options_of_the_encoding(exported):
+    root, *_ = exported
+    card = (root / "deberta_emd" / "README.md").read_text()
+    assert "--rel-pos deberta" in card and "--deberta-emd, --deberta-emd-layers 3" in card
 
 
 def test_data_bin_of_another_dictionary_is_refused_naming_the_file(data_bin, tmp_path):
@@ -260,7 +330,10 @@ def test_several_heads_of_one_kind_need_head(data_bin, tmp_path):
     assert config["fairseq_head_names"]["classification"] == "mnli"
 
 
-@pytest.mark.parametrize("family", ["tupe_r", "tupe_r_release", "bert_lsin_ape_lsin_rpe", "bert_alibi_asym"])
+@pytest.mark.parametrize("family", ["tupe_r", "tupe_r_release", "bert_lsin_ape_lsin_rpe", "bert_alibi_asym",
+                                    "bert_kerple_power_cls", "bert_kerple_log_softplus",
+                                    "bert_sandwich_zero_based_cls", "bert_fire_signed_length_cls", "deberta",
+                                    "deberta_v2", "deberta_emd"])
 def test_convert_hf_on_an_export_gives_the_checkpoint_back(exported, family, tmp_path):
     root, *_ = exported
     convert(str(root / family), str(tmp_path / "back"))

@@ -43,9 +43,11 @@ AUTO_MAP = {
 TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_tupe.TupeTokenizer", None]}
 POSITION_FLAGS = ("abs_pos", "rel_pos", "untied_pos", "cls_reset", "untied_proj_bias", "rel_pos_buckets",
                   "rel_pos_max_distance", "shaw_max_distance", "shaw_keys_only", "rotary", "rotary_base",
-                  "rotary_scaling", "rotary_scaling_factor", "alibi_asymmetric", "alibi_learned_slopes")
-# encodings whose default semantics are being changed: refused until their export is written against them
-NOT_YET = (("kerple", "KERPLE"), ("sandwich", "Sandwich"), ("fire", "FIRE"), ("deberta", "DeBERTa"))
+                  "rotary_scaling", "rotary_scaling_factor", "alibi_asymmetric", "alibi_learned_slopes",
+                  "kerple_param", "sandwich_dim", "sandwich_scale", "sandwich_frequencies", "fire_hidden",
+                  "fire_threshold", "fire_signed", "fire_normaliser", "deberta_max_distance",
+                  "deberta_buckets", "deberta_share_att_key", "deberta_p2c", "deberta_rel_proj_bias",
+                  "deberta_table_norm", "deberta_emd", "deberta_emd_layers")
 ACTIVATIONS = ("gelu", "gelu_accurate", "gelu_fast", "relu", "relu_squared", "tanh", "linear")
 # the papers of the encodings, for the model card
 PAPERS = {
@@ -56,6 +58,14 @@ PAPERS = {
     "shaw": "Shaw, Uszkoreit, Vaswani, arXiv 1803.02155; Wang et al., On Position Embeddings in BERT, "
             "ICLR 2021",
     "rotary": "Su et al., RoFormer, arXiv 2104.09864 (RoPE)",
+    "kerple": "Chi, Fan, Ramadge, Rudnicky, KERPLE: Kernelized Relative Positional Embedding for Length "
+              "Extrapolation, arXiv 2205.09921",
+    "sandwich": "Chi, Fan, Rudnicky, Ramadge, Dissecting Transformer Length Extrapolation via the Lens of "
+                "Receptive Field Analysis, arXiv 2212.10356 (Sandwich)",
+    "fire": "Li et al., Functional Interpolation for Relative Positions Improves Long Context Transformers, "
+            "arXiv 2310.04418 (FIRE)",
+    "deberta": "He, Liu, Gao, Chen, DeBERTa: Decoding-enhanced BERT with Disentangled Attention, arXiv "
+               "2006.03654",
     "absolute": "Vaswani et al., arXiv 1706.03762; Wang et al., On Position Embeddings in BERT, ICLR 2021",
 }
 
@@ -94,11 +104,6 @@ def check_exportable(args, path):
     from tupe_plugin.encodings.position_config import PositionConfig
 
     config = PositionConfig.from_args(args)
-    arch = getattr(args, "arch", "the checkpoint")
-    for prefix, name in NOT_YET:
-        if config.rel_pos.startswith(prefix):
-            raise ExportError(f"{arch}'s encoding {name} cannot be exported yet ({path}: --rel-pos "
-                              f"{config.rel_pos}); export a checkpoint of another encoding")
     refusals = (
         (getattr(args, "activation_fn", "gelu") not in ACTIVATIONS, "--activation-fn", args.activation_fn),
         (getattr(args, "pooler_activation_fn", "tanh") not in ACTIVATIONS, "--pooler-activation-fn",
@@ -215,10 +220,15 @@ def model_card(args, state, config, checkpoint):
     data = (state.get("cfg") or {}).get("task", {}).get("data", "unknown")
     encodings = [f"--{flag.replace('_', '-')} {config[flag]}" for flag in POSITION_FLAGS[:4]]
     encodings.append(f"--rotary {config['rotary']}")
+    family = config["rel_pos"].split("-")[0] + "_"  # the options of the --rel-pos family (kerple_param, ...)
+    encodings += [f"--{flag.replace('_', '-')}" + ("" if config[flag] is True else f" {config[flag]}")
+                  for flag in POSITION_FLAGS if flag.startswith(family) and config[flag] is not False]
     papers = sorted({PAPERS[key] for key, applies in (
         ("tupe", config["untied_pos"] == "tupe"), ("four-term", config["untied_pos"] == "four-term"),
         ("t5", config["rel_pos"] == "t5"), ("alibi", config["rel_pos"] == "alibi"),
         ("shaw", config["rel_pos"].startswith("shaw-")), ("rotary", config["rotary"] != "none"),
+        ("kerple", config["rel_pos"].startswith("kerple-")), ("sandwich", config["rel_pos"] == "sandwich"),
+        ("fire", config["rel_pos"] == "fire"), ("deberta", config["rel_pos"] == "deberta"),
         ("absolute", config["abs_pos"] != "none")) if applies})
     lines = [
         f"# {getattr(args, 'arch', 'tupe_roberta')}", "",

@@ -35,11 +35,29 @@ NAME_TABLE = (
     ("encoder.sentence_encoder.positional_term.relative_bias.relative_attention_bias.",
      "tupe.position.relative_bias."),
     ("encoder.sentence_encoder.positional_term.relative_bias.log_slopes", "tupe.position.alibi_log_slopes"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.r1", "tupe.position.kerple_r1"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.r2", "tupe.position.kerple_r2"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.raw_r1", "tupe.position.kerple_raw_r1"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.raw_r2", "tupe.position.kerple_raw_r2"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.sinusoid.frequencies",
+     "tupe.position.sandwich_frequencies"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.mlp.0.", "tupe.position.fire.hidden."),
+    ("encoder.sentence_encoder.positional_term.relative_bias.mlp.2.", "tupe.position.fire.output."),
+    ("encoder.sentence_encoder.positional_term.relative_bias.log_c", "tupe.position.fire.log_c"),
+    ("encoder.sentence_encoder.positional_term.relative_bias.threshold", "tupe.position.fire.threshold"),
     ("encoder.sentence_encoder.positional_term.cls_reset.thetas", "tupe.position.cls_thetas"),
     ("encoder.sentence_encoder.positional_term.rotary.sinusoid.frequencies",
      "tupe.position.rotary_frequencies"),
     ("encoder.sentence_encoder.positional_term.shaw.weight", "tupe.position.shaw_table"),
     ("encoder.sentence_encoder.positional_term.shaw.sinusoid.frequencies", "tupe.position.shaw_frequencies"),
+    ("encoder.sentence_encoder.positional_term.disentangled.weight", "tupe.position.deberta_table"),
+    ("encoder.sentence_encoder.positional_term.disentangled.norm.", "tupe.position.deberta_table_norm."),
+    ("encoder.sentence_encoder.layers.{n}.self_attn.relative_projections.query.",
+     "tupe.layer.{n}.attention.relative_query."),
+    ("encoder.sentence_encoder.layers.{n}.self_attn.relative_projections.key.",
+     "tupe.layer.{n}.attention.relative_key."),
+    ("encoder.sentence_encoder.enhanced_mask_decoder.embed_positions.weight",
+     "tupe.enhanced_mask_decoder.position_embeddings.weight"),
     ("encoder.lm_head.dense.", "lm_head.dense."),
     ("encoder.lm_head.layer_norm.", "lm_head.LayerNorm."),
     ("encoder.lm_head.bias", "lm_head.bias"),
@@ -77,7 +95,8 @@ def write_safetensors(path, tensors):
     header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
     for name in sorted(tensors):
         tensor = tensors[name].detach().cpu().contiguous()
-        data = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        # flattened first: a 0-dim tensor (FIRE's log c and threshold) has no byte view of its own
+        data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
         header[name] = {"dtype": SAFETENSORS_NAMES[tensor.dtype], "shape": list(tensor.shape),
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)

@@ -12,7 +12,11 @@ POSITION_DEFAULTS = dict(
     abs_pos="none", rel_pos="none", untied_pos="none", cls_reset="none", untied_proj_bias=False,
     rel_pos_buckets=32, rel_pos_max_distance=128, shaw_max_distance=64, shaw_keys_only=False,
     rotary="none", rotary_base=10000.0, rotary_scaling="none", rotary_scaling_factor=1.0,
-    alibi_asymmetric=False, alibi_learned_slopes=False,
+    alibi_asymmetric=False, alibi_learned_slopes=False, kerple_param="clamped", sandwich_dim=128,
+    sandwich_scale=1.0, sandwich_frequencies="one-based", fire_hidden=32, fire_threshold=512.0,
+    fire_signed=False, fire_normaliser="largest-distance", deberta_max_distance=512, deberta_buckets=0,
+    deberta_share_att_key=False, deberta_p2c="released", deberta_rel_proj_bias="query",
+    deberta_table_norm=False, deberta_emd=False, deberta_emd_layers=2,
 )
 
 
