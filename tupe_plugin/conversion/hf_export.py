@@ -100,7 +100,8 @@ def load_checkpoint(path):
 
 
 def check_exportable(args, path):
-    """Refuse, in one line naming the flag, what the exported code does not compute."""
+    """The position config of ``args``; refuse, in one line naming the flag, what the exported code does
+    not compute."""
     from tupe_plugin.encodings.position_config import PositionConfig
 
     config = PositionConfig.from_args(args)
@@ -214,8 +215,9 @@ def hf_config(args, state, tensors, heads, vocabulary):
     return config
 
 
-def model_card(args, state, config, checkpoint):
-    """README.md of the export: architecture, encoding and papers, sizes, training, how it was exported."""
+def model_card(args, state, config, position, checkpoint):
+    """README.md of the export: architecture, encoding and papers, sizes, training, how it was exported;
+    ``position``: the checkpoint's :class:`~tupe_plugin.encodings.position_config.PositionConfig`."""
     updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", "unknown")
     data = (state.get("cfg") or {}).get("task", {}).get("data", "unknown")
     encodings = [f"--{flag.replace('_', '-')} {config[flag]}" for flag in POSITION_FLAGS[:4]]
@@ -224,12 +226,10 @@ def model_card(args, state, config, checkpoint):
     encodings += [f"--{flag.replace('_', '-')}" + ("" if config[flag] is True else f" {config[flag]}")
                   for flag in POSITION_FLAGS if flag.startswith(family) and config[flag] is not False]
     papers = sorted({PAPERS[key] for key, applies in (
-        ("tupe", config["untied_pos"] == "tupe"), ("four-term", config["untied_pos"] == "four-term"),
-        ("t5", config["rel_pos"] == "t5"), ("alibi", config["rel_pos"] == "alibi"),
-        ("shaw", config["rel_pos"].startswith("shaw-")), ("rotary", config["rotary"] != "none"),
-        ("kerple", config["rel_pos"].startswith("kerple-")), ("sandwich", config["rel_pos"] == "sandwich"),
-        ("fire", config["rel_pos"] == "fire"), ("deberta", config["rel_pos"] == "deberta"),
-        ("absolute", config["abs_pos"] != "none")) if applies})
+        ("tupe", position.untied), ("four-term", position.four_term), ("t5", position.t5_bias),
+        ("alibi", position.alibi), ("shaw", position.shaw_table is not None), ("rotary", position.rotary_applies),
+        ("kerple", position.kerple), ("sandwich", position.sandwich), ("fire", position.fire),
+        ("deberta", position.deberta), ("absolute", position.absolute is not None)) if applies})
     lines = [
         f"# {getattr(args, 'arch', 'tupe_roberta')}", "",
         "A BERT-style encoder pre-trained with the tupe-plugin for fairseq, exported by `tupe-export-hf`.",
@@ -265,7 +265,7 @@ def export(checkpoint, data_bin, out, head=None, force=False):
     out = os.path.abspath(out)
     check_output(out, force)
     args, state_dict, state = load_checkpoint(checkpoint)
-    check_exportable(args, checkpoint)
+    position = check_exportable(args, checkpoint)
     rows = state_dict["encoder.sentence_encoder.embed_tokens.weight"].size(0)
     vocabulary = read_vocabulary(data_bin, rows)
     heads = head_names(state_dict, head, checkpoint)
@@ -286,7 +286,7 @@ def export(checkpoint, data_bin, out, head=None, force=False):
         for name in CODE_FILES:
             shutil.copyfile(os.path.join(REMOTE_CODE, name), os.path.join(folder, name))
         with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card(args, state, config, checkpoint))
+            f.write(model_card(args, state, config, position, checkpoint))
         if os.path.isdir(out):
             shutil.rmtree(out)
         os.rename(folder, out)
