@@ -228,8 +228,9 @@ def model_card(args, state, config, position, checkpoint):
     papers = sorted({PAPERS[key] for key, applies in (
         ("tupe", position.untied), ("four-term", position.four_term), ("t5", position.t5_bias),
         ("alibi", position.alibi), ("shaw", position.shaw_table is not None),
-        ("rotary", position.rotary_applies), ("kerple", position.kerple), ("sandwich", position.sandwich), ("fire", position.fire),
-        ("deberta", position.deberta), ("absolute", position.absolute is not None)) if applies})
+        ("rotary", position.rotary_applies), ("kerple", position.kerple), ("sandwich", position.sandwich),
+        ("fire", position.fire), ("deberta", position.deberta), ("absolute", position.absolute is not None))
+        if applies})
     lines = [
         f"# {getattr(args, 'arch', 'tupe_roberta')}", "",
         "A BERT-style encoder pre-trained with the tupe-plugin for fairseq, exported by `tupe-export-hf`.",
