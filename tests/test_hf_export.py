@@ -3,7 +3,6 @@ transformers' Auto classes in a child process that cannot import fairseq or tupe
 the plugin (masked-LM logits, features, heads; padded batch of real text; FIRE's rows alone); the tokenizer's
 ids against the plugin's hub; the way back through tupe-convert-hf; the refusals."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -386,8 +385,6 @@ def test_a_training_step_and_save_pretrained_of_a_loaded_export_load_again(expor
     assert output.strip().endswith("ok")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None,
-                    reason="transformers' Trainer needs accelerate (make install installs it)")
 def test_a_trainer_fine_tuning_step_runs_on_a_loaded_export(exported, tmp_path):
     root, *_ = exported
     output = transformers_only(LOAD_AND_TRAIN, root / "tupe_r", tmp_path, "trainer",
