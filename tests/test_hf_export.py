@@ -390,3 +390,37 @@ def test_a_trainer_fine_tuning_step_runs_on_a_loaded_export(exported, tmp_path):
     output = transformers_only(LOAD_AND_TRAIN, root / "tupe_r", tmp_path, "trainer",
                                modules=tmp_path / "modules")
     assert output.strip().endswith("ok")
+
+
+def labelled_checkpoint(data_bin, tmp_path, labels=None, outputs=None):
+    """tupe_r's checkpoint fine-tuned (its 'sst' head) on data whose label/dict.txt lists ``labels``; with
+    ``outputs`` the head keeps that many output rows (1: a regression head, as STS-B's)."""
+    path = make_checkpoint(data_bin, tmp_path / "tuned.pt", "tupe_r_tiny", [])
+    state = torch.load(path, weights_only=False)
+    if labels is not None:
+        (tmp_path / "task-bin" / "label").mkdir(parents=True)
+        (tmp_path / "task-bin" / "label" / "dict.txt").write_text("".join(f"{name} 5\n" for name in labels))
+        state["cfg"]["task"]["data"] = str(tmp_path / "task-bin")
+    if outputs is not None:
+        for name in ("weight", "bias"):
+            key = f"classification_heads.sst.out_proj.{name}"
+            state["model"][key] = state["model"][key][:outputs]
+    torch.save(state, path)
+    return path
+
+
+def test_a_fine_tuned_heads_labels_are_named_from_its_datas_label_dictionary(data_bin, tmp_path):
+    path = labelled_checkpoint(data_bin, tmp_path, labels=["negative", "neutral", "positive"])
+    export(str(path), str(data_bin), str(tmp_path / "out"))
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "neutral", "2": "positive"}
+    assert config["label2id"] == {"negative": 0, "neutral": 1, "positive": 2}
+    assert (config["num_labels"], config["problem_type"]) == (3, "single_label_classification")
+
+
+def test_a_head_of_one_output_is_exported_as_regression(data_bin, tmp_path):
+    path = labelled_checkpoint(data_bin, tmp_path, outputs=1)
+    export(str(path), str(data_bin), str(tmp_path / "out"))
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["num_labels"], config["problem_type"]) == (1, "regression")
+    assert "id2label" not in config or len(config["id2label"]) == 1
