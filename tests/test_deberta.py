@@ -114,13 +114,18 @@ def test_position_terms_by_bands_equal_the_paper_equations(flags, dictionary, mo
     original = toeplitz_scores.ToeplitzScores.apply
     monkeypatch.setattr(toeplitz_scores.ToeplitzScores, "apply", lambda *a: calls.append(1) or original(*a))
     model = build_model("deberta_tiny", dictionary, **flags)
+    assert_equals_the_twin(model, dictionary)
+    assert len(calls) == 2 * model.args.encoder_layers  # c2p and p2c of each layer, by bands
+
+
+def assert_equals_the_twin(model, dictionary):
+    """Features and every gradient of a padded batch equal the paper twin's (fp32, 1e-5)."""
     tokens = random_tokens(dictionary, [9, 6, 4])
     keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
     encoder = model.encoder.sentence_encoder
     fused, fused_grads = features_and_grads(model, tokens, weights)
     plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
-    assert len(calls) == 2 * model.args.encoder_layers
     torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
     assert_gradients_close(fused_grads, plain_grads)
 
@@ -147,15 +152,7 @@ def drawn_deberta(dictionary, **flags):
                                    {"deberta_rel_proj_bias": "none"},
                                    {"deberta_share_att_key": True, "deberta_table_norm": True}])
 def test_every_form_equals_its_twin_with_every_parameter_drawn(flags, dictionary):
-    model = drawn_deberta(dictionary, **flags)
-    tokens = random_tokens(dictionary, [9, 6, 4])
-    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
-    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
-    encoder = model.encoder.sentence_encoder
-    fused, fused_grads = features_and_grads(model, tokens, weights)
-    plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
-    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
-    assert_gradients_close(fused_grads, plain_grads)
+    assert_equals_the_twin(drawn_deberta(dictionary, **flags), dictionary)
 
 
 def test_released_position_to_content_reads_the_content_to_position_row(dictionary):

@@ -11,6 +11,7 @@ import torch
 import transformers
 from cli import logged_losses, run_fairseq_steps
 from fairseq import checkpoint_utils
+from hf_comparison import assert_equal_to_transformers, plugin_ids
 from safetensors.torch import load_file, save_file
 
 from tupe_plugin.conversion import hf_cli
@@ -94,31 +95,13 @@ def roberta(tmp_path_factory):
     return converted(tmp_path_factory, save_roberta, layer_norm_eps=1e-5)
 
 
-def plugin_ids(root, hf_ids):
-    order = torch.load(root / "out" / "model.pt", weights_only=False)["extra_state"]["hf_token_ids"]
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(len(order))
-    return inverse[hf_ids], torch.tensor(order)
-
-
-def compare(hf_model, hub, tokens, hf_ids, mask, order):
-    with torch.no_grad():
-        expected = hf_model(input_ids=hf_ids, attention_mask=mask, output_hidden_states=True)
-        logits, extra = hub.model(tokens, return_all_hiddens=True)
-    real = mask.bool()
-    assert len(extra["inner_states"]) == len(expected.hidden_states)
-    for ours, theirs in zip(extra["inner_states"], expected.hidden_states):
-        torch.testing.assert_close(ours.transpose(0, 1)[real], theirs[real], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(logits[real], expected.logits[..., order][real], atol=1e-5, rtol=1e-5)
-
-
 def test_bert_hidden_states_and_mlm_logits_equal_transformers_on_a_padded_batch(bert):
     hf_model, root = bert
     hf_ids, mask = hf_batch(pad=0, cls=4, sep=5, vocab=len(BERT_TOKENS))
     tokens, order = plugin_ids(root, hf_ids)
     hub = TupeRobertaModel.from_pretrained(str(root / "out"), bpe="bert")
     assert tokens[2, 3:].eq(hub.task.source_dictionary.pad()).all()  # fairseq's padding: by pad id
-    compare(hf_model, hub, tokens, hf_ids, mask, order)
+    assert_equal_to_transformers(hf_model, hub, tokens, hf_ids, mask, order)
 
 
 def test_roberta_hidden_states_and_mlm_logits_equal_transformers_on_a_padded_batch(roberta):
@@ -127,7 +110,7 @@ def test_roberta_hidden_states_and_mlm_logits_equal_transformers_on_a_padded_bat
     tokens, order = plugin_ids(root, hf_ids)
     assert torch.equal(tokens, hf_ids)  # RoBERTa's ids are fairseq's
     hub = TupeRobertaModel.from_pretrained(str(root / "out"), bpe="hf_byte_bpe")
-    compare(hf_model, hub, tokens, hf_ids, mask, order)
+    assert_equal_to_transformers(hf_model, hub, tokens, hf_ids, mask, order)
 
 
 def test_bert_specials_map_onto_fairseq_specials_by_id_and_dict_keeps_the_vocab_order(bert):
@@ -163,7 +146,7 @@ def test_bert_layer_norm_eps_of_1e_12_is_recorded_and_the_outputs_equal_transfor
     hub = TupeRobertaModel.from_pretrained(str(tmp_path / "out"), bpe="bert")
     assert hub.cfg.model.layer_norm_eps == 1e-12
     assert {module.eps for module in hub.model.modules() if isinstance(module, torch.nn.LayerNorm)} == {1e-12}
-    compare(hf_model, hub, tokens, hf_ids, mask, order)
+    assert_equal_to_transformers(hf_model, hub, tokens, hf_ids, mask, order)
 
 
 def test_checkpoint_records_the_sizes_bpe_and_positions(bert, roberta):

@@ -12,6 +12,7 @@ import torch
 import transformers
 from conftest import build_model, test_data
 from fairseq.data import Dictionary
+from hf_comparison import assert_equal_to_transformers, plugin_ids
 
 from tupe_plugin.conversion import hf_cli
 from tupe_plugin.conversion.hf import HfCheckpointError
@@ -102,33 +103,19 @@ def converted(tmp_path_factory, save, config):
     return hf_model, mask_id, root
 
 
-def plugin_ids(root, hf_ids):
-    order = torch.load(root / "out" / "model.pt", weights_only=False)["extra_state"]["hf_token_ids"]
-    inverse = torch.full((max(order) + 1,), -1, dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(len(order))
-    return inverse[hf_ids], torch.tensor(order)
-
-
-def assert_equal_to_transformers(hf_model, mask_id, root, bpe):
+def converted_equals_transformers(hf_model, mask_id, root, bpe):
     hf_ids, mask = hf_batch(mask_id)
     tokens, order = plugin_ids(root, hf_ids)
     hub = TupeRobertaModel.from_pretrained(str(root / "out"), bpe=bpe)
     assert tokens[2, 3:].eq(hub.task.source_dictionary.pad()).all()
-    with torch.no_grad():
-        expected = hf_model(input_ids=hf_ids, attention_mask=mask, output_hidden_states=True)
-        logits, extra = hub.model(tokens, return_all_hiddens=True)
-    real = mask.bool()
-    assert len(extra["inner_states"]) == len(expected.hidden_states)
-    for ours, theirs in zip(extra["inner_states"], expected.hidden_states):
-        torch.testing.assert_close(ours.transpose(0, 1)[real], theirs[real], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(logits[real], expected.logits[..., order][real], atol=1e-5, rtol=1e-5)
+    assert_equal_to_transformers(hf_model, hub, tokens, hf_ids, mask, order)
     return hub
 
 
 @pytest.mark.parametrize("variant", sorted(V1_VARIANTS))
 def test_deberta_v1_hidden_states_and_mlm_logits_equal_transformers(variant, tmp_path_factory):
     hf_model, mask_id, root = converted(tmp_path_factory, save_v1, V1_VARIANTS[variant])
-    hub = assert_equal_to_transformers(hf_model, mask_id, root, "hf_byte_bpe")
+    hub = converted_equals_transformers(hf_model, mask_id, root, "hf_byte_bpe")
     config = hub.model.encoder.sentence_encoder.config
     assert (config.deberta_p2c, config.deberta_rel_proj_bias) == ("released", "query")
 
@@ -136,7 +123,7 @@ def test_deberta_v1_hidden_states_and_mlm_logits_equal_transformers(variant, tmp
 @pytest.mark.parametrize("variant", sorted(V2_VARIANTS))
 def test_deberta_v2_v3_hidden_states_and_mlm_logits_equal_transformers(variant, tmp_path_factory):
     hf_model, mask_id, root = converted(tmp_path_factory, save_v2, V2_VARIANTS[variant])
-    assert_equal_to_transformers(hf_model, mask_id, root, "sentencepiece")
+    converted_equals_transformers(hf_model, mask_id, root, "sentencepiece")
 
 
 def test_deberta_v3_text_is_encoded_with_its_sentencepiece_pieces(tmp_path):

@@ -39,9 +39,9 @@ import re
 
 import torch
 
-from tupe_plugin.conversion.hf import (CONVERSIONS, FAIRSEQ_MASK, FAIRSEQ_SPECIALS, HEAD, PLUGIN, Conversion,
-                                       Family, HfCheckpointError, check_sizes, convert, parse_json,
-                                       tokenizer_files)
+from tupe_plugin.conversion.hf import (CONVERSIONS, FAIRSEQ_MASK, FAIRSEQ_SPECIALS, HEAD, LAYER_PARTS, PLUGIN,
+                                       Conversion, Family, HfCheckpointError, check_sizes, convert,
+                                       parse_json, tokenizer_files)
 
 logger = logging.getLogger("convert_hf")
 
@@ -53,13 +53,6 @@ V1_TOKENIZER = Family(BASE, "", "", "", ("vocab.json", "merges.txt"), "hf_byte_b
 # the two masked-LM heads transformers has had: (prefix, transform dense, transform LayerNorm)
 HEADS = (("cls.predictions.", "transform.dense.", "transform.LayerNorm."),
          ("lm_predictions.lm_head.", "dense.", "LayerNorm."))
-LAYER_PARTS = (
-    ("self_attn.out_proj.", "attention.output.dense."),
-    ("self_attn_layer_norm.", "attention.output.LayerNorm."),
-    ("fc1.", "intermediate.dense."),
-    ("fc2.", "output.dense."),
-    ("final_layer_norm.", "output.LayerNorm."),
-)
 SPECIAL_FIELDS = (("cls_token", "[CLS]"), ("pad_token", "[PAD]"), ("sep_token", "[SEP]"),
                   ("unk_token", "[UNK]"), ("mask_token", "[MASK]"))
 
