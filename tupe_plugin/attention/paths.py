@@ -2,8 +2,9 @@
 
 :func:`plan_attention` decides once per forward, from the device, the attention dropout in effect, whether
 the probabilities are wanted, the position config and the sequence length, which of five paths every
-layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`) and whether
-TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`); the encoder hands the
+layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`), whether
+TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`) and whether RoPE's rotation
+of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
 :class:`AttentionPlan` to every layer, and :func:`~.attend.attend` runs what it is given:
 
 * ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
@@ -117,16 +118,27 @@ def fold_untied_term(path, config):
     return path in dense_bias_paths or config.t5_bias
 
 
+def fuse_rotary(device, config):
+    """Whether RoPE rotates q and k of each layer's projection in one Triton pass, forward and backward
+    (:mod:`.triton_rotary`): on CUDA, for fixed frequencies, where Triton is installed. On CPU torch's
+    elementwise rotation stays (no slower there); learnable frequencies keep it too, as its backward
+    reaches them."""
+    return (torch.device(device).type == "cuda" and config.rotary_applies
+            and not config.learnable_rotary_frequencies and find_spec("triton") is not None)
+
+
 @dataclass(frozen=True)
 class AttentionPlan:
     """What every layer of one forward runs: the ``path``, the attention ``dropout`` in effect (0 in
-    evaluation), the SDPA ``backends`` allowed (None: torch chooses) and whether the positional term
-    is built with TUPE's untied factors multiplied out (``fold_untied``)."""
+    evaluation), the SDPA ``backends`` allowed (None: torch chooses), whether the positional term
+    is built with TUPE's untied factors multiplied out (``fold_untied``) and whether RoPE's rotation runs
+    on the fused kernel (``fused_rotary``)."""
 
     path: AttentionPath = AttentionPath.SDPA
     dropout: float = 0.0
     backends: Optional[tuple] = None
     fold_untied: bool = False
+    fused_rotary: bool = False
 
     @property
     def padding_as_lengths(self):
@@ -140,4 +152,4 @@ def plan_attention(device, dropout, need_weights, config, seq_len, requested_bac
     ``--attention-backend``."""
     path = choose_path(device, dropout, need_weights, config, seq_len, requested_backend)
     return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
-                         fold_untied_term(path, config))
+                         fold_untied_term(path, config), fuse_rotary(device, config))

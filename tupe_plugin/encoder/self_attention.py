@@ -21,6 +21,7 @@ from torch import nn
 from ..attention.attend import add_bias, attend
 from ..attention.clipped_distances import ClippedDistanceScores
 from ..attention.toeplitz_scores import offset_scores
+from ..attention.triton_rotary import rotate_projection
 from ..encodings.deberta_position import DisentangledProjections
 from ..encodings.rotary_position import rotate, rotate_in_place, rotates_in_place
 
@@ -47,14 +48,19 @@ class PositionalSelfAttention(nn.Module):
     def projection(self, x, query=None):
         """The (B, T, 3, H, d_h) projection of x (B, T, C) into q, k, v; with ``query`` (B, T, C), q of the
         query states."""
-        batch, seq_len, embed_dim = x.shape
+        batch, seq_len, _ = x.shape
+        return self.token_projection(x, query).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+
+    def token_projection(self, x, query=None):
+        """The projection of x (B, T, C) into q, k, v as (B T, 3 C) rows, a tensor of its own (no view, which
+        the fused RoPE kernel rotates in place); with ``query`` (B, T, C), q of the query states."""
+        embed_dim = x.size(-1)
+        tokens = x.reshape(-1, embed_dim)
         if query is None:
-            qkv = self.in_proj(x)
-        else:
-            weight, bias = self.in_proj.weight, self.in_proj.bias
-            qkv = torch.cat([F.linear(query, weight[:embed_dim], bias[:embed_dim]),
-                             F.linear(x, weight[embed_dim:], bias[embed_dim:])], -1)
-        return qkv.view(batch, seq_len, 3, self.num_heads, self.head_dim)
+            return self.in_proj(tokens)
+        weight, bias = self.in_proj.weight, self.in_proj.bias
+        return torch.cat([F.linear(query.reshape(-1, embed_dim), weight[:embed_dim], bias[:embed_dim]),
+                          F.linear(tokens, weight[embed_dim:], bias[embed_dim:])], -1)
 
     def project(self, x, query=None):
         """q, k, v (B, H, T, d_h) of x (B, T, C); with ``query`` (B, T, C), q of the query states."""
@@ -68,11 +74,14 @@ class PositionalSelfAttention(nn.Module):
         Returns the output (B, T, C) and, with ``need_weights``, the probabilities (B, H, T, T).
         """
         batch, seq_len, embed_dim = x.shape
-        qkv = self.projection(x, query)
-        if term.rotary_cos is None:
-            q, k, v = split_heads(qkv)
+        if term.rotary_cos is not None and plan.fused_rotary:
+            rows = rotate_projection(self.token_projection(x, query), term.rotary_cos, term.rotary_sin,
+                                     self.num_heads)
+            q, k, v = split_heads(rows.view(batch, seq_len, 3, self.num_heads, self.head_dim))
+        elif term.rotary_cos is not None:
+            q, k, v = self._rotated(self.projection(x, query), term.rotary_cos, term.rotary_sin)
         else:
-            q, k, v = self._rotated(qkv, term.rotary_cos, term.rotary_sin)
+            q, k, v = split_heads(self.projection(x, query))
         attn_mask = term.attn_mask
         if term.q_shift is not None:
             q = q + term.q_shift.to(q.dtype)
@@ -96,9 +105,10 @@ class PositionalSelfAttention(nn.Module):
 
     @staticmethod
     def _rotated(qkv, cos, sin):
-        """q, k, v of the projection with q and k rotated by RoPE's tables: where they lie in the projection
-        when the tables let it (:func:`~tupe_plugin.encodings.rotary_position.rotate_in_place`), else out of
-        place."""
+        """q, k, v of the projection with q and k rotated by RoPE's tables in torch's elementwise operations
+        (the plan's ``fused_rotary`` runs :func:`~tupe_plugin.attention.triton_rotary.rotate_projection`
+        instead): where they lie in the projection when the tables let it
+        (:func:`~tupe_plugin.encodings.rotary_position.rotate_in_place`), else out of place."""
         if rotates_in_place(cos, sin):
             rotate_in_place(qkv[:, :, :2], cos, sin)
             return split_heads(qkv)
