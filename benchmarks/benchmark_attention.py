@@ -18,7 +18,11 @@ gradient: ALiBi, Sandwich), ``sdpa-bias`` (the learned bias on the kernels the p
 :func:`~tupe_plugin.attention.paths.sdpa_backends`), ``triton-bias`` (the plugin's Triton kernel with its
 batch-summed bias gradient, ``--attention-backend triton``) and, without dropout, ``flex-bias``:
 PyTorch's FlexAttention (compiled) with the learned bias read as a captured buffer and its gradient
-from the compiled backward, a candidate kernel that no model of the plugin runs.
+from the compiled backward, a candidate kernel that no model of the plugin runs. Two RoPE candidates
+rotate q and k of a (B T, 3 H d_h) projection before ``sdpa`` (the projection a copy of one leaf per
+call, the same in both, so that each call rotates unrotated numbers): ``sdpa-rope`` by torch's
+elementwise rotation (the plugin's CPU path), ``sdpa-rope-triton`` by the fused Triton kernel the plan
+runs on CUDA (:mod:`tupe_plugin.attention.triton_rotary`).
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
@@ -41,12 +45,16 @@ sys.path.insert(0, REPO)
 from benchmarks import paired, results_file  # noqa: E402
 from tupe_plugin.attention.attend import attend  # noqa: E402
 from tupe_plugin.attention.paths import AttentionPath, sdpa_backends  # noqa: E402
+from tupe_plugin.attention.triton_rotary import rotate_projection  # noqa: E402
+from tupe_plugin.encoder.self_attention import split_heads  # noqa: E402
+from tupe_plugin.encodings.rotary_position import RotaryPosition, rotate_in_place  # noqa: E402
 from tupe_plugin.encodings.position_config import PositionConfig  # noqa: E402
 
 PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
-CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias")
-CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias")
+ROPE_PATHS = ("sdpa-rope", "sdpa-rope-triton")
+CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias", *ROPE_PATHS)
+CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", *ROPE_PATHS)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -119,16 +127,37 @@ def flex_with_bias(bias):
 
 
 _compiled_flex = None
+
+
+def rope_inputs(q):
+    """A (B T, 3 H d_h) projection leaf like q's, and RoPE's fixed cos/sin tables (T, d_h / 2)."""
+    batch, heads, seq_len, head_dim = q.shape
+    rows = torch.randn(batch * seq_len, 3 * heads * head_dim, device=q.device, dtype=q.dtype)
+    return rows.requires_grad_(), *RotaryPosition(head_dim).to(q.device)(seq_len)
+
+
+def rotated_heads(path, rows, cos, sin, heads):
+    """q, k, v (B, H, T, d_h) of a copy of ``rows`` with q and k rotated on ``path``'s rotation."""
+    batch, seq_len = rows.size(0) // cos.size(0), cos.size(0)
+    projection = rows.clone()
+    if path == "sdpa-rope-triton":
+        projection = rotate_projection(projection, cos, sin, heads).view(batch, seq_len, 3, heads, -1)
+    else:
+        projection = projection.view(batch, seq_len, 3, heads, -1)
+        rotate_in_place(projection[:, :, :2], cos, sin)
+    return split_heads(projection)
 # the kernels the plugin allows a learned bias (sdpa_backends reads no more of the config than that)
 LEARNED_BIAS = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5")
 
 
-def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None):
+def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None, rope=None):
     """One layer's attention on ``path``, forward and backward (``sdpa``, ``chunked-no-bias``: no bias,
     BERT-A's call; ``flex-bias``: ``flex`` from :func:`flex_with_bias`; ``triton-bias``: the plugin's
-    Triton kernel); returns the output."""
+    Triton kernel; the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`); returns the output."""
     scale = q.size(-1) ** -0.5
-    if path == "sdpa":
+    if path in ROPE_PATHS:
+        out, _ = attend(AttentionPath.SDPA, *rotated_heads(path, *rope, q.size(1)), None, scale, dropout)
+    elif path == "sdpa":
         out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, dropout)
     elif path == "chunked-no-bias":
         out, _ = attend(AttentionPath.CHUNKED, q, k, v, None, scale, dropout)
@@ -171,17 +200,19 @@ def measure(args):
                          dtype=DTYPES[args.dtype])
         names = paths(args)
         flex = flex_with_bias(tensors[3]) if "flex-bias" in names else None
+        rope = rope_inputs(tensors[0]) if ROPE_PATHS[0] in names else None
         cpu = {path: [] for path in names}
         wall = {path: [] for path in names}
         for path in names:
-            forward_backward(path, *tensors, args.attention_dropout, flex)  # warm-up (FlexAttention compiles)
+            # warm-up (FlexAttention compiles)
+            forward_backward(path, *tensors, args.attention_dropout, flex, rope)
         for round_index in range(args.rounds):
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for path in order:
                 for _ in range(args.calls):
                     synchronize(args.device)
                     cpu_start, wall_start = time.process_time(), time.perf_counter()
-                    forward_backward(path, *tensors, args.attention_dropout, flex)
+                    forward_backward(path, *tensors, args.attention_dropout, flex, rope)
                     synchronize(args.device)
                     cpu[path].append(time.process_time() - cpu_start)
                     wall[path].append(time.perf_counter() - wall_start)

@@ -325,6 +325,19 @@ def test_attention_mode_on_cuda_times_the_gpu_kernels_against_sdpa_without_a_bia
     assert "wall / sdpa (paired)" in capsys.readouterr().out
 
 
+def test_the_rope_candidates_rotate_alike_forward_and_backward():
+    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 3, 20, 8)
+    rope = benchmark_attention.rope_inputs(q)
+    results = []
+    for path in benchmark_attention.ROPE_PATHS:
+        out = benchmark_attention.forward_backward(path, q, k, v, bias, grad_out, rope=rope)
+        results.append((out, rope[0].grad.clone()))
+        rope[0].grad = None
+    (torch_out, torch_grad), (triton_out, triton_grad) = results
+    torch.testing.assert_close(triton_out, torch_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(triton_grad, torch_grad, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.gpu
 def test_flex_attention_candidate_with_a_learned_bias_matches_the_paper_equation_and_its_bias_gradient():
     q, k, v, bias, grad_out = benchmark_attention.inputs(2, 3, 64, 16, device="cuda")
