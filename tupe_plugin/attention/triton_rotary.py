@@ -9,8 +9,9 @@ they lie, as the projection then holds what the attention reads: no second copy,
 backward but the tables. A rotation's transpose is the rotation by -theta_k t: the backward is one more
 call of the same kernel, which writes the projection's gradient with v's part copied. The tables take no
 gradient here (fixed frequencies); learnable ones keep torch's rotation, whose backward reaches them. The
-step-by-step twin is the plain rotation of :mod:`tupe_plugin.encodings.rotary_position` (tests); the plan
-of :mod:`.paths` runs this kernel on CUDA (:func:`~.paths.fuse_rotary`).
+step-by-step twins are the paper's 2x2 blocks and the plain rotation of
+:mod:`tupe_plugin.encodings.rotary_position` (tests); the plan of :mod:`.paths` runs this kernel on CUDA
+(:func:`~.paths.fuse_rotary`).
 """
 
 import os

@@ -14,18 +14,21 @@ def rotate_kernel(X, Out, Cos, Sin, sx_b, sx_t, so_b, so_t, sc_t, ss_t, seq_len,
     row_block, b, part = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows = row_block * BLOCK_T + tl.arange(0, BLOCK_T)
     pairs = tl.arange(0, BLOCK_K)
-    ok = (rows < seq_len)[:, None] & (pairs < head_dim // 2)[None, :]
     # v's part reads no table entry: cos 1, sin 0
-    turned = (rows < seq_len)[:, None] & (pairs < tl.where(part < 2, head_dim // 2, 0))[None, :]
-    cos = tl.load(Cos + rows[:, None] * sc_t + pairs[None, :], mask=turned, other=1.0).to(tl.float32)
-    sin = tl.load(Sin + rows[:, None] * ss_t + pairs[None, :], mask=turned, other=0.0).to(tl.float32)
+    table_ok = (rows < seq_len)[:, None] & (pairs < tl.where(part < 2, head_dim // 2, 0))[None, :]
+    cos = tl.load(Cos + rows[:, None] * sc_t + pairs[None, :], mask=table_ok, other=1.0).to(tl.float32)
+    sin = tl.load(Sin + rows[:, None] * ss_t + pairs[None, :], mask=table_ok, other=0.0).to(tl.float32)
     if INVERSE:
         sin = -sin
-    within = part * heads * head_dim + 2 * pairs[None, :]
-    x_pairs = X + b * sx_b + rows[:, None] * sx_t + within
-    out_pairs = Out + b * so_b + rows[:, None] * so_t + within
+    dims = tl.arange(0, 2 * BLOCK_K)
+    tile_ok = (rows < seq_len)[:, None] & (dims < head_dim)[None, :]
+    within = part * heads * head_dim + dims[None, :]
+    x_tile = X + b * sx_b + rows[:, None] * sx_t + within
+    out_tile = Out + b * so_b + rows[:, None] * so_t + within
     for h in range(heads):
-        even = tl.load(x_pairs + h * head_dim, mask=ok, other=0.0).to(tl.float32)
-        odd = tl.load(x_pairs + h * head_dim + 1, mask=ok, other=0.0).to(tl.float32)
-        tl.store(out_pairs + h * head_dim, (even * cos - odd * sin).to(Out.dtype.element_ty), mask=ok)
-        tl.store(out_pairs + h * head_dim + 1, (even * sin + odd * cos).to(Out.dtype.element_ty), mask=ok)
+        # a head's (positions, d_h) tile read whole, split into its pairs' even and odd members
+        x = tl.load(x_tile + h * head_dim, mask=tile_ok, other=0.0).to(tl.float32)
+        even, odd = tl.split(tl.reshape(x, (BLOCK_T, BLOCK_K, 2)))
+        turned = tl.join(even * cos - odd * sin, even * sin + odd * cos)
+        tl.store(out_tile + h * head_dim, tl.reshape(turned, (BLOCK_T, 2 * BLOCK_K)).to(Out.dtype.element_ty),
+                 mask=tile_ok)
