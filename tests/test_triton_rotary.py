@@ -104,17 +104,20 @@ def test_a_model_whose_plan_fuses_the_rotation_gives_torch_rotations_function_an
     model = build_model("bert_rope_tiny", dictionary).to(DEVICE)
     tokens = random_tokens(dictionary, [11, 6, 3]).to(DEVICE)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim, device=DEVICE)
-    plain, plain_grads = features_and_grads(model, tokens, weights)
     original_plan, calls = paths.plan_attention, []
 
     def recording(rows, cos, sin, heads):
         calls.append(rows.shape)
         return rotate_projection(rows, cos, sin, heads)
 
-    monkeypatch.setattr("tupe_plugin.encoder.positional_encoder.plan_attention",
-                        lambda *args: dataclasses.replace(original_plan(*args), fused_rotary=True))
     monkeypatch.setattr("tupe_plugin.encoder.self_attention.rotate_projection", recording)
-    fused, fused_grads = features_and_grads(model, tokens, weights)
+    results = {}
+    for fused in (False, True):
+        def plan(*args, fused=fused):
+            return dataclasses.replace(original_plan(*args), fused_rotary=fused)
+
+        monkeypatch.setattr("tupe_plugin.encoder.positional_encoder.plan_attention", plan)
+        results[fused] = features_and_grads(model, tokens, weights)
     assert calls == [(3 * 11, 3 * model.args.encoder_embed_dim)] * model.args.encoder_layers
-    torch.testing.assert_close(fused, plain, atol=1e-5, rtol=1e-5)
-    assert_gradients_close(fused_grads, plain_grads)
+    torch.testing.assert_close(results[True][0], results[False][0], atol=1e-5, rtol=1e-5)
+    assert_gradients_close(results[True][1], results[False][1])
