@@ -312,6 +312,23 @@ def test_attention_mode_on_cuda_without_a_cuda_device_names_the_flag(capsys, mon
     assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("term", ["shaw", "deberta"])
+def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_the_triton_kernel(term):
+    """The GPU candidates of Shaw keys and DeBERTa, run here on CPU (SDPA's math kernel, Triton's
+    interpreter): the gathered mask and the products read by offset give one function."""
+    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, 20, 16)
+    relative = benchmark_attention.relative_inputs(2, 20, 16, "cpu", torch.float32)
+    tables = [t for t in relative[term] if t.requires_grad]
+    results = []
+    for path in (f"sdpa-{term}", f"triton-{term}"):
+        out = benchmark_attention.forward_backward(path, q, k, v, bias, grad_out, relative=relative)
+        results.append([out] + [t.grad.clone() for t in (q, k, v, *tables)])
+        for t in (q, k, v, *tables):
+            t.grad = None
+    for got, want in zip(*reversed(results)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dropout, expected", [("0", "CUDA_PATHS"), ("0.1", "CUDA_DROPOUT_PATHS")])
 def test_attention_mode_on_cuda_times_the_gpu_kernels_against_sdpa_without_a_bias(

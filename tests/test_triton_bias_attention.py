@@ -253,3 +253,27 @@ def test_in_half_precision_the_kernel_stays_within_the_cuda_tolerances_of_the_fl
     for got, want in zip(torch.autograd.grad(out, [*half, bias], grad_out.to(dtype)),
                          gradients(expected, (q, k, v, bias), grad_out)):
         assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_relative_products_stay_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    """Shaw-like (K = 16) and DeBERTa-like (a key-side product, reversed offsets) terms at a base-size head,
+    with padding, against the float32 twin with the products gathered."""
+    q, k, v, _ = inputs(2, 4, 192, 64, with_bias=False)
+    generator = torch.Generator().manual_seed(2)
+    query_index, key_index = toeplitz_index(192, -16, 16), toeplitz_index(192, -40, 39, sign=-1)
+    query_products = torch.randn(2, 4, 192, 33, generator=generator).to(DEVICE).requires_grad_()
+    key_products = torch.randn(2, 4, 192, 80, generator=generator).to(DEVICE).requires_grad_()
+    lengths = torch.tensor([192, 77], device=DEVICE)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, query_products, key_products)]
+    relative = RelativeProducts(half[3], offsets_of(query_index), half[4], offsets_of(key_index))
+    out = biased_attention(*half[:3], None, lengths, 0.125, relative=relative)
+    gathered = query_products.gather(-1, query_index.expand(2, 4, -1, -1)) \
+        + key_products.gather(-1, key_index.t().expand(2, 4, -1, -1)).transpose(-1, -2)
+    expected = twin(q, k, v, gathered, lengths, 0.125)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
+                         gradients(expected, (q, k, v, query_products, key_products), grad_out)):
+        assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
