@@ -190,6 +190,16 @@ def test_keys_contender_is_a_shaw_preset_with_keys_only_and_refused_for_others(t
         benchmark.main(["--contenders", "bert_a", "keys_bert_a", "--json", os.devnull])
 
 
+def test_triton_contenders_of_shaw_keys_and_deberta_run_on_the_kernel_and_shaw_values_are_refused(tmp_path):
+    contender, _ = _contender(tmp_path, "triton_keys_bert_rpe")
+    encoder = contender.model.encoder.sentence_encoder
+    assert encoder.attention_backend == "triton" and not encoder.config.shaw_values
+    assert benchmark.preset_of("triton_keys_bert_rpe") == "bert_rpe"
+    benchmark.check_contender("triton_deberta")
+    with pytest.raises(SystemExit, match="the Triton kernel adds Shaw keys, not value vectors"):
+        benchmark.check_contender("triton_bert_rpe")
+
+
 def test_default_contenders_include_every_distance_bias_and_deberta_against_shaw_keys():
     assert {"bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire", "deberta",
             "keys_bert_rpe"} <= set(benchmark.DEFAULT_CONTENDERS)
