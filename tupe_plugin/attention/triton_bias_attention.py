@@ -11,8 +11,12 @@ probabilities per (key block, query block) tile, as FlashAttention-2 does (Dao, 
 accumulated by the key block's program, dq and the bias gradient dS added atomically in float32 — the
 bias gradient summed over the batch in place, never materialised per row. Attention dropout draws its
 keep-mask from Philox (``tl.rand``) at the same (row, query, key) offsets in both passes, one stream per
-(batch row, head). The step-by-step twin is :func:`~.attend.explicit_attention` (tests); the plan of
-:mod:`.paths` runs this kernel for ``--attention-backend triton``.
+(batch row, head). The terms that depend on the content, Shaw keys and DeBERTa's c2p and p2c, come as
+their small (B, H, T, R) products with the R table rows (:class:`RelativeProducts`): each logit adds the
+entry its pair's table row names by the offset j - i, so no (B, H, T, T) term is gathered, and the backward
+adds dS onto those entries atomically (a tile whose pairs all read one row by its row sums). The
+step-by-step twin is :func:`~.attend.explicit_attention` (tests) with the products gathered into the mask;
+the plan of :mod:`.paths` runs this kernel for ``--attention-backend triton``.
 """
 
 import os

@@ -86,9 +86,10 @@ def add_by_table_row(Grad, positions, positions_ok, width, rows_of_pairs, grad_l
     if first == last:
         tl.atomic_add(Grad + positions * width + first, tl.sum(tl.where(pair_ok, grad_logits, 0.0), AXIS),
                       mask=positions_ok)
+    elif AXIS == 1:
+        tl.atomic_add(Grad + positions[:, None] * width + rows_of_pairs, grad_logits, mask=pair_ok)
     else:
-        where = positions[:, None] if AXIS == 1 else positions[None, :]
-        tl.atomic_add(Grad + where * width + rows_of_pairs, grad_logits, mask=pair_ok)
+        tl.atomic_add(Grad + positions[None, :] * width + rows_of_pairs, grad_logits, mask=pair_ok)
 
 
 @triton.jit
