@@ -19,7 +19,10 @@ Contenders (``--contenders``):
 * ``sdpa_PRESET``: the plugin model with every layer calling ``scaled_dot_product_attention``
   whatever the mask and dropout (before the per-forward kernel choice), for comparison;
 * ``keys_PRESET``: a Shaw preset with ``--shaw-keys-only`` (``keys_bert_rpe``: the Shaw-keys row that
-  DeBERTa, two such q-against-a-table terms per layer, is compared with).
+  DeBERTa, two such q-against-a-table terms per layer, is compared with);
+* ``triton_PRESET``: the preset on ``--attention-backend triton``; for Shaw keys (``triton_keys_bert_rpe``)
+  and DeBERTa (``triton_deberta``) the relative terms are read inside the kernel from q's (and k's)
+  products with the table rows.
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
@@ -101,8 +104,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contenders", nargs="+", default=DEFAULT_CONTENDERS,
-                        help="roberta, plugin presets (bert_a, tupe_r, ...), plain_PRESET, sdpa_PRESET and "
-                        "keys_PRESET (a Shaw preset with --shaw-keys-only)")
+                        help="roberta, plugin presets (bert_a, tupe_r, ...), plain_PRESET, sdpa_PRESET, "
+                        "triton_PRESET and keys_PRESET (a Shaw preset with --shaw-keys-only; "
+                        "triton_keys_PRESET on the Triton kernel)")
     parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
     parser.add_argument("--size", choices=sorted(SIZES), default="medium")
     parser.add_argument("--seq-lens", nargs="+", type=int, default=[128, 512], metavar="T")
@@ -159,10 +163,16 @@ def parse_args(argv=None):
 
 
 def preset_of(name):
+    """The preset of a contender, without its prefixes (``triton_keys_bert_rpe``: ``bert_rpe``)."""
     for prefix in VARIANT_PREFIXES + (SHAW_KEYS_PREFIX,):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return preset_of(name[len(prefix):])
     return name
+
+
+def shaw_keys_only(name):
+    """Whether a contender adds --shaw-keys-only (``keys_PRESET``, also behind ``triton_``)."""
+    return name.removeprefix(TRITON_PREFIX).startswith(SHAW_KEYS_PREFIX)
 
 
 def check_contender(name):
@@ -172,10 +182,13 @@ def check_contender(name):
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
                          f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / keys_ + one of them")
-    if name.startswith(VARIANT_PREFIXES) and shaw_preset(preset):
-        raise SystemExit(f"--contenders {name}: the plain, SDPA and Triton variants cover content-free "
+    if name.startswith((PLAIN_PREFIX, SDPA_PREFIX)) and shaw_preset(preset):
+        raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
-    if name.startswith(SHAW_KEYS_PREFIX) and not shaw_preset(preset):
+    if name.startswith(TRITON_PREFIX) and shaw_preset(preset) and not shaw_keys_only(name):
+        raise SystemExit(f"--contenders {name}: the Triton kernel adds Shaw keys, not value vectors: "
+                         f"{TRITON_PREFIX}{SHAW_KEYS_PREFIX}{preset}")
+    if shaw_keys_only(name) and not shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: keys_ adds --shaw-keys-only to a Shaw preset (bert_rpe, "
                          f"bert_sin_rpe, ...), and {preset} has no Shaw vectors")
 
@@ -203,7 +216,7 @@ def fairseq_setup(name, size, seq_len, data_dir, dropout, attention_dropout):
             "--max-positions", seq_len, "--tokens-per-sample", seq_len,
             "--dropout", dropout, "--attention-dropout", attention_dropout,
             "--optimizer", "adam", "--lr", "1e-4", "--cpu"]
-    if name.startswith(SHAW_KEYS_PREFIX):
+    if shaw_keys_only(name):
         argv.append("--shaw-keys-only")
     if name.startswith(TRITON_PREFIX):
         argv += ["--attention-backend", "triton"]

@@ -22,7 +22,12 @@ from the compiled backward, a candidate kernel that no model of the plugin runs.
 rotate q and k of a (B T, 3 H d_h) projection before ``sdpa`` (the projection a copy of one leaf per
 call, the same in both, so that each call rotates unrotated numbers): ``sdpa-rope`` by torch's
 elementwise rotation (the plugin's CPU path), ``sdpa-rope-triton`` by the fused Triton kernel the plan
-runs on CUDA (:mod:`tupe_plugin.attention.triton_rotary`).
+runs on CUDA (:mod:`tupe_plugin.attention.triton_rotary`). The terms that depend
+on the content run twice each: ``sdpa-shaw`` (Shaw keys, K = 64, as ``--attention-backend auto`` runs them:
+q's products with the 2K + 1 rows gathered into a (B, H, T, T) mask for the memory-efficient kernel) beside
+``triton-shaw`` (the same products read by offset inside the Triton kernel, ``--attention-backend
+triton``), and ``sdpa-deberta`` / ``triton-deberta`` for DeBERTa's c2p and p2c (the released 512-row span:
+every table row a length reaches, as the plugin's layers project them).
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
@@ -44,17 +49,25 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from benchmarks import paired, results_file  # noqa: E402
 from tupe_plugin.attention.attend import attend  # noqa: E402
+from tupe_plugin.attention.clipped_distances import ClippedDistanceScores  # noqa: E402
 from tupe_plugin.attention.paths import AttentionPath, sdpa_backends  # noqa: E402
+from tupe_plugin.attention.toeplitz_scores import offset_scores  # noqa: E402
+from tupe_plugin.attention.triton_bias_attention import RelativeProducts, offsets_of  # noqa: E402
 from tupe_plugin.attention.triton_rotary import rotate_projection  # noqa: E402
 from tupe_plugin.encoder.self_attention import split_heads  # noqa: E402
-from tupe_plugin.encodings.rotary_position import RotaryPosition, rotate_in_place  # noqa: E402
+from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable  # noqa: E402
 from tupe_plugin.encodings.position_config import PositionConfig  # noqa: E402
+from tupe_plugin.encodings.rotary_position import RotaryPosition, rotate_in_place  # noqa: E402
+from tupe_plugin.encodings.shaw_position import clipped_index  # noqa: E402
 
 PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
 ROPE_PATHS = ("sdpa-rope", "sdpa-rope-triton")
-CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias", *ROPE_PATHS)
-CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", *ROPE_PATHS)
+RELATIVE_PATHS = ("sdpa-shaw", "triton-shaw", "sdpa-deberta", "triton-deberta")
+CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias", *ROPE_PATHS, *RELATIVE_PATHS)
+CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", *ROPE_PATHS, *RELATIVE_PATHS)
+SHAW_MAX_DISTANCE = 64
+DEBERTA_SPAN = 512
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -106,6 +119,47 @@ def inputs(batch, heads, seq_len, head_dim, seed=0, device="cpu", dtype=torch.fl
     return q, k, v, bias, grad_out
 
 
+def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
+    """The tables of the content-dependent terms, with gradients, and their indices: ``shaw`` (the (2K + 1,
+    d) table, its (T, T) index) and ``deberta`` (Q^r and K^r (H, R, d) over the rows a length reaches, the
+    c2p index and offsets, the p2c ones)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def table(*shape):
+        return (0.1 * torch.randn(*shape, generator=generator)).to(device, dtype).requires_grad_()
+
+    shaw_index = clipped_index(seq_len, SHAW_MAX_DISTANCE, device)
+    deberta = DisentangledRelativeTable(8, DEBERTA_SPAN)
+    _, rows, index, offsets = deberta.rows_and_index(seq_len)
+    index, offsets = index.to(device), offsets.to(device)
+    return {"shaw": (table(2 * SHAW_MAX_DISTANCE + 1, head_dim), shaw_index),
+            "deberta": (table(heads, rows, head_dim), table(heads, rows, head_dim), index, offsets, index.t(),
+                        offsets.flip(0))}
+
+
+def relative_attention(path, q, k, v, scale, dropout, relative):
+    """One layer's attention of Shaw keys or DeBERTa (``relative``: :func:`relative_inputs`) on the SDPA
+    path, the terms gathered into the mask as the layer does on ``--attention-backend auto``, or on the
+    Triton kernel, reading the products by offset."""
+    backends = sdpa_backends(q.device, LEARNED_BIAS)
+    if path.endswith("shaw"):
+        table, index = relative["shaw"]
+        products = torch.matmul(q * scale, table.t())
+        if path.startswith("sdpa"):
+            mask = ClippedDistanceScores.apply(products, index)
+            return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
+        return attend(AttentionPath.TRITON, q, k, v, None, scale, dropout,
+                      relative=RelativeProducts(products, offsets_of(index)))[0]
+    query_rows, key_rows, index, offsets, p2c_index, p2c_offsets = relative["deberta"]
+    if path.startswith("sdpa"):
+        mask = offset_scores(q * scale, key_rows, index, offsets) \
+            + offset_scores(k * scale, query_rows, p2c_index, p2c_offsets).transpose(-1, -2)
+        return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
+    relative = RelativeProducts(torch.matmul(q * scale, key_rows.transpose(-1, -2)), offsets,
+                                torch.matmul(k * scale, query_rows.transpose(-1, -2)), p2c_offsets.flip(0))
+    return attend(AttentionPath.TRITON, q, k, v, None, scale, dropout, relative=relative)[0]
+
+
 def paths(args):
     if args.device == "cuda":
         return CUDA_DROPOUT_PATHS if args.attention_dropout > 0 else CUDA_PATHS
@@ -150,13 +204,16 @@ def rotated_heads(path, rows, cos, sin, heads):
 LEARNED_BIAS = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5")
 
 
-def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None, rope=None):
+def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None, rope=None, relative=None):
     """One layer's attention on ``path``, forward and backward (``sdpa``, ``chunked-no-bias``: no bias,
     BERT-A's call; ``flex-bias``: ``flex`` from :func:`flex_with_bias`; ``triton-bias``: the plugin's
-    Triton kernel; the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`); returns the output."""
+    Triton kernel; the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`; the Shaw and DeBERTa
+    paths: :func:`relative_attention` of ``relative``); returns the output."""
     scale = q.size(-1) ** -0.5
     if path in ROPE_PATHS:
         out, _ = attend(AttentionPath.SDPA, *rotated_heads(path, *rope, q.size(1)), None, scale, dropout)
+    elif path in RELATIVE_PATHS:
+        out = relative_attention(path, q, k, v, scale, dropout, relative)
     elif path == "sdpa":
         out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, dropout)
     elif path == "chunked-no-bias":
@@ -183,8 +240,15 @@ def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
         return 4 * logits + (5 * logits if dropout else 0)
     if path.startswith("chunked"):  # the probabilities, and the keep-mask (a byte each) with dropout
         return 4 * logits + (logits if dropout else 0)
+    lse = 4 * batch * heads * seq_len
+    if path.startswith("sdpa-") and path in RELATIVE_PATHS:  # the gathered (B, H, T, T) mask SDPA keeps
+        return 4 * logits + lse
+    if path == "triton-shaw":  # q's products with the 2K + 1 rows
+        return 4 * batch * heads * seq_len * (2 * SHAW_MAX_DISTANCE + 1) + lse
+    if path == "triton-deberta":  # q's and k's products with the rows the length reaches
+        return 8 * batch * heads * seq_len * min(2 * seq_len - 1, 2 * DEBERTA_SPAN) + lse
     # sdpa, biased-flash, the CUDA kernels: the rows' log-sum-exp, from which the backward recomputes P
-    return 4 * batch * heads * seq_len
+    return lse
 
 
 def synchronize(device):
@@ -201,18 +265,20 @@ def measure(args):
         names = paths(args)
         flex = flex_with_bias(tensors[3]) if "flex-bias" in names else None
         rope = rope_inputs(tensors[0]) if ROPE_PATHS[0] in names else None
+        relative = relative_inputs(args.heads, seq_len, args.head_dim, args.device, DTYPES[args.dtype]) \
+            if args.device == "cuda" else None
         cpu = {path: [] for path in names}
         wall = {path: [] for path in names}
         for path in names:
-            # warm-up (FlexAttention compiles)
-            forward_backward(path, *tensors, args.attention_dropout, flex, rope)
+            # warm-up (FlexAttention and Triton compile)
+            forward_backward(path, *tensors, args.attention_dropout, flex, rope, relative)
         for round_index in range(args.rounds):
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for path in order:
                 for _ in range(args.calls):
                     synchronize(args.device)
                     cpu_start, wall_start = time.process_time(), time.perf_counter()
-                    forward_backward(path, *tensors, args.attention_dropout, flex, rope)
+                    forward_backward(path, *tensors, args.attention_dropout, flex, rope, relative)
                     synchronize(args.device)
                     cpu[path].append(time.process_time() - cpu_start)
                     wall[path].append(time.perf_counter() - wall_start)

@@ -4,11 +4,13 @@
 # takes (--kernels), and the fp16/bf16 numerics tests on CUDA (tests/test_numerics_cuda.py, and the Triton
 # kernel's tests/test_triton_bias_attention.py compiled for the GPU). Run from the repository root:
 #
-#   benchmarks/gpu_checks.sh [OUTDIR]       # default gpu-results; each step time-limited, 550 s in all
+#   benchmarks/gpu_checks.sh [OUTDIR]       # default gpu-results; each step time-limited, 480 s in all
 #
-# Writes OUTDIR/run.log, numerics.xml (JUnit; each test's measured error is a <property>) and
-# attention_bf16.json, attention_bf16_ad01.json, bench_bf16.json, bench_fp16.json, bench_bf16_ad0.json,
-# bench_bf16_encodings.json; the runs the docs' tables cite are also kept as
+# (a command limited to 600 s loses the tail of the last step, every encoding once: the steps run in order
+# of importance and each writes its file when it ends). Writes OUTDIR/run.log, numerics.xml (JUnit; each
+# test's measured error is a <property>) and attention_bf16.json, attention_bf16_ad01.json, bench_bf16.json,
+# bench_bf16_relative.json, bench_fp16.json, bench_bf16_ad0.json, bench_bf16_encodings.json; the runs the
+# docs' tables cite are also kept as
 # results files in RESULTS (a folder of the repository, default benchmarks/results: commit them, then run
 # python benchmarks/report.py --write).
 # A copy of the working tree without git's folder (a lent GPU machine) records the commit it ran at only
@@ -50,9 +52,11 @@ torch.cuda.get_device_name())" || exit 1
 # fairseq's Adam (a Python loop over ~200 parameters). In order of importance, so that a session cut short
 # still measured the choice: one layer's attention on each candidate kernel for a learned bias (the
 # memory-efficient SDPA kernel the plugin takes by default, its Triton kernel, FlexAttention without
-# dropout; cuDNN without a bias is the floor), then the step benchmark of the contenders with targets (the
-# triton_ ones on --attention-backend triton), the CUDA numerics of the model and of the Triton kernel,
-# fp16 and dropout-free steps, and every encoding once (3 rounds) at T = 512.
+# dropout; cuDNN without a bias is the floor; Shaw keys and DeBERTa gathered into SDPA's mask and read by
+# offset in the Triton kernel), then the step benchmark of the contenders with targets (the triton_ ones
+# on --attention-backend triton), the CUDA numerics of the model and of the Triton kernel, the training
+# steps of Shaw keys and DeBERTa on both paths and of RoPE (its rotation fused on CUDA), fp16 and dropout-free steps, and every encoding once
+# (3 rounds) at T = 512.
 # PYTHONWARNINGS hides fairseq's SyntaxWarnings on Python 3.12.
 export PYTHONWARNINGS=ignore::SyntaxWarning
 ATTENTION="python3 benchmarks/benchmark_attention.py --device cuda --seq-lens 512 --tokens 32768 --heads 12"
@@ -62,15 +66,18 @@ date; timeout 30 $ATTENTION --rounds 7 --calls 10 --attention-dropout 0.1 \
     --json "$OUTDIR/attention_bf16_ad01.json" --results-dir "$RESULTS"; echo "rc=$?"
 TARGETS="roberta bert_a tupe_r tupe_a bert_r plain_tupe_r triton_tupe_r triton_tupe_a triton_bert_r"
 BENCH="python3 benchmarks/benchmark.py --device cuda --size base --warmup 2"
-date; timeout 150 $BENCH --seq-lens 128 512 --rounds 5 --kernels --contenders $TARGETS --bf16 \
+date; timeout 140 $BENCH --seq-lens 128 512 --rounds 5 --kernels --contenders $TARGETS --bf16 \
     --batch-sizes 256 64 --json "$OUTDIR/bench_bf16.json" --results-dir "$RESULTS"; echo "rc=$?"
-date; timeout -s INT -k 10 100 python3 -m pytest -q -p no:cacheprovider tests/test_numerics_cuda.py \
+date; timeout -s INT -k 10 90 python3 -m pytest -q -p no:cacheprovider tests/test_numerics_cuda.py \
     tests/test_triton_bias_attention.py -n 8 -o junit_family=xunit1 --junitxml="$OUTDIR/numerics.xml" -rf 2>&1 \
     | tail -40; echo "rc=$?"
-date; timeout 70 $BENCH --seq-lens 128 512 --rounds 5 --contenders bert_a tupe_r triton_tupe_r --fp16 \
+RELATIVE="bert_a keys_bert_rpe triton_keys_bert_rpe deberta triton_deberta bert_rope"
+date; timeout 55 $BENCH --seq-lens 512 --rounds 3 --kernels --contenders $RELATIVE --bf16 --batch-sizes 64 \
+    --json "$OUTDIR/bench_bf16_relative.json" --results-dir "$RESULTS"; echo "rc=$?"
+date; timeout 45 $BENCH --seq-lens 128 512 --rounds 5 --contenders bert_a tupe_r triton_tupe_r --fp16 \
     --batch-sizes 256 64 --json "$OUTDIR/bench_fp16.json" --results-dir "$RESULTS"; echo "rc=$?"
-date; timeout 60 $BENCH --seq-lens 128 512 --rounds 5 --contenders bert_a tupe_r triton_tupe_r --bf16 \
+date; timeout 40 $BENCH --seq-lens 128 512 --rounds 5 --contenders bert_a tupe_r triton_tupe_r --bf16 \
     --batch-sizes 256 64 --attention-dropout 0 --json "$OUTDIR/bench_bf16_ad0.json" --results-dir "$RESULTS"
 echo "rc=$?"
-date; timeout 85 $BENCH --seq-lens 512 --rounds 3 --kernels --bf16 --batch-sizes 64 \
+date; timeout 35 $BENCH --seq-lens 512 --rounds 3 --kernels --bf16 --batch-sizes 64 \
     --json "$OUTDIR/bench_bf16_encodings.json" --results-dir "$RESULTS"; echo "rc=$?"; date

@@ -190,6 +190,16 @@ def test_keys_contender_is_a_shaw_preset_with_keys_only_and_refused_for_others(t
         benchmark.main(["--contenders", "bert_a", "keys_bert_a", "--json", os.devnull])
 
 
+def test_triton_contenders_of_shaw_keys_and_deberta_run_on_the_kernel_and_shaw_values_are_refused(tmp_path):
+    contender, _ = _contender(tmp_path, "triton_keys_bert_rpe")
+    encoder = contender.model.encoder.sentence_encoder
+    assert encoder.attention_backend == "triton" and not encoder.config.shaw_values
+    assert benchmark.preset_of("triton_keys_bert_rpe") == "bert_rpe"
+    benchmark.check_contender("triton_deberta")
+    with pytest.raises(SystemExit, match="the Triton kernel adds Shaw keys, not value vectors"):
+        benchmark.check_contender("triton_bert_rpe")
+
+
 def test_default_contenders_include_every_distance_bias_and_deberta_against_shaw_keys():
     assert {"bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire", "deberta",
             "keys_bert_rpe"} <= set(benchmark.DEFAULT_CONTENDERS)
@@ -310,6 +320,23 @@ def test_attention_mode_on_cuda_without_a_cuda_device_names_the_flag(capsys, mon
     with pytest.raises(SystemExit):
         benchmark_attention.main(["--device", "cuda"])
     assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("term", ["shaw", "deberta"])
+def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_the_triton_kernel(term):
+    """The GPU candidates of Shaw keys and DeBERTa, run here on CPU (SDPA's math kernel, Triton's
+    interpreter): the gathered mask and the products read by offset give one function."""
+    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, 20, 16)
+    relative = benchmark_attention.relative_inputs(2, 20, 16, "cpu", torch.float32)
+    tables = [t for t in relative[term] if t.requires_grad]
+    results = []
+    for path in (f"sdpa-{term}", f"triton-{term}"):
+        out = benchmark_attention.forward_backward(path, q, k, v, bias, grad_out, relative=relative)
+        results.append([out] + [t.grad.clone() for t in (q, k, v, *tables)])
+        for t in (q, k, v, *tables):
+            t.grad = None
+    for got, want in zip(*reversed(results)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.gpu

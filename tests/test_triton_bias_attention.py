@@ -1,15 +1,19 @@
 """The Triton kernel for a learned bias shared by the batch, against the equation step by step: forward and
-gradients (q, k, v, the batch-summed bias), key padding as row lengths, attention dropout. Without a GPU the
-kernels run through Triton's interpreter (TRITON_INTERPRET=1, which tests/conftest.py sets)."""
+gradients (q, k, v, the batch-summed bias, the relative products of Shaw keys and DeBERTa read by offset),
+key padding as row lengths, attention dropout; models on it against the paper equations and the explicit
+path. Without a GPU the kernels run through Triton's interpreter (TRITON_INTERPRET=1, which
+tests/conftest.py sets)."""
 
 import pytest
 import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
+from paper_equations import encoder_features
 
 from tupe_plugin.attention import paths, triton_bias_attention
 from tupe_plugin.attention.attend import add_mask_
 from tupe_plugin.attention.paths import AttentionPath
-from tupe_plugin.attention.triton_bias_attention import biased_attention, keep_mask
+from tupe_plugin.attention.triton_bias_attention import (RelativeProducts, biased_attention, keep_mask,
+                                                         offsets_of)
 from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -73,6 +77,49 @@ def test_with_dropout_the_kernel_gives_the_equation_under_its_keep_mask(padded):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+def toeplitz_index(seq_len, low, high, sign=1):
+    """(T, T) clip(sign (j - i), low, high) - low: a table row for every pair that depends on j - i alone."""
+    positions = torch.arange(seq_len, device=DEVICE)
+    return (sign * (positions[None, :] - positions[:, None])).clamp(low, high) - low
+
+
+@pytest.mark.parametrize("seq_len, both, padded, dropout", [
+    (20, False, True, 0.0), (20, True, False, 0.0), (33, True, True, 0.3),
+    # tiles beyond the clipped distance, whose gradients are added as row sums
+    (150, True, True, 0.0)])
+def test_relative_products_read_by_offset_give_the_gathered_equation_and_its_gradients(
+        seq_len, both, padded, dropout):
+    """Shaw's scale q a^T read by clip(j - i) (and a key-side product, as DeBERTa's p2c, by a reversed and
+    otherwise clipped offset) against the same products gathered into a (B, H, T, T) bias."""
+    q, k, v, bias = inputs(2, 2, seq_len, 16)
+    generator = torch.Generator().manual_seed(1)
+    query_index, key_index = toeplitz_index(seq_len, -2, 2), toeplitz_index(seq_len, -3, 5, sign=-1)
+    query_products = torch.randn(2, 2, seq_len, 5, generator=generator).to(DEVICE).requires_grad_()
+    key_products = torch.randn(2, 2, seq_len, 9, generator=generator).to(DEVICE).requires_grad_() if both \
+        else None
+    lengths = torch.tensor([seq_len, seq_len - 7], device=DEVICE) if padded else None
+    relative = RelativeProducts(query_products, offsets_of(query_index),
+                                key_products, offsets_of(key_index) if both else None)
+    out = biased_attention(q, k, v, bias, lengths, 0.3, dropout, seed=5, relative=relative)
+    gathered = bias + query_products.gather(-1, query_index.expand(2, 2, -1, -1))
+    if both:  # key j's row for the pair (i, j): gathered as (key, query), then transposed
+        gathered = gathered + key_products.gather(-1, key_index.t().expand(2, 2, -1, -1)).transpose(-1, -2)
+    keep = keep_mask(q.shape, dropout, 5, DEVICE) if dropout else None
+    expected = twin(q, k, v, gathered, lengths, 0.3, keep, dropout)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    tensors = (q, k, v, bias, query_products, key_products)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_offsets_of_a_toeplitz_index_give_it_back():
+    index = toeplitz_index(6, -2, 3)
+    offsets = offsets_of(index)
+    positions = torch.arange(6, device=DEVICE)
+    assert torch.equal(offsets[positions[None, :] - positions[:, None] + 5], index)
+
+
 def test_the_keep_rate_is_one_minus_the_dropout():
     keep = keep_mask((2, 2, 64, 64), 0.25, 3, DEVICE)
     assert abs(keep.float().mean().item() - 0.75) < 0.01
@@ -118,31 +165,61 @@ def test_the_triton_backend_gets_its_path_with_the_untied_term_folded_and_paddin
     assert plan.fold_untied and plan.backends is None
 
 
-@pytest.mark.parametrize("preset, overrides", [("bert_rpe", {"shaw_keys_only": True}), ("deberta", {})])
-def test_the_triton_backend_refuses_encodings_whose_terms_depend_on_the_content(
-        preset, overrides, dictionary):
-    with pytest.raises(PositionFlagError, match="--attention-backend triton runs a bias shared by the batch"):
-        build_model(f"{preset}_tiny", dictionary, attention_backend="triton", **overrides)
+def test_the_triton_backend_refuses_shaw_value_vectors(dictionary):
+    with pytest.raises(PositionFlagError, match="--attention-backend triton does not add Shaw value vectors"):
+        build_model("bert_rpe_tiny", dictionary, attention_backend="triton")
 
 
-@pytest.mark.parametrize("preset", ["tupe_r", "tupe_a", "bert_a"])
+SHAW_KEYS = {"shaw_keys_only": True, "shaw_max_distance": 3}
+
+
+@pytest.mark.parametrize("preset, overrides", [
+    ("bert_rpe", SHAW_KEYS), ("bert_sin_rpe", SHAW_KEYS), ("deberta", {"deberta_max_distance": 3}),
+    ("deberta", {"deberta_p2c": "paper", "deberta_rel_proj_bias": "none", "deberta_max_distance": 4}),
+    ("deberta", {"deberta_share_att_key": True, "deberta_buckets": 4, "deberta_max_distance": 5})])
+def test_shaw_keys_and_deberta_on_the_triton_backend_give_the_paper_equations(preset, overrides, dictionary,
+                                                                              monkeypatch):
+    """The relative terms read inside the kernel (no (B, H, T, T) mask), forward and every gradient."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="triton", **overrides).to(DEVICE)
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim, device=DEVICE) * keep
+    calls = []
+    original = triton_bias_attention.TritonBiasedAttention.apply
+
+    def recording(q, k, v, bias, *rest):
+        calls.append(bias)
+        return original(q, k, v, bias, *rest)
+
+    monkeypatch.setattr(triton_bias_attention.TritonBiasedAttention, "apply", recording)
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    assert calls == [None] * model.args.encoder_layers
+    encoder = model.encoder.sentence_encoder
+    plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
+    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, plain_grads)
+
+
+@pytest.mark.parametrize("preset, overrides", [
+    ("tupe_r", {}), ("tupe_a", {}), ("bert_a", {}), ("bert_rpe", SHAW_KEYS), ("deberta", {})])
 @pytest.mark.parametrize("attention_dropout", [0.0, 0.2])
 def test_a_model_on_the_triton_backend_gives_the_explicit_paths_function_and_gradients(
-        preset, attention_dropout, dictionary, monkeypatch):
-    """Every layer on the kernel (the shared bias apart from the padding); the twin on the explicit path with
-    the kernel's keep-masks, drawn layer by layer from the same seeds."""
+        preset, overrides, attention_dropout, dictionary, monkeypatch):
+    """Every layer on the kernel (the shared bias apart from the padding, Shaw keys and DeBERTa's terms read
+    by offset); the twin on the explicit path (those terms gathered into the mask) with the kernel's
+    keep-masks, drawn layer by layer from the same seeds."""
     model = build_model(f"{preset}_tiny", dictionary, attention_backend="triton",
-                        attention_dropout=attention_dropout).to(DEVICE)
+                        attention_dropout=attention_dropout, **overrides).to(DEVICE)
     tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim, device=DEVICE)
     seeds, masks, calls = iter(range(100, 200)), [], []
     original = triton_bias_attention.TritonBiasedAttention.apply
 
-    def recording(q, k, v, bias, lengths, scale, dropout, seed):
+    def recording(q, k, v, bias, lengths, scale, dropout, seed, *relative):
         seed = next(seeds)
         calls.append(lengths.tolist())
         masks.append(keep_mask(q.shape, dropout, seed, q.device) if dropout else None)
-        return original(q, k, v, bias, lengths, scale, dropout, seed)
+        return original(q, k, v, bias, lengths, scale, dropout, seed, *relative)
 
     monkeypatch.setattr(triton_bias_attention.TritonBiasedAttention, "apply", recording)
     fused, fused_grads = features_and_grads(model, tokens, weights)
@@ -175,4 +252,28 @@ def test_in_half_precision_the_kernel_stays_within_the_cuda_tolerances_of_the_fl
     grad_out = torch.randn_like(expected)
     for got, want in zip(torch.autograd.grad(out, [*half, bias], grad_out.to(dtype)),
                          gradients(expected, (q, k, v, bias), grad_out)):
+        assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_relative_products_stay_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    """Shaw-like (K = 16) and DeBERTa-like (a key-side product, reversed offsets) terms at a base-size head,
+    with padding, against the float32 twin with the products gathered."""
+    q, k, v, _ = inputs(2, 4, 192, 64, with_bias=False)
+    generator = torch.Generator().manual_seed(2)
+    query_index, key_index = toeplitz_index(192, -16, 16), toeplitz_index(192, -40, 39, sign=-1)
+    query_products = torch.randn(2, 4, 192, 33, generator=generator).to(DEVICE).requires_grad_()
+    key_products = torch.randn(2, 4, 192, 80, generator=generator).to(DEVICE).requires_grad_()
+    lengths = torch.tensor([192, 77], device=DEVICE)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, query_products, key_products)]
+    relative = RelativeProducts(half[3], offsets_of(query_index), half[4], offsets_of(key_index))
+    out = biased_attention(*half[:3], None, lengths, 0.125, relative=relative)
+    gathered = query_products.gather(-1, query_index.expand(2, 4, -1, -1)) \
+        + key_products.gather(-1, key_index.t().expand(2, 4, -1, -1)).transpose(-1, -2)
+    expected = twin(q, k, v, gathered, lengths, 0.125)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
+                         gradients(expected, (q, k, v, query_products, key_products), grad_out)):
         assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())

@@ -18,8 +18,10 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   kernel runs the forward with the mask as a constant and an exact backward follows;
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
   with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
-  apart from the bias: no (B, H, T, T) mask) and attention dropout; for encodings whose every term is
-  shared by the batch (not Shaw vectors or DeBERTa, whose terms depend on the content);
+  apart from the bias: no (B, H, T, T) mask) and attention dropout; the terms that depend on the content,
+  Shaw keys and DeBERTa's c2p and p2c, reach it as the (B, H, T, R) products of q (and k) with the R
+  table rows, read inside the kernel by the pair's offset (``relative_products``), where the other paths
+  gather them into a (B, H, T, T) mask; not Shaw value vectors, which need the probabilities;
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
   ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
@@ -97,9 +99,9 @@ def sdpa_backends(device, config, requested="auto"):
 
 def triton_backend_problem(config):
     """Why ``--attention-backend triton`` cannot run a model of ``config``, or None."""
-    if config.shaw_table is not None or config.deberta:
-        return ("--attention-backend triton runs a bias shared by the batch; Shaw vectors and DeBERTa's "
-                "terms depend on each row's content: use --attention-backend auto")
+    if config.shaw_values:
+        return ("--attention-backend triton does not add Shaw value vectors, which need the attention "
+                "probabilities: add --shaw-keys-only, or use --attention-backend auto")
     if find_spec("triton") is None:
         return "--attention-backend triton needs Triton, which is not installed: pip install triton"
     return None
@@ -139,6 +141,12 @@ class AttentionPlan:
     backends: Optional[tuple] = None
     fold_untied: bool = False
     fused_rotary: bool = False
+
+    @property
+    def relative_products(self):
+        """Whether Shaw keys and DeBERTa's terms reach the kernel as (B, H, T, R) products read by offset
+        (the Triton kernel), rather than gathered into the (B, H, T, T) mask."""
+        return self.path is AttentionPath.TRITON
 
     @property
     def padding_as_lengths(self):

@@ -11,11 +11,17 @@ probabilities per (key block, query block) tile, as FlashAttention-2 does (Dao, 
 accumulated by the key block's program, dq and the bias gradient dS added atomically in float32 — the
 bias gradient summed over the batch in place, never materialised per row. Attention dropout draws its
 keep-mask from Philox (``tl.rand``) at the same (row, query, key) offsets in both passes, one stream per
-(batch row, head). The step-by-step twin is :func:`~.attend.explicit_attention` (tests); the plan of
-:mod:`.paths` runs this kernel for ``--attention-backend triton``.
+(batch row, head). The terms that depend on the content, Shaw keys and DeBERTa's c2p and p2c, come as
+their small (B, H, T, R) products with the R table rows (:class:`RelativeProducts`): each logit adds the
+entry its pair's table row names by the offset j - i, so no (B, H, T, T) term is gathered, and the backward
+adds dS onto those entries atomically (a tile whose pairs all read one row by its row sums). The
+step-by-step twin is :func:`~.attend.explicit_attention` (tests) with the products gathered into the mask;
+the plan of :mod:`.paths` runs this kernel for ``--attention-backend triton``.
 """
 
 import os
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -42,11 +48,44 @@ def _lengths(key_lengths, device):
         key_lengths.to(device=device, dtype=torch.int32).contiguous()
 
 
+@dataclass(frozen=True)
+class RelativeProducts:
+    """The content-dependent relative terms, as the kernel reads them: ``query`` (B, H, T, R_q), scale q_i
+    against every row of a table, and ``key`` (B, H, T, R_k), scale k_j against every row of another (each
+    or both None); the pair (query i, key j) adds ``query[..., i, query_offsets[j - i + T - 1]]`` and
+    ``key[..., j, key_offsets[j - i + T - 1]]`` to its logit (the offsets (2T - 1,) of
+    :func:`offsets_of`). Shaw keys (Shaw, Uszkoreit, Vaswani, arXiv 1803.02155; Wang et al., "On Position
+    Embeddings in BERT", Eq. 4): ``query`` = scale q a^T over the 2K + 1 rows, by clip(j - i); DeBERTa
+    (He et al., arXiv 2006.03654, Eq. 4, in the released form, docs/deberta.md): ``query`` against K^r by
+    delta(i, j) (c2p), ``key`` against Q^r by the p2c row of the pair."""
+
+    query: Optional[torch.Tensor] = None
+    query_offsets: Optional[torch.Tensor] = None
+    key: Optional[torch.Tensor] = None
+    key_offsets: Optional[torch.Tensor] = None
+
+
+def offsets_of(index):
+    """The (2T - 1,) row by offset of a (T, T) ``index`` that depends on j - i alone: ``index[i, j]`` at
+    ``j - i + T - 1``."""
+    return torch.cat([index[:, 0].flip(0), index[0, 1:]])
+
+
+def _product_rows(products, offsets, device):
+    """A relative product with a last stride of 1 and its offsets as int32, or placeholders (unread)."""
+    if products is None:
+        return None, torch.zeros(1, dtype=torch.int32, device=device)
+    products = products if products.stride(-1) == 1 else products.contiguous()
+    return products, offsets.to(device=device, dtype=torch.int32).contiguous()
+
+
 class TritonBiasedAttention(torch.autograd.Function):
-    """See the module docstring; ``bias`` (H, T, T) or None, ``key_lengths`` (B,) or None."""
+    """See the module docstring; ``bias`` (H, T, T) or None, ``key_lengths`` (B,) or None, the relative
+    products and offsets of :class:`RelativeProducts` (or None)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, key_lengths, scale, dropout, seed):
+    def forward(ctx, q, k, v, bias, key_lengths, scale, dropout, seed, query_products=None,
+                query_offsets=None, key_products=None, key_offsets=None):
         from .triton_bias_kernels import forward_kernel
 
         batch, heads, seq_len, head_dim = q.shape
@@ -54,17 +93,22 @@ class TritonBiasedAttention(torch.autograd.Function):
         bias_rows = None if bias is None else bias.reshape(heads, seq_len, seq_len)
         if bias_rows is not None and bias_rows.stride(-1) != 1:
             bias_rows = bias_rows.contiguous()
+        query_products, query_offsets = _product_rows(query_products, query_offsets, q.device)
+        key_products, key_offsets = _product_rows(key_products, key_offsets, q.device)
         out = torch.empty_like(q)
         lse = torch.empty(batch, heads, seq_len, dtype=torch.float32, device=q.device)
         lengths = _lengths(key_lengths, q.device)
         block_m, block_n, block_d = _blocks(seq_len, head_dim)
         forward_kernel[(-(-seq_len // block_m), batch * heads)](
-            q, k, v, bias_rows if bias_rows is not None else lse, lengths, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *out.stride()[:3], *(bias_rows.stride()[:2] if bias_rows is not None else (0, 0)),
-            heads, seq_len, head_dim, scale, dropout, seed,
+            q, k, v, _or(bias_rows, lse), lengths, out, lse, _or(query_products, lse), query_offsets,
+            _or(key_products, lse), key_offsets, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *out.stride()[:3], *_strides(bias_rows, 2), *_strides(query_products, 3),
+            *_strides(key_products, 3), heads, seq_len, head_dim, scale, dropout, seed,
             HAS_BIAS=bias_rows is not None, HAS_LENGTHS=key_lengths is not None, HAS_DROPOUT=dropout > 0,
+            HAS_QREL=query_products is not None, HAS_KREL=key_products is not None,
             PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
-        ctx.save_for_backward(q, k, v, bias_rows, lengths, out, lse)
+        ctx.save_for_backward(q, k, v, bias_rows, lengths, out, lse, query_products, query_offsets,
+                              key_products, key_offsets)
         ctx.scale, ctx.dropout, ctx.seed = scale, dropout, seed
         ctx.has_lengths, ctx.bias_shape = key_lengths is not None, None if bias is None else bias.shape
         return out
@@ -73,7 +117,8 @@ class TritonBiasedAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         from .triton_bias_kernels import backward_kernel
 
-        q, k, v, bias_rows, lengths, out, lse = ctx.saved_tensors
+        q, k, v, bias_rows, lengths, out, lse, query_products, query_offsets, key_products, key_offsets = \
+            ctx.saved_tensors
         batch, heads, seq_len, head_dim = q.shape
         grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
         delta = (grad_out.float() * out.float()).sum(-1)
@@ -83,31 +128,58 @@ class TritonBiasedAttention(torch.autograd.Function):
         bias_grad = bias_rows is not None and ctx.needs_input_grad[3]
         grad_bias = torch.zeros(heads, seq_len, seq_len, dtype=torch.float32, device=q.device) if bias_grad \
             else lse
+        grad_query_products, grad_key_products = (
+            None if products is None else torch.zeros(products.shape, dtype=torch.float32, device=q.device)
+            for products in (query_products, key_products))
         block_m, block_n, block_d = _blocks(seq_len, head_dim)
         backward_kernel[(-(-seq_len // block_n), batch * heads)](
-            q, k, v, bias_rows if bias_rows is not None else lse, lengths, grad_out, lse, delta,
-            grad_q, grad_k, grad_v, grad_bias, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *grad_out.stride()[:3], *(bias_rows.stride()[:2] if bias_rows is not None else (0, 0)),
-            heads, seq_len, head_dim, ctx.scale, ctx.dropout, ctx.seed,
-            HAS_BIAS=bias_rows is not None, BIAS_GRAD=bias_grad, HAS_LENGTHS=ctx.has_lengths,
-            HAS_DROPOUT=ctx.dropout > 0, PRECISION=_precision(q.dtype),
+            q, k, v, _or(bias_rows, lse), lengths, grad_out, lse, delta, grad_q, grad_k, grad_v, grad_bias,
+            _or(query_products, lse), query_offsets, _or(key_products, lse), key_offsets,
+            _or(grad_query_products, lse), _or(grad_key_products, lse),
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
+            *_strides(bias_rows, 2), *_strides(query_products, 3), *_strides(key_products, 3),
+            _width(query_products), _width(key_products), heads, seq_len, head_dim, ctx.scale, ctx.dropout,
+            ctx.seed, HAS_BIAS=bias_rows is not None, BIAS_GRAD=bias_grad, HAS_LENGTHS=ctx.has_lengths,
+            HAS_DROPOUT=ctx.dropout > 0, HAS_QREL=query_products is not None,
+            HAS_KREL=key_products is not None, PRECISION=_precision(q.dtype),
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
         grads = (grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype))
         grad_bias = grad_bias.reshape(ctx.bias_shape).to(bias_rows.dtype) if bias_grad else None
-        return *grads, grad_bias, None, None, None, None
+        grad_query_products, grad_key_products = (
+            None if grad is None else grad.to(products.dtype)
+            for grad, products in ((grad_query_products, query_products), (grad_key_products, key_products)))
+        return (*grads, grad_bias, None, None, None, None, grad_query_products, None, grad_key_products, None)
 
 
-def biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, dropout=0.0, seed=None):
-    """``dropout(softmax(scale q k^T + bias + padding)) v`` (B, H, T, D) on the Triton kernel: ``bias`` the
-    (1, H, T, T) or (H, T, T) bias shared by the batch (or None), ``key_lengths`` (B,) the unpadded length
-    of each row (or None), ``seed`` the dropout's Philox seed (drawn from torch's generator when None)."""
+def _or(tensor, placeholder):
+    """``tensor``, or an unread placeholder pointer for the kernel where it is None."""
+    return placeholder if tensor is None else tensor
+
+
+def _strides(tensor, count):
+    """The first ``count`` strides of ``tensor`` (zeros where it is None)."""
+    return (0,) * count if tensor is None else tensor.stride()[:count]
+
+
+def _width(products):
+    """The table rows of a relative product (0 where there is none)."""
+    return 0 if products is None else products.size(-1)
+
+
+def biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, dropout=0.0, seed=None, relative=None):
+    """``dropout(softmax(scale q k^T + bias + relative + padding)) v`` (B, H, T, D) on the Triton kernel:
+    ``bias`` the (1, H, T, T) or (H, T, T) bias shared by the batch (or None), ``key_lengths`` (B,) the
+    unpadded length of each row (or None), ``seed`` the dropout's Philox seed (drawn from torch's generator
+    when None), ``relative`` the :class:`RelativeProducts` read by offset inside the kernel (or None)."""
     if q.device.type != "cuda" and os.environ.get(INTERPRET) != "1":
         raise RuntimeError(f"--attention-backend triton needs a CUDA device ({INTERPRET}=1 runs its kernels "
                            "on CPU, slowly, as the tests do); use --attention-backend auto on CPU")
     scale = q.size(-1) ** -0.5 if scale is None else scale
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, (), device="cpu")) if dropout > 0 else 0
-    return TritonBiasedAttention.apply(q, k, v, bias, key_lengths, scale, dropout, seed)
+    relative = relative or RelativeProducts()
+    return TritonBiasedAttention.apply(q, k, v, bias, key_lengths, scale, dropout, seed, relative.query,
+                                       relative.query_offsets, relative.key, relative.key_offsets)
 
 
 def keep_mask(shape, dropout, seed, device="cpu"):

@@ -10,9 +10,12 @@ MASKED = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
-                   so_b, so_h, so_t, sb_h, sb_i, heads, seq_len, head_dim, scale, dropout, seed,
+def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRel, QOff, KRel, KOff,
+                   sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
+                   so_b, so_h, so_t, sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t,
+                   heads, seq_len, head_dim, scale, dropout, seed,
                    HAS_BIAS: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                   HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_D: tl.constexpr):
     """One block of query rows of one (batch row, head): the output and the rows' log-sum-exp."""
@@ -35,9 +38,18 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, sq_b, sq_h, sq_t, sk_b, sk_
         v = tl.load(V + b * sv_b + h * sv_h + cols[:, None] * sv_t + dims[None, :],
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
         logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        pair_ok = row_ok[:, None] & col_ok[None, :]
         if HAS_BIAS:
             logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
-                              mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+                              mask=pair_ok, other=0.0).to(tl.float32)
+        if HAS_QREL:
+            q_rows = table_rows(QOff, rows, cols, pair_ok, seq_len)
+            logits += tl.load(QRel + b * sqr_b + h * sqr_h + rows[:, None] * sqr_t + q_rows, mask=pair_ok,
+                              other=0.0).to(tl.float32)
+        if HAS_KREL:
+            k_rows = table_rows(KOff, rows, cols, pair_ok, seq_len)
+            logits += tl.load(KRel + b * skr_b + h * skr_h + cols[None, :] * skr_t + k_rows, mask=pair_ok,
+                              other=0.0).to(tl.float32)
         logits = tl.where((cols < length)[None, :], logits, MASKED)
         new_max = tl.maximum(row_max, tl.max(logits, 1))
         probs = tl.exp(logits - new_max[:, None])
@@ -55,15 +67,44 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, sq_b, sq_h, sq_t, sk_b, sk_
              mask=row_ok[:, None] & dim_ok[None, :])
     tl.store(Lse + batch_head * seq_len + rows, row_max + tl.log(row_sum), mask=row_ok)
 
+
+@triton.jit
+def table_rows(Offsets, rows, cols, pair_ok, seq_len):
+    """The row of a relative table each (query, key) pair of a tile reads: ``Offsets[key - query + T-1]``."""
+    return tl.load(Offsets + cols[None, :] - rows[:, None] + seq_len - 1, mask=pair_ok, other=0)
+
+
+@triton.jit
+def add_by_table_row(Grad, positions, positions_ok, width, rows_of_pairs, grad_logits, pair_ok,
+                     AXIS: tl.constexpr):
+    """Add a tile's logit gradients onto the (position, table row) entries of ``Grad`` (positions by width,
+    float32) they came from: ``positions`` the tile's queries (``AXIS`` 1) or keys (``AXIS`` 0). A tile
+    whose pairs all read one row (beyond the clipped distance) adds its row (column) sums, one atomic
+    addition per position instead of one per pair onto the same entry."""
+    first = tl.min(tl.where(pair_ok, rows_of_pairs, 2147483647))
+    last = tl.max(tl.where(pair_ok, rows_of_pairs, -1))
+    if first == last:
+        tl.atomic_add(Grad + positions * width + first, tl.sum(tl.where(pair_ok, grad_logits, 0.0), AXIS),
+                      mask=positions_ok)
+    elif AXIS == 1:
+        tl.atomic_add(Grad + positions[:, None] * width + rows_of_pairs, grad_logits, mask=pair_ok)
+    else:
+        tl.atomic_add(Grad + positions[None, :] * width + rows_of_pairs, grad_logits, mask=pair_ok)
+
+
 @triton.jit
 def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, GradV, GradBias,
+                    QRel, QOff, KRel, KOff, GradQRel, GradKRel,
                     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sg_b, sg_h, sg_t, sb_h, sb_i,
+                    sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, q_width, k_width,
                     heads, seq_len, head_dim, scale, dropout, seed,
                     HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-                    HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+                    HAS_DROPOUT: tl.constexpr, HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
+                    PRECISION: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """One block of keys of one (batch row, head): its dk and dv; dq and the bias gradient added atomically
-    for every block of query rows (``Delta``: rowsum(dO * O))."""
+    """One block of keys of one (batch row, head): its dk and dv; dq, the bias gradient and those of the
+    relative products (``q_width``, ``k_width``: their table rows) added atomically for every block of
+    query rows (``Delta``: rowsum(dO * O))."""
     col_block, batch_head = tl.program_id(0), tl.program_id(1)
     b, h = batch_head // heads, batch_head % heads
     cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -85,9 +126,18 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
         lse = tl.load(Lse + batch_head * seq_len + rows, mask=row_ok, other=0.0)
         delta = tl.load(Delta + batch_head * seq_len + rows, mask=row_ok, other=0.0)
         logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        pair_ok = row_ok[:, None] & col_ok[None, :]
         if HAS_BIAS:
             logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
-                              mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+                              mask=pair_ok, other=0.0).to(tl.float32)
+        if HAS_QREL:
+            q_rows = table_rows(QOff, rows, cols, pair_ok, seq_len)
+            logits += tl.load(QRel + b * sqr_b + h * sqr_h + rows[:, None] * sqr_t + q_rows, mask=pair_ok,
+                              other=0.0).to(tl.float32)
+        if HAS_KREL:
+            k_rows = table_rows(KOff, rows, cols, pair_ok, seq_len)
+            logits += tl.load(KRel + b * skr_b + h * skr_h + cols[None, :] * skr_t + k_rows, mask=pair_ok,
+                              other=0.0).to(tl.float32)
         logits = tl.where((cols < length)[None, :], logits, MASKED)
         probs = tl.exp(logits - lse[:, None])
         grad_probs = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
@@ -104,7 +154,13 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
                       grad_q, mask=rows_tile)
         if BIAS_GRAD:
             tl.atomic_add(GradBias + h * seq_len * seq_len + rows[:, None] * seq_len + cols[None, :],
-                          grad_logits, mask=row_ok[:, None] & col_ok[None, :])
+                          grad_logits, mask=pair_ok)
+        if HAS_QREL:
+            add_by_table_row(GradQRel + batch_head * seq_len * q_width, rows, row_ok, q_width, q_rows,
+                             grad_logits, pair_ok, 1)
+        if HAS_KREL:
+            add_by_table_row(GradKRel + batch_head * seq_len * k_width, cols, col_ok, k_width, k_rows,
+                             grad_logits, pair_ok, 0)
     offsets = batch_head * seq_len * head_dim + cols[:, None] * head_dim + dims[None, :]
     tl.store(GradK + offsets, grad_k * scale, mask=tile_ok)
     tl.store(GradV + offsets, grad_v, mask=tile_ok)

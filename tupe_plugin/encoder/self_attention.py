@@ -6,10 +6,11 @@ ICLR 2021. Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v``
 ``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see
 :mod:`~tupe_plugin.encodings.positional_term`). Shaw
 relative vectors add ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered)
-to the mask, and their value term ``sum_j alpha_ij a_{j-i}`` to the output; DeBERTa's content-to-position
+to the mask, or hand the products to the Triton kernel, which reads them by offset, and their value term ``sum_j alpha_ij a_{j-i}`` to the output; DeBERTa's content-to-position
 and position-to-content terms (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
 Attention", arXiv 2006.03654, Eq. 4) from q and k against the rows of the shared table projected by the
-layer (:mod:`~tupe_plugin.encodings.deberta_position`, :mod:`~tupe_plugin.attention.toeplitz_scores`). Which
+layer (:mod:`~tupe_plugin.encodings.deberta_position`, :mod:`~tupe_plugin.attention.toeplitz_scores`; on the
+Triton path the products with the table rows, read by offset in the kernel). Which
 kernel runs, and with which attention dropout, was decided once for the whole forward
 (:class:`~tupe_plugin.attention.paths.AttentionPlan`); this layer only executes it.
 """
@@ -21,6 +22,7 @@ from torch import nn
 from ..attention.attend import add_bias, attend
 from ..attention.clipped_distances import ClippedDistanceScores
 from ..attention.toeplitz_scores import offset_scores
+from ..attention.triton_bias_attention import RelativeProducts, offsets_of
 from ..attention.triton_rotary import rotate_projection
 from ..encodings.deberta_position import DisentangledProjections
 from ..encodings.rotary_position import rotate, rotate_in_place, rotates_in_place
@@ -82,15 +84,22 @@ class PositionalSelfAttention(nn.Module):
             q, k, v = self._rotated(self.projection(x, query), term.rotary_cos, term.rotary_sin)
         else:
             q, k, v = split_heads(self.projection(x, query))
-        attn_mask = term.attn_mask
+        attn_mask, relative = term.attn_mask, None
         if term.q_shift is not None:
             q = q + term.q_shift.to(q.dtype)
             k = k + term.k_shift.to(k.dtype)
         if term.rel_table is not None:
-            attn_mask = add_bias(attn_mask, self._shaw_key_bias(q, term))
+            per_distance = self._shaw_products(q, term)
+            if plan.relative_products:
+                relative = RelativeProducts(per_distance, offsets_of(term.rel_index))
+            else:
+                attn_mask = add_bias(attn_mask, ClippedDistanceScores.apply(per_distance, term.rel_index))
         if term.disentangled_table is not None:
-            content_to_position, position_to_content = self.disentangled_terms(q, k, term)
-            attn_mask = add_bias(attn_mask, content_to_position.add_(position_to_content))
+            if plan.relative_products:
+                relative = self.disentangled_products(q, k, term)
+            else:
+                content_to_position, position_to_content = self.disentangled_terms(q, k, term)
+                attn_mask = add_bias(attn_mask, content_to_position.add_(position_to_content))
         if term.q_extra is not None:
             extra = term.q_extra.size(-1)
             q = torch.cat([q, term.q_extra.to(q.dtype).expand(batch, -1, -1, -1)], -1)
@@ -99,6 +108,7 @@ class PositionalSelfAttention(nn.Module):
         out, probs = attend(
             plan.path, q, k, v, attn_mask, term.scale, plan.dropout,
             term.rel_table if term.rel_values else None, term.rel_index, plan.backends, term.key_lengths,
+            relative,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
@@ -116,17 +126,39 @@ class PositionalSelfAttention(nn.Module):
         return rotate(q, cos, sin), rotate(k, cos, sin), v
 
     @staticmethod
-    def _shaw_key_bias(q, term):
-        """scale * q_i . a_{clip(j-i)}: q against the 2K+1 table, gathered to (B, H, T, T)."""
-        table = term.rel_table.to(q.dtype)
-        per_distance = torch.matmul(q * term.scale, table.t())
-        return ClippedDistanceScores.apply(per_distance, term.rel_index)
+    def _shaw_products(q, term):
+        """(B, H, T, 2K+1) scale * q_i . a_r: q against the Shaw table, gathered by clip(j-i) into the mask
+        or read by the Triton kernel."""
+        return torch.matmul(q * term.scale, term.rel_table.to(q.dtype).t())
 
     def disentangled_terms(self, q, k, term):
         """DeBERTa's scale * q_i . K^r_delta(i,j) and scale * k_j . Q^r_delta(i,j) (Q^r_delta(j,i) with
         ``--deberta-p2c paper``), each (B, H, T, T): q and k against the table rows this length reaches
         (:func:`~tupe_plugin.attention.toeplitz_scores.offset_scores`)."""
-        table = term.disentangled_table.to(q.dtype)
+        query_rows, key_rows = self._relative_rows(q.dtype, term)
+        # scaled before the products: (B, H, T, d_h) multiplications instead of (B, H, T, T) ones
+        content_to_position = offset_scores(q * term.scale, key_rows, term.disentangled_index,
+                                            term.disentangled_offsets)
+        # row j, column i: k_j . Q^r of the row the table gives the pair (j, i) for p2c; transposed to
+        # (query i, key j)
+        position_to_content = offset_scores(k * term.scale, query_rows, term.disentangled_p2c_index,
+                                            term.disentangled_p2c_offsets)
+        return content_to_position, position_to_content.transpose(-1, -2)
+
+    def disentangled_products(self, q, k, term):
+        """The same two terms as the Triton kernel reads them (:class:`RelativeProducts`): scale q and scale k
+        against every table row this length reaches, (B, H, T, R) each; the pair (query i, key j) reads its
+        c2p row by the offset j - i, and its p2c row, given for (key j, query i) by offset i - j, by the
+        p2c offsets reversed."""
+        query_rows, key_rows = self._relative_rows(q.dtype, term)
+        return RelativeProducts(torch.matmul(q * term.scale, key_rows.transpose(-1, -2)),
+                                term.disentangled_offsets,
+                                torch.matmul(k * term.scale, query_rows.transpose(-1, -2)),
+                                term.disentangled_p2c_offsets.flip(0))
+
+    def _relative_rows(self, dtype, term):
+        """Q^r and K^r (H, R, d_h): the layer's projections of DeBERTa's table rows this length reaches."""
+        table = term.disentangled_table.to(dtype)
         if self.relative_projections is not None:
             query_rows, key_rows = self.relative_projections(table)
         else:
@@ -136,14 +168,7 @@ class PositionalSelfAttention(nn.Module):
         rows = table.size(0)
         query_rows = query_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)  # (H, R, d_h)
         key_rows = key_rows.view(rows, self.num_heads, self.head_dim).transpose(0, 1)
-        # scaled before the products: (B, H, T, d_h) multiplications instead of (B, H, T, T) ones
-        content_to_position = offset_scores(q * term.scale, key_rows, term.disentangled_index,
-                                            term.disentangled_offsets)
-        # row j, column i: k_j . Q^r of the row the table gives the pair (j, i) for p2c; transposed to
-        # (query i, key j)
-        position_to_content = offset_scores(k * term.scale, query_rows, term.disentangled_p2c_index,
-                                            term.disentangled_p2c_offsets)
-        return content_to_position, position_to_content.transpose(-1, -2)
+        return query_rows, key_rows
 
 
 def split_heads(qkv):

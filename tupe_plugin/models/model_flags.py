@@ -61,7 +61,8 @@ def add_args(parser):
         "but for layers with a learned bias, which take the memory-efficient kernel (it returns the bias "
         "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
         "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
-        "attention dropout; not for Shaw vectors or DeBERTa)",
+        "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
+        "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities)",
     )
     parser.add_argument(
         "--allow-skipped-data",
