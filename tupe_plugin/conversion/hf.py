@@ -215,18 +215,38 @@ def load_weights(hf_dir):
 
 # ---------------------------------------------------------------- vocabulary
 
-def _token(value, default):
+def special_token(value, default):
     """A special token of tokenizer_config.json: a string, or {"content": ...}."""
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else default
 
 
-def tokenizer_files(hf_dir, family, model_type):
-    """``{name: (text, where)}`` of the family's tokenizer files (``where`` names the file in errors): read
+# tokenizer_config.json's special tokens (with their usual text): fairseq's <s> <pad> </s> <unk>, then <mask>
+SPECIAL_FIELDS = (("cls_token", "[CLS]"), ("pad_token", "[PAD]"), ("sep_token", "[SEP]"),
+                  ("unk_token", "[UNK]"), ("mask_token", "[MASK]"))
+
+
+def fairseq_order(ids, size):
+    """Plugin id -> HF id of a vocabulary of ``size`` ids with the special tokens' HF ``ids`` (by field of
+    :data:`SPECIAL_FIELDS`): [CLS] [PAD] [SEP] [UNK] as fairseq's ids 0-3, the other ids in their order,
+    [MASK] last."""
+    specials = [ids[field] for field, _ in SPECIAL_FIELDS[:4]]
+    taken = set(specials) | {ids["mask_token"]}
+    return specials + [i for i in range(size) if i not in taken] + [ids["mask_token"]]
+
+
+def check_ids(vocab, path):
+    """Refuse a vocabulary (token -> id) of ``path`` whose ids are not 0..V-1, each once."""
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise HfCheckpointError(f"{path}: the vocabulary's ids are not 0..{len(vocab) - 1}, each once")
+
+
+def tokenizer_files(hf_dir, names, model_type):
+    """``{name: (text, where)}`` of the tokenizer files ``names`` (``where`` names the file in errors): read
     from ``hf_dir``, or written from ``tokenizer.json`` where they are absent (transformers 5 saves only
     that file)."""
-    paths = {name: os.path.join(hf_dir, name) for name in family.tokenizer_files}
+    paths = {name: os.path.join(hf_dir, name) for name in names}
     if all(os.path.isfile(path) for path in paths.values()):
         files = {}
         for name, path in paths.items():
@@ -245,9 +265,8 @@ def tokenizer_files(hf_dir, family, model_type):
     if model.get("type") != kind or not isinstance(vocab, dict):
         raise HfCheckpointError(f"{path} holds a {model.get('type')} tokenizer, not {model_type}'s {kind} "
                                 "vocabulary: pass the tokenizer saved with the model")
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise HfCheckpointError(f"{path}: the vocabulary's ids are not 0..{len(vocab) - 1}, each once")
-    where = f"{path} (its vocabulary as {family.tokenizer_files[0]})"
+    check_ids(vocab, path)
+    where = f"{path} (its vocabulary as {names[0]})"
     if model_type == "bert":
         return {"vocab.txt": ("".join(token + "\n" for token in sorted(vocab, key=vocab.get)), where)}
     merges = [merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
@@ -272,9 +291,8 @@ def bert_vocabulary(files, config, tokenizer_config):
         first_line[token] = line
     _check_vocab_size(path, len(tokens), config)
     ids = {}
-    for field, default in (("cls_token", "[CLS]"), ("pad_token", "[PAD]"), ("sep_token", "[SEP]"),
-                           ("unk_token", "[UNK]"), ("mask_token", "[MASK]")):
-        token = _token(tokenizer_config.get(field), default)
+    for field, default in SPECIAL_FIELDS:
+        token = special_token(tokenizer_config.get(field), default)
         if token not in first_line:
             raise HfCheckpointError(f"{path} has no {token} (tokenizer_config.json {field}): pass the "
                                     "vocab.txt saved with the model")
@@ -289,18 +307,15 @@ def bert_vocabulary(files, config, tokenizer_config):
             f"{tokenizer_config.get('tokenize_chinese_chars', True)!r} with do_lower_case = {lower!r}: "
             "fairseq's --bpe bert strips accents exactly when it lowercases and splits Chinese characters"
         )
-    specials = [ids[field] for field in ("cls_token", "pad_token", "sep_token", "unk_token")]
-    others = [i for i in range(len(tokens)) if i not in set(specials) | {ids["mask_token"]}]
-    lines = [f"{tokens[i]} 1\n" for i in others]
-    return specials + others + [ids["mask_token"]], lines, {"bpe_cased": not lower}
+    order = fairseq_order(ids, len(tokens))
+    return order, [f"{tokens[i]} 1\n" for i in order[4:-1]], {"bpe_cased": not lower}
 
 
 def roberta_vocabulary(files, config, tokenizer_config):
     """(plugin id -> HF id, dict.txt lines, --bpe hf_byte_bpe settings) of a byte-level BPE vocab.json."""
     text, path = files["vocab.json"]
     vocab = parse_json(text, path)
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise HfCheckpointError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once")
+    check_ids(vocab, path)
     _check_vocab_size(path, len(vocab), config)
     expected = dict(zip(FAIRSEQ_SPECIALS, range(len(FAIRSEQ_SPECIALS))), **{FAIRSEQ_MASK: len(vocab) - 1})
     wrong = [f"{token} is {vocab.get(token)}" for token, i in expected.items() if vocab.get(token) != i]
@@ -527,7 +542,7 @@ def _bert_or_roberta(model_type):
     family = FAMILIES[model_type]
     return Conversion(
         check=check_config,
-        tokenizer=lambda hf_dir: tokenizer_files(hf_dir, family, model_type),
+        tokenizer=lambda hf_dir: tokenizer_files(hf_dir, family.tokenizer_files, model_type),
         vocabulary=VOCABULARIES[model_type],
         bpe_flags=lambda out_dir, settings: bpe_flags(model_type, out_dir, settings),
         model_flags=lambda config: [],

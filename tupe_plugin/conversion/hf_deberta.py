@@ -40,8 +40,8 @@ import re
 import torch
 
 from tupe_plugin.conversion.hf import (CONVERSIONS, FAIRSEQ_MASK, FAIRSEQ_SPECIALS, HEAD, LAYER_PARTS, PLUGIN,
-                                       Conversion, Family, HfCheckpointError, check_sizes, convert,
-                                       parse_json, tokenizer_files)
+                                       SPECIAL_FIELDS, Conversion, HfCheckpointError, check_ids, check_sizes,
+                                       convert, fairseq_order, parse_json, special_token, tokenizer_files)
 
 logger = logging.getLogger("convert_hf")
 
@@ -49,12 +49,10 @@ DEBERTA_V1, DEBERTA_V2 = "deberta", "deberta-v2"
 SPM = "spm.model"
 FAIRSEQ_SPM = "sentencepiece.bpe.model"  # the name fairseq's examples and the plugin's hub look for
 BASE = "deberta."
-V1_TOKENIZER = Family(BASE, "", "", "", ("vocab.json", "merges.txt"), "hf_byte_bpe")
+V1_TOKENIZER_FILES = ("vocab.json", "merges.txt")
 # the two masked-LM heads transformers has had: (prefix, transform dense, transform LayerNorm)
 HEADS = (("cls.predictions.", "transform.dense.", "transform.LayerNorm."),
          ("lm_predictions.lm_head.", "dense.", "LayerNorm."))
-SPECIAL_FIELDS = (("cls_token", "[CLS]"), ("pad_token", "[PAD]"), ("sep_token", "[SEP]"),
-                  ("unk_token", "[UNK]"), ("mask_token", "[MASK]"))
 
 
 def max_distance(config):
@@ -137,35 +135,25 @@ def model_flags(config):
 
 # ---------------------------------------------------------------- vocabulary
 
-def _special_token(tokenizer_config, field, default):
-    value = tokenizer_config.get(field, default)
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else default
-
-
 def _order(ids, size, where):
-    """Plugin id -> HF id: [CLS] [PAD] [SEP] [UNK], the other ids below ``size`` in order, [MASK]."""
-    specials = [ids[field] for field, _ in SPECIAL_FIELDS[:4]]
-    if len(set(specials + [ids["mask_token"]])) != 5:
+    """:func:`~tupe_plugin.conversion.hf.fairseq_order`, refusing special tokens that share an id."""
+    if len(set(ids.values())) != len(SPECIAL_FIELDS):
         raise HfCheckpointError(f"{where}: two of [CLS] [PAD] [SEP] [UNK] [MASK] share an id ({ids})")
-    taken = set(specials) | {ids["mask_token"]}
-    return specials + [i for i in range(size) if i not in taken] + [ids["mask_token"]]
+    return fairseq_order(ids, size)
 
 
 def v1_tokenizer(hf_dir):
-    return tokenizer_files(hf_dir, V1_TOKENIZER, DEBERTA_V1)
+    return tokenizer_files(hf_dir, V1_TOKENIZER_FILES, DEBERTA_V1)
 
 
 def v1_vocabulary(files, config, tokenizer_config):
     """(plugin id -> HF id, dict.txt lines of HF ids, --bpe hf_byte_bpe settings) of v1's byte-level BPE."""
     text, path = files["vocab.json"]
     vocab = parse_json(text, path)
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise HfCheckpointError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once")
+    check_ids(vocab, path)
     ids = {}
     for field, default in SPECIAL_FIELDS:
-        token = _special_token(tokenizer_config, field, default)
+        token = special_token(tokenizer_config.get(field), default)
         if token not in vocab:
             raise HfCheckpointError(f"{path} has no {token} (tokenizer_config.json {field}): pass the "
                                     "tokenizer saved with the model")
@@ -210,7 +198,7 @@ def v2_vocabulary(files, config, tokenizer_config):
              .items() if isinstance(entry, dict) and str(i).isdigit()}
     ids = {}
     for field, default in SPECIAL_FIELDS:
-        token = _special_token(tokenizer_config, field, default)
+        token = special_token(tokenizer_config.get(field), default)
         found = index.get(token, added.get(token))
         if found is None and field == "mask_token":
             found = len(pieces)  # transformers adds [MASK] right after the pieces
