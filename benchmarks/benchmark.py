@@ -96,6 +96,20 @@ TARGETS = [
     ("step time", "bert_sandwich", "bert_a", 1.03, LONG),
     ("step time", "deberta", "keys_bert_rpe", 1.00, ALWAYS),
 ]
+# On a GPU (H100 / H200, base size, bf16 or fp16): TUPE's claim that its positional correlation costs
+# almost nothing over BERT-A, the relative encodings' cost without (B, H, T, T) gathers, RoPE's rotation.
+LEARNED_BIASES = ("tupe_r", "tupe_a", "bert_r")
+SHAW_AND_DEBERTA = ("keys_bert_rpe", "bert_rpe", "deberta")
+GPU_TARGETS = [
+    *(("step time", name, "bert_a", 1.08, LONG) for name in LEARNED_BIASES),
+    *(("step time", name, "bert_a", 1.05, SHORT) for name in LEARNED_BIASES),
+    ("step time", "tupe_r", "bert_a", 1.03, (lambda t, dropout: t >= 512 and dropout == 0,
+                                             "T >= 512, attention dropout 0")),
+    *(("step time", name, "bert_a", 1.5, LONG) for name in SHAW_AND_DEBERTA),
+    ("step time", "bert_rope", "bert_a", 1.03, LONG),
+    *(("peak memory", name, "bert_a", 1.05, ALWAYS) for name in (*LEARNED_BIASES, "bert_rope")),
+    *(("peak memory", name, "bert_a", 1.15, ALWAYS) for name in SHAW_AND_DEBERTA),
+]
 POSITIONAL_TERM_SHARE_BOUND = 0.02
 MASK_FRACTION = 0.15
 
@@ -589,10 +603,15 @@ def single_verdict(value, bound):
     return paired.MET if value <= bound else paired.MISSED
 
 
-def target_rows(seq_len, attention_dropout):
-    """(what, row) of every TARGET that applies at this length and attention dropout, the row not yet
-    measured."""
-    for what, name, reference, bound, (applies, when) in TARGETS:
+def targets_of(device):
+    """The targets of runs on ``device`` (``cpu``, ``cuda``, ``cuda:1``): GPU_TARGETS on a GPU."""
+    return GPU_TARGETS if str(device).startswith("cuda") else TARGETS
+
+
+def target_rows(seq_len, attention_dropout, device="cpu"):
+    """(what, row) of every target of ``device`` that applies at this length and attention dropout, the
+    row not yet measured."""
+    for what, name, reference, bound, (applies, when) in targets_of(device):
         if applies is None or applies(seq_len, attention_dropout):
             yield what, {"seq_len": seq_len, "target": f"{name} {what} / {reference}", "contender": name,
                          "reference": reference, "measure": f"{what} ratio ({when})", "unit": "x",
@@ -606,14 +625,14 @@ def share_row(seq_len, name, bound=POSITIONAL_TERM_SHARE_BOUND):
             "bound": bound}
 
 
-def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHARE_BOUND):
-    """The targets' rows for runs at ``attention_dropout``: step times paired per round (``ratio`` is
-    their median, with ``min`` and ``max``); ``verdict`` is None from fewer than paired.MIN_REPETITIONS
-    rounds."""
+def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHARE_BOUND, device="cpu"):
+    """The targets' rows for runs at ``attention_dropout`` on ``device``: step times paired per round
+    (``ratio`` is their median, with ``min`` and ``max``); ``verdict`` is None from fewer than
+    paired.MIN_REPETITIONS rounds."""
     rows = []
     for shape in shapes:
         results, seq_len = shape["results"], shape["seq_len"]
-        for what, row in target_rows(seq_len, attention_dropout):
+        for what, row in target_rows(seq_len, attention_dropout, device):
             name, reference, bound = row["contender"], row["reference"], row["bound"]
             if what == "step time":
                 stats = paired_ratio(results, name, reference)
@@ -715,7 +734,7 @@ def measure(args, argv):
         f"T={shape['seq_len']} B={shape['batch']}", "seconds per step (median of the round's steps)",
         args.baseline, {name: r["round_seconds"] for name, r in shape["results"].items()})
         for shape in report["shapes"]]
-    report["targets"] = verdicts(report["shapes"], args.rounds, args.attention_dropout)
+    report["targets"] = verdicts(report["shapes"], args.rounds, args.attention_dropout, device=args.device)
     report["markdown"] = markdown(report)
     results_file.write(report, args.json)
     print(report["markdown"])

@@ -11,12 +11,20 @@ Ratios to the baseline are paired within each repetition (``benchmarks/paired.py
 min-max, and the baseline's drift from its first repetition to its last.
 
     python benchmarks/benchmark_train.py DATA-BIN --contenders roberta bert_a tupe_r --repetitions 5
+    python benchmarks/benchmark_train.py /tmp/random-bin --random-tokens 2000000 --device cuda --bf16 \
+        --size base --batch-size 64 --contenders bert_a tupe_r
+
+On a GPU (``--device cuda``, with fairseq's ``--bf16`` or ``--fp16``) the runs are fairseq-train on that
+GPU; ``--random-tokens N`` first writes N random tokens as a binarized corpus into DATA-BIN (a machine
+without a corpus: words/s do not depend on which tokens they are). ``--attention-backend`` is handed to
+the plugin's contenders.
 
 ``--json`` gets the run in the format of ``benchmarks/results_file.py``; ``--results-dir
 benchmarks/results`` keeps it there too, for ``benchmarks/report.py``.
 
-Targets (attention dropout 0.1, the presets' setting): ``tupe_r`` at most 1.02 x ``bert_a``'s time per
-word, and ``bert_a`` at most 0.90 x fairseq's ``roberta``; verdicts need 5 repetitions or more.
+Targets (attention dropout 0.1, the presets' setting): on CPU ``tupe_r`` at most 1.02 x ``bert_a``'s time
+per word, and ``bert_a`` at most 0.90 x fairseq's ``roberta``; on a GPU ``tupe_r`` at least 0.95 x
+``bert_a``'s words/s (at most 1 / 0.95 x its time per word); verdicts need 5 repetitions or more.
 """
 
 import argparse
@@ -31,17 +39,30 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from benchmarks import paired, results_file  # noqa: E402
+from tupe_plugin.attention.paths import ATTENTION_BACKENDS  # noqa: E402
 from tupe_plugin.models.architectures import POSITION_PRESETS, SIZES  # noqa: E402
 
 # (contender, reference, bound on time per word = reference's words/s over the contender's)
 TARGETS = [("tupe_r", "bert_a", 1.02), ("bert_a", "roberta", 0.90)]
+GPU_TARGETS = [("tupe_r", "bert_a", round(1 / 0.95, 4))]
 WPS = re.compile(r"train_inner .*?wps=([0-9.]+)")
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", help="binarized masked-LM data (fairseq-preprocess --only-source)")
+    parser.add_argument("data", help="binarized masked-LM data (fairseq-preprocess --only-source), or with "
+                        "--random-tokens the folder to write random data into")
+    parser.add_argument("--random-tokens", type=int, metavar="N",
+                        help="first write N random tokens into DATA as a binarized corpus (dict.txt, "
+                        "train.bin/.idx; an existing corpus there is refused)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (fairseq-train --cpu) or cuda (the first GPU)")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_true", help="fairseq-train --fp16 (cuda)")
+    precision.add_argument("--bf16", action="store_true", help="fairseq-train --bf16 (cuda)")
+    parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
+                        help="--attention-backend of the plugin's contenders")
     parser.add_argument("--contenders", nargs="+", default=["roberta", "bert_a", "tupe_r"],
                         help="roberta and plugin presets (bert_a, tupe_r, ...)")
     parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
@@ -59,9 +80,18 @@ def parse_args(argv=None):
                         help="also keep the run in DIR as benchmark_train-DATE-SETTING.json "
                         "(benchmarks/results: the files benchmarks/report.py makes the docs' tables from)")
     args = parser.parse_args(argv)
-    if not os.path.isfile(os.path.join(args.data, "dict.txt")):
+    if (args.fp16 or args.bf16) and args.device != "cuda":
+        parser.error("--fp16 and --bf16 train on a GPU here: add --device cuda")
+    has_corpus = os.path.isfile(os.path.join(args.data, "dict.txt"))
+    if args.random_tokens is not None and has_corpus:
+        parser.error(f"--random-tokens: {args.data} holds a corpus already (dict.txt); name an empty or new "
+                     "folder, or leave --random-tokens out to train on that corpus")
+    if args.random_tokens is not None and args.random_tokens < 10 * args.tokens_per_sample:
+        parser.error(f"--random-tokens must be at least 10 x --tokens-per-sample "
+                     f"({10 * args.tokens_per_sample}), got {args.random_tokens}")
+    if args.random_tokens is None and not has_corpus:
         parser.error(f"{args.data} holds no dict.txt: pass a fairseq-preprocess output folder "
-                     "(make demo writes one)")
+                     "(make demo writes one), or --random-tokens N to write random data there")
     unknown = [c for c in args.contenders if c != "roberta" and c not in POSITION_PRESETS]
     if unknown:
         parser.error(f"unknown --contenders {unknown}: use roberta or one of {sorted(POSITION_PRESETS)}")
@@ -75,18 +105,44 @@ def parse_args(argv=None):
     return args
 
 
+RANDOM_VOCABULARY = 30000
+
+
+def write_random_corpus(folder, tokens, seed=0):
+    """``tokens`` random word ids as fairseq-preprocess writes a corpus: dict.txt and train.bin/.idx,
+    documents of 1000 tokens."""
+    import numpy as np
+    import torch
+    from fairseq.data import indexed_dataset
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "dict.txt"), "w", encoding="utf-8") as f:
+        f.writelines(f"w{i} {RANDOM_VOCABULARY - i}\n" for i in range(RANDOM_VOCABULARY))
+    prefix = os.path.join(folder, "train")
+    first_word = 4  # after <s>, <pad>, </s>, <unk>
+    builder = indexed_dataset.make_builder(indexed_dataset.data_file_path(prefix), "mmap",
+                                           vocab_size=first_word + RANDOM_VOCABULARY)
+    rng = np.random.default_rng(seed)
+    for start in range(0, tokens, 1000):
+        words = rng.integers(first_word, first_word + RANDOM_VOCABULARY, min(1000, tokens - start))
+        builder.add_item(torch.from_numpy(np.append(words, 2)))  # each document ends with </s>
+    builder.finalize(indexed_dataset.index_file_path(prefix))
+
+
 def command(args, contender):
     layers, dim, heads, ffn = SIZES[args.size]
     arch = "roberta_base" if contender == "roberta" else f"{contender}_{args.size}"
+    device = ["--cpu"] if args.device == "cpu" else ["--fp16"] if args.fp16 else ["--bf16"] if args.bf16 else []
+    backend = [] if contender == "roberta" else ["--attention-backend", args.attention_backend]
     return [
-        os.path.join(os.path.dirname(sys.executable), "fairseq-train"), args.data,
+        sys.executable, "-m", "fairseq_cli.train", args.data,
         "--user-dir", os.path.join(REPO, "tupe_plugin"), "--task", "masked_lm", "--criterion", "masked_lm",
         "--arch", arch, "--encoder-layers", layers, "--encoder-embed-dim", dim,
         "--encoder-attention-heads", heads, "--encoder-ffn-embed-dim", ffn,
         "--tokens-per-sample", args.tokens_per_sample, "--max-positions", args.tokens_per_sample,
         "--sample-break-mode", "none", "--batch-size", args.batch_size, "--max-update", args.updates,
         "--dropout", args.dropout, "--attention-dropout", args.attention_dropout,
-        "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--seed", 1, "--no-save",
+        "--optimizer", "adam", "--lr", "1e-4", *device, *backend, "--seed", 1, "--no-save",
         "--disable-validation", "--log-format", "simple", "--log-interval", 1, "--num-workers", 0,
     ]
 
@@ -123,11 +179,16 @@ def target_row(name, reference, bound):
             "measure": "time per word ratio", "unit": "x", "bound": bound}
 
 
-def verdicts(runs):
-    """The TARGETS' rows: time per word paired within each repetition, with the verdict (None from
-    fewer than paired.MIN_REPETITIONS repetitions)."""
+def targets_of(device):
+    """The targets of runs on ``device``: GPU_TARGETS on a GPU."""
+    return GPU_TARGETS if device == "cuda" else TARGETS
+
+
+def verdicts(runs, device="cpu"):
+    """The targets' rows of ``device``: time per word paired within each repetition, with the verdict (None
+    from fewer than paired.MIN_REPETITIONS repetitions)."""
     per_word, rows = time_per_word(runs), []
-    for name, reference, bound in TARGETS:
+    for name, reference, bound in targets_of(device):
         if name in runs and reference in runs:
             values = paired.ratios(per_word[name], per_word[reference])
             rows.append({**target_row(name, reference, bound), **paired.summary(values),
@@ -150,7 +211,7 @@ def report(args, runs, cpu_seconds, wall_seconds):
                     f"| {spread(wall_seconds[name], '.1f')} | {paired.cell(word)} | {paired.cell(cpu)} |")
     rows += ["", f"Drift: {base}'s time per word, last repetition / first: "
              f"{paired.drift(per_word[base]):.3f} ×."]
-    rows_of_targets = verdicts(runs)
+    rows_of_targets = verdicts(runs, args.device)
     if args.repetitions < paired.MIN_REPETITIONS:
         rows += ["", f"Too few repetitions ({args.repetitions} < {paired.MIN_REPETITIONS}): "
                  "no verdict."]
@@ -163,7 +224,9 @@ def report(args, runs, cpu_seconds, wall_seconds):
 
 def main(argv=None):
     args = parse_args(argv)
-    result = results_file.record("benchmark_train", __file__, argv, vars(args))
+    if args.random_tokens is not None:
+        write_random_corpus(args.data, args.random_tokens)
+    result = results_file.record("benchmark_train", __file__, argv, vars(args), args.device)
     runs = {name: [] for name in args.contenders}
     cpu_seconds = {name: [] for name in args.contenders}
     wall_seconds = {name: [] for name in args.contenders}
@@ -194,9 +257,16 @@ def main(argv=None):
     return result
 
 
+def precision(args):
+    """fp32, bf16 or fp16: how the runs train."""
+    return "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
+
+
 def setting_tag(args):
-    """``cpu-medium-ad0.1-T512B4``: size, attention dropout, tokens per sample and batch size."""
-    return f"cpu-{args.size}-ad{args.attention_dropout}-T{args.tokens_per_sample}B{args.batch_size}"
+    """``cpu-medium-ad0.1-T512B4``, ``cuda-base-bf16-ad0.1-T512B64``: device, size, precision on a GPU,
+    attention dropout, tokens per sample and batch size."""
+    kind = f"cpu-{args.size}" if args.device == "cpu" else f"cuda-{args.size}-{precision(args)}"
+    return f"{kind}-ad{args.attention_dropout}-T{args.tokens_per_sample}B{args.batch_size}"
 
 
 if __name__ == "__main__":

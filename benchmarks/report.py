@@ -57,7 +57,7 @@ def train_columns(attention_dropout, label):
     flags = "" if attention_dropout else " --attention-dropout 0"
     shapes = ((128, 16, " --tokens-per-sample 128 --batch-size 16"), (512, 4, ""))
     return [Column(f"{label}, T = {t} (B = {b})", "benchmark_train",
-                   {"size": "medium", "attention_dropout": attention_dropout}, t, b,
+                   {"device": "cpu", "size": "medium", "attention_dropout": attention_dropout}, t, b,
                    'make bench-train BENCH_DATA=demo/data-bin BENCH_ARGS="--updates 8 --repetitions 10'
                    f'{shape_flags}{flags} --results-dir {KEEP}"')
             for t, b, shape_flags in shapes]
@@ -77,11 +77,16 @@ GPU_STEPS = [column for precision, dropout, label in (("bf16", 0.1, "bf16"), ("f
                                                        ("bf16", 0.0, "bf16, attention dropout 0"))
              for column in step_columns({**GPU_STEP, "precision": precision, "attention_dropout": dropout},
                                         label, GPU_CHECKS, GPU_SHAPES)]
+GPU_TRAIN = [Column("bf16, attention dropout 0.1, T = 512 (B = 64)", "benchmark_train",
+                    {"device": "cuda", "precision": "bf16", "size": "base", "attention_dropout": 0.1}, 512, 64,
+                    GPU_CHECKS)]
 TABLES = [
     Table("CPU training steps (`benchmarks/benchmark.py`, medium size)", CPU_STEPS),
     Table("Real `fairseq-train` updates on CPU (`benchmarks/benchmark_train.py`, medium size)", TRAIN),
     Table("GPU training steps (`benchmarks/benchmark.py --device cuda`, base size, attention dropout 0.1 "
           "unless stated)", GPU_STEPS),
+    Table("Real `fairseq-train` updates on a GPU (`benchmarks/benchmark_train.py --device cuda`, base size)",
+          GPU_TRAIN),
 ]
 # The positional term's share of the step is judged on TUPE's two models (the claim of the paper).
 SHARE_CONTENDERS = ("tupe_a", "tupe_r")
@@ -125,7 +130,8 @@ def normalised_setting(run):
         return {"device": s["device"].split(":")[0], "precision": precision, "size": s["size"],
                 "attention_dropout": s["attention_dropout"]}
     if run["benchmark"] == "benchmark_train":
-        return {"device": "cpu", "precision": "fp32", "size": s["size"],
+        precision = "bf16" if s.get("bf16") else "fp16" if s.get("fp16") else "fp32"
+        return {"device": s.get("device", "cpu"), "precision": precision, "size": s["size"],
                 "attention_dropout": s["attention_dropout"]}
     return {key: s[key] for key in ("device", "dtype", "attention_dropout", "tokens", "heads", "head_dim")}
 
@@ -144,9 +150,9 @@ def measured_rows(run, seq_len, batch):
     if run["benchmark"] == "benchmark_train":
         if (s["tokens_per_sample"], s["batch_size"]) != (seq_len, batch):
             return []
-        return benchmark_train.verdicts(run["words_per_second"])
+        return benchmark_train.verdicts(run["words_per_second"], s.get("device", "cpu"))
     shapes = [shape for shape in run["shapes"] if (shape["seq_len"], shape["batch"]) == (seq_len, batch)]
-    return benchmark.verdicts(shapes, s["rounds"], s["attention_dropout"])
+    return benchmark.verdicts(shapes, s["rounds"], s["attention_dropout"], device=s["device"])
 
 
 def key(row):
@@ -157,8 +163,10 @@ def key(row):
 def expected_rows(column):
     """The rows, not yet measured, of the targets that apply in ``column``."""
     if column.benchmark == "benchmark_train":
-        return [benchmark_train.target_row(*target) for target in benchmark_train.TARGETS]
-    rows = [row for _, row in benchmark.target_rows(column.seq_len, column.setting["attention_dropout"])]
+        return [benchmark_train.target_row(*target)
+                for target in benchmark_train.targets_of(column.setting["device"])]
+    rows = [row for _, row in benchmark.target_rows(column.seq_len, column.setting["attention_dropout"],
+                                                     column.setting["device"])]
     return rows + [benchmark.share_row(column.seq_len, name) for name in SHARE_CONTENDERS]
 
 

@@ -84,9 +84,13 @@ def repetitions(setting, unit, baseline, costs):
                        for name, values in costs.items()}}
 
 
-def file_name(benchmark, date, tag):
-    """``BENCHMARK-YYYY-MM-DD-TAG.json``, the tag made of letters, digits, dots and hyphens."""
-    tag = "".join(c if c.isalnum() or c in ".-" else "-" for c in tag).strip("-")
+def file_name(benchmark, date, tag, gpu=None):
+    """``BENCHMARK-YYYY-MM-DD-TAG.json``, or ``BENCHMARK-YYYY-MM-DD-GPU-TAG.json`` for a run on ``gpu``
+    (its name as torch gives it, ``NVIDIA H100 80GB HBM3``: ``nvidia-h100-80gb-hbm3``); the name made of
+    letters, digits, dots and hyphens."""
+    tag = tag if gpu is None else f"{gpu.lower()}-{tag}"
+    tag = "-".join(part for part in "".join(c if c.isalnum() or c == "." else "-" for c in tag).split("-")
+                   if part)
     return f"{benchmark}-{date[:10]}-{tag}.json"
 
 
@@ -94,7 +98,7 @@ def save(run, results_dir, tag):
     """Write ``run`` into ``results_dir`` under :func:`file_name`, never over an earlier run (a second
     run of the day gets ``-2``, ...); returns the path."""
     os.makedirs(results_dir, exist_ok=True)
-    base = file_name(run["benchmark"], run["date"], tag)[:-len(".json")]
+    base = file_name(run["benchmark"], run["date"], tag, run["machine"].get("gpu"))[:-len(".json")]
     path, number = os.path.join(results_dir, base + ".json"), 1
     while os.path.exists(path):
         number += 1

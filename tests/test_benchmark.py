@@ -98,7 +98,7 @@ DRIFTING_RATIOS = [1.06, 1.06, 1.06, 0.97, 1.00]
 
 
 def _train_report(reference_costs, ratios):
-    args = argparse.Namespace(baseline="bert_a", repetitions=len(ratios))
+    args = argparse.Namespace(baseline="bert_a", repetitions=len(ratios), device="cpu")
     runs = {"bert_a": [1000 / cost for cost in reference_costs],
             "tupe_r": [1000 / (cost * k) for cost, k in zip(reference_costs, ratios)]}
     cpu = {"bert_a": [10.0] * len(ratios), "tupe_r": [11.0] * len(ratios)}
@@ -225,6 +225,34 @@ def test_fairseq_train_mode_reports_words_per_second_of_every_run(wikitext_bin, 
     assert len(result["cpu_seconds"]["tupe_r"]) == 1 and result["cpu_seconds"]["tupe_r"][0] > 0
     assert "Too few repetitions" in capsys.readouterr().out
     assert "--arch tupe_r_tiny" in result["commands"]["tupe_r"]
+
+
+def test_random_tokens_make_a_corpus_fairseq_reads(tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    benchmark_train.write_random_corpus(str(tmp_path), 2500)
+    dictionary = Dictionary.load(str(tmp_path / "dict.txt"))
+    dataset = data_utils.load_indexed_dataset(str(tmp_path / "train"), dictionary)
+    assert [len(dataset[i]) for i in range(len(dataset))] == [1001, 1001, 501]
+    words = torch.cat([dataset[i][:-1] for i in range(len(dataset))])
+    assert dictionary.nspecial <= int(words.min()) and int(words.max()) < len(dictionary)
+
+
+def test_fairseq_train_mode_on_a_gpu_trains_in_the_asked_precision_on_the_asked_backend(tmp_path):
+    benchmark_train.write_random_corpus(str(tmp_path), 20000)
+    args = benchmark_train.parse_args([str(tmp_path), "--device", "cuda", "--bf16",
+                                       "--attention-backend", "triton"])
+    argv = [str(a) for a in benchmark_train.command(args, "tupe_r")]
+    assert "--bf16" in argv and "--cpu" not in argv
+    assert argv[argv.index("--attention-backend") + 1] == "triton"
+    assert "--attention-backend" not in benchmark_train.command(args, "roberta")
+    assert benchmark_train.setting_tag(args) == "cuda-medium-bf16-ad0.1-T512B4"
+
+
+def test_fairseq_train_mode_judges_a_gpu_by_words_per_second_within_five_percent():
+    runs = {"bert_a": [1000.0] * 5, "tupe_r": [951.0] * 5}
+    assert [row["verdict"] for row in benchmark_train.verdicts(runs, "cuda")] == ["met"]
+    assert [row["verdict"] for row in benchmark_train.verdicts(runs, "cpu")] == ["missed"]
 
 
 def test_fairseq_train_mode_refuses_a_folder_without_a_dictionary(tmp_path, capsys):

@@ -221,6 +221,30 @@ def test_a_second_run_of_the_day_is_kept_beside_the_first(tmp_path):
         "benchmark-2026-11-27-cpu-fp32-medium.json", "benchmark-2026-11-27-cpu-fp32-medium-2.json"]
 
 
+def test_a_gpu_run_is_named_by_its_gpu(tmp_path):
+    run = {**step_run("2026-11-27T09:00:00+00:00", {"bert_a": [1.0]}),
+           "machine": {**MACHINE, "gpu": "NVIDIA H100 80GB HBM3"}}
+    path = results_file.save(run, str(tmp_path), "cuda-bf16-base")
+    assert os.path.basename(path) == "benchmark-2026-11-27-nvidia-h100-80gb-hbm3-cuda-bf16-base.json"
+
+
+def test_gpu_step_runs_are_judged_by_the_gpu_targets(tmp_path):
+    run = step_run("2026-11-27T09:00:00+00:00", {"bert_a": [1.0] * 5, "tupe_r": [1.07] * 5}, batch=64)
+    run["settings"].update(device="cuda", bf16=True, size="base")
+    gpu_table = generated(write_runs(tmp_path / "results", run))["targets"].split("GPU training steps")[1]
+    assert table_row(gpu_table, "`tupe_r` / `bert_a`: step time ratio (T >= 512)")[1:4] == [
+        "1.08 ×", "–", "1.070 [1.070–1.070] × (n = 5): met, run 1"]
+
+
+def test_gpu_train_runs_are_judged_by_words_per_second_against_bert_a(tmp_path):
+    run = train_run("2026-11-27T09:00:00+00:00", {"bert_a": [1000.0] * 5, "tupe_r": [960.0] * 5}, batch=64)
+    run["settings"].update(device="cuda", bf16=True, size="base")
+    blocks = generated(write_runs(tmp_path / "results", run))
+    gpu_table = blocks["targets"].split("Real `fairseq-train` updates on a GPU")[1]
+    assert table_row(gpu_table, "`tupe_r` / `bert_a`: time per word ratio")[1:] == [
+        "1.05 ×", "1.042 [1.042–1.042] × (n = 5): met, run 1"]
+
+
 def test_attention_runs_keep_each_calls_time_per_path(tmp_path):
     benchmark_attention.main(["--seq-lens", "16", "--tokens", "32", "--heads", "2", "--head-dim", "8",
                               "--rounds", "1", "--calls", "2", "--json", str(tmp_path / "a.json"),
