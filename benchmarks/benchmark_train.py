@@ -132,7 +132,8 @@ def write_random_corpus(folder, tokens, seed=0):
 def command(args, contender):
     layers, dim, heads, ffn = SIZES[args.size]
     arch = "roberta_base" if contender == "roberta" else f"{contender}_{args.size}"
-    device = ["--cpu"] if args.device == "cpu" else ["--fp16"] if args.fp16 else ["--bf16"] if args.bf16 else []
+    device = (["--cpu"] if args.device == "cpu" else ["--fp16"] if args.fp16
+              else ["--bf16"] if args.bf16 else [])
     backend = [] if contender == "roberta" else ["--attention-backend", args.attention_backend]
     return [
         sys.executable, "-m", "fairseq_cli.train", args.data,

@@ -78,8 +78,8 @@ GPU_STEPS = [column for precision, dropout, label in (("bf16", 0.1, "bf16"), ("f
              for column in step_columns({**GPU_STEP, "precision": precision, "attention_dropout": dropout},
                                         label, GPU_CHECKS, GPU_SHAPES)]
 GPU_TRAIN = [Column("bf16, attention dropout 0.1, T = 512 (B = 64)", "benchmark_train",
-                    {"device": "cuda", "precision": "bf16", "size": "base", "attention_dropout": 0.1}, 512, 64,
-                    GPU_CHECKS)]
+                    {"device": "cuda", "precision": "bf16", "size": "base", "attention_dropout": 0.1},
+                    512, 64, GPU_CHECKS)]
 TABLES = [
     Table("CPU training steps (`benchmarks/benchmark.py`, medium size)", CPU_STEPS),
     Table("Real `fairseq-train` updates on CPU (`benchmarks/benchmark_train.py`, medium size)", TRAIN),
