@@ -22,7 +22,10 @@ Contenders (``--contenders``):
   DeBERTa, two such q-against-a-table terms per layer, is compared with);
 * ``triton_PRESET``: the preset on ``--attention-backend triton``; for Shaw keys (``triton_keys_bert_rpe``)
   and DeBERTa (``triton_deberta``) the relative terms are read inside the kernel from q's (and k's)
-  products with the table rows.
+  products with the table rows;
+* ``flex_PRESET``: the preset on ``--attention-backend flex`` (PyTorch's FlexAttention, compiled, the same
+  terms in its score_mod; ``flex_keys_bert_rpe``, ``flex_deberta`` as for triton_): it has no attention
+  dropout and no backward on CPU, so it runs with ``--attention-dropout 0 --device cuda`` only.
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
@@ -66,8 +69,12 @@ PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
 PLAIN_PREFIX = "plain_"
 SDPA_PREFIX = "sdpa_"
 TRITON_PREFIX = "triton_"
+FLEX_PREFIX = "flex_"
 SHAW_KEYS_PREFIX = "keys_"
-VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX, TRITON_PREFIX)
+# the prefixes of the contenders on another --attention-backend: (the backend, the kernel it runs)
+BACKEND_PREFIXES = {TRITON_PREFIX: ("triton", "the Triton kernel"),
+                    FLEX_PREFIX: ("flex", "FlexAttention")}
+VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX, *BACKEND_PREFIXES)
 DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r", "bert_rope",
                       "bert_alibi", "bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire",
                       "keys_bert_rpe", "deberta"]
@@ -119,8 +126,9 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contenders", nargs="+", default=DEFAULT_CONTENDERS,
                         help="roberta, plugin presets (bert_a, tupe_r, ...), plain_PRESET, sdpa_PRESET, "
-                        "triton_PRESET and keys_PRESET (a Shaw preset with --shaw-keys-only; "
-                        "triton_keys_PRESET on the Triton kernel)")
+                        "triton_PRESET, flex_PRESET (with --attention-dropout 0 --device cuda) and "
+                        "keys_PRESET (a Shaw preset with --shaw-keys-only; triton_keys_PRESET, "
+                        "flex_keys_PRESET on the Triton kernel, on FlexAttention)")
     parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
     parser.add_argument("--size", choices=sorted(SIZES), default="medium")
     parser.add_argument("--seq-lens", nargs="+", type=int, default=[128, 512], metavar="T")
@@ -171,6 +179,13 @@ def parse_args(argv=None):
         parser.error("--padding must be in [0, 1)")
     if args.fp16 and args.device == "cpu":
         parser.error("--fp16 needs --device cuda (use --bf16 on CPU)")
+    flex = [name for name in args.contenders if name.startswith(FLEX_PREFIX)]
+    if flex and args.attention_dropout > 0:
+        parser.error(f"--contenders {flex[0]} runs --attention-backend flex, which has no attention dropout: "
+                     f"add --attention-dropout 0 (got {args.attention_dropout})")
+    if flex and not args.device.startswith("cuda"):
+        parser.error(f"--contenders {flex[0]} runs --attention-backend flex, which trains on CUDA only: "
+                     "add --device cuda")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no CUDA device")
     return args
@@ -184,9 +199,14 @@ def preset_of(name):
     return name
 
 
+def backend_prefix(name):
+    """The prefix of another --attention-backend a contender starts with (``triton_``, ``flex_``), or None."""
+    return next((prefix for prefix in BACKEND_PREFIXES if name.startswith(prefix)), None)
+
+
 def shaw_keys_only(name):
-    """Whether a contender adds --shaw-keys-only (``keys_PRESET``, also behind ``triton_``)."""
-    return name.removeprefix(TRITON_PREFIX).startswith(SHAW_KEYS_PREFIX)
+    """Whether a contender adds --shaw-keys-only (``keys_PRESET``, also behind ``triton_`` or ``flex_``)."""
+    return name.removeprefix(backend_prefix(name) or "").startswith(SHAW_KEYS_PREFIX)
 
 
 def check_contender(name):
@@ -195,13 +215,15 @@ def check_contender(name):
     preset = preset_of(name)
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
-                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / keys_ + one of them")
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / flex_ / keys_ + one of "
+                         "them")
     if name.startswith((PLAIN_PREFIX, SDPA_PREFIX)) and shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
-    if name.startswith(TRITON_PREFIX) and shaw_preset(preset) and not shaw_keys_only(name):
-        raise SystemExit(f"--contenders {name}: the Triton kernel adds Shaw keys, not value vectors: "
-                         f"{TRITON_PREFIX}{SHAW_KEYS_PREFIX}{preset}")
+    prefix = backend_prefix(name)
+    if prefix and shaw_preset(preset) and not shaw_keys_only(name):
+        raise SystemExit(f"--contenders {name}: {BACKEND_PREFIXES[prefix][1]} adds Shaw keys, not value "
+                         f"vectors: {prefix}{SHAW_KEYS_PREFIX}{preset}")
     if shaw_keys_only(name) and not shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: keys_ adds --shaw-keys-only to a Shaw preset (bert_rpe, "
                          f"bert_sin_rpe, ...), and {preset} has no Shaw vectors")
@@ -232,8 +254,8 @@ def fairseq_setup(name, size, seq_len, data_dir, dropout, attention_dropout):
             "--optimizer", "adam", "--lr", "1e-4", "--cpu"]
     if shaw_keys_only(name):
         argv.append("--shaw-keys-only")
-    if name.startswith(TRITON_PREFIX):
-        argv += ["--attention-backend", "triton"]
+    if backend_prefix(name):
+        argv += ["--attention-backend", BACKEND_PREFIXES[backend_prefix(name)][0]]
     parser = options.get_training_parser()
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(parser, input_args=[str(a) for a in argv]))

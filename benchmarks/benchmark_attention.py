@@ -18,7 +18,8 @@ gradient: ALiBi, Sandwich), ``sdpa-bias`` (the learned bias on the kernels the p
 :func:`~tupe_plugin.attention.paths.sdpa_backends`), ``triton-bias`` (the plugin's Triton kernel with its
 batch-summed bias gradient, ``--attention-backend triton``) and, without dropout, ``flex-bias``:
 PyTorch's FlexAttention (compiled) with the learned bias read as a captured buffer and its gradient
-from the compiled backward, a candidate kernel that no model of the plugin runs. Two RoPE candidates
+from the compiled backward, as ``--attention-backend flex`` runs it
+(:mod:`tupe_plugin.attention.flex_bias_attention`). Two RoPE candidates
 rotate q and k of a (B T, 3 H d_h) projection before ``sdpa`` (the projection a copy of one leaf per
 call, the same in both, so that each call rotates unrotated numbers): ``sdpa-rope`` by torch's
 elementwise rotation (the plugin's CPU path), ``sdpa-rope-triton`` by the fused Triton kernel the plan
@@ -27,7 +28,9 @@ on the content run twice each: ``sdpa-shaw`` (Shaw keys, K = 64, as ``--attentio
 q's products with the 2K + 1 rows gathered into a (B, H, T, T) mask for the memory-efficient kernel) beside
 ``triton-shaw`` (the same products read by offset inside the Triton kernel, ``--attention-backend
 triton``), and ``sdpa-deberta`` / ``triton-deberta`` for DeBERTa's c2p and p2c (the released 512-row span:
-every table row a length reaches, as the plugin's layers project them).
+every table row a length reaches, as the plugin's layers project them); without dropout, ``flex-shaw`` and
+``flex-deberta`` read the same products by offset in FlexAttention's score_mod (``--attention-backend
+flex``).
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
@@ -63,9 +66,12 @@ from tupe_plugin.encodings.shaw_position import clipped_index  # noqa: E402
 PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
 ROPE_PATHS = ("sdpa-rope", "sdpa-rope-triton")
-RELATIVE_PATHS = ("sdpa-shaw", "triton-shaw", "sdpa-deberta", "triton-deberta")
-CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias", *ROPE_PATHS, *RELATIVE_PATHS)
-CUDA_DROPOUT_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", *ROPE_PATHS, *RELATIVE_PATHS)
+RELATIVE_PATHS = ("sdpa-shaw", "triton-shaw", "flex-shaw", "sdpa-deberta", "triton-deberta", "flex-deberta")
+CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias", *ROPE_PATHS,
+              *RELATIVE_PATHS)
+# FlexAttention has no attention dropout
+FLEX_PATHS = ("flex-bias", "flex-shaw", "flex-deberta")
+CUDA_DROPOUT_PATHS = tuple(path for path in CUDA_PATHS if path not in FLEX_PATHS)
 SHAW_MAX_DISTANCE = 64
 DEBERTA_SPAN = 512
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -140,15 +146,16 @@ def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
 def relative_attention(path, q, k, v, scale, dropout, relative):
     """One layer's attention of Shaw keys or DeBERTa (``relative``: :func:`relative_inputs`) on the SDPA
     path, the terms gathered into the mask as the layer does on ``--attention-backend auto``, or on the
-    Triton kernel, reading the products by offset."""
+    Triton kernel or FlexAttention, reading the products by offset."""
     backends = sdpa_backends(q.device, LEARNED_BIAS)
+    kernel = AttentionPath.TRITON if path.startswith("triton") else AttentionPath.FLEX
     if path.endswith("shaw"):
         table, index = relative["shaw"]
         products = torch.matmul(q * scale, table.t())
         if path.startswith("sdpa"):
             mask = ClippedDistanceScores.apply(products, index)
             return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
-        return attend(AttentionPath.TRITON, q, k, v, None, scale, dropout,
+        return attend(kernel, q, k, v, None, scale, dropout,
                       relative=RelativeProducts(products, offsets_of(index)))[0]
     query_rows, key_rows, index, offsets, p2c_index, p2c_offsets = relative["deberta"]
     if path.startswith("sdpa"):
@@ -157,30 +164,13 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
         return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
     relative = RelativeProducts(torch.matmul(q * scale, key_rows.transpose(-1, -2)), offsets,
                                 torch.matmul(k * scale, query_rows.transpose(-1, -2)), p2c_offsets.flip(0))
-    return attend(AttentionPath.TRITON, q, k, v, None, scale, dropout, relative=relative)[0]
+    return attend(kernel, q, k, v, None, scale, dropout, relative=relative)[0]
 
 
 def paths(args):
     if args.device == "cuda":
         return CUDA_DROPOUT_PATHS if args.attention_dropout > 0 else CUDA_PATHS
     return DROPOUT_PATHS if args.attention_dropout > 0 else PATHS
-
-
-def flex_with_bias(bias):
-    """FlexAttention (compiled once per process) adding ``bias`` (1, H, T, T), captured with its
-    gradient, to the logits: ``fn(q, k, v, scale)``."""
-    global _compiled_flex
-    from torch.nn.attention.flex_attention import flex_attention
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention)
-
-    def add_bias(score, batch, head, query, key):
-        return score + bias[0, head, query, key]
-
-    return lambda q, k, v, scale: _compiled_flex(q, k, v, score_mod=add_bias, scale=scale)
-
-
-_compiled_flex = None
 
 
 def rope_inputs(q):
@@ -204,11 +194,11 @@ def rotated_heads(path, rows, cos, sin, heads):
 LEARNED_BIAS = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5")
 
 
-def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None, rope=None, relative=None):
+def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, rope=None, relative=None):
     """One layer's attention on ``path``, forward and backward (``sdpa``, ``chunked-no-bias``: no bias,
-    BERT-A's call; ``flex-bias``: ``flex`` from :func:`flex_with_bias`; ``triton-bias``: the plugin's
-    Triton kernel; the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`; the Shaw and DeBERTa
-    paths: :func:`relative_attention` of ``relative``); returns the output."""
+    BERT-A's call; ``triton-bias``: the plugin's Triton kernel; ``flex-bias``: FlexAttention as
+    ``--attention-backend flex`` runs it; the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`; the
+    Shaw and DeBERTa paths: :func:`relative_attention` of ``relative``); returns the output."""
     scale = q.size(-1) ** -0.5
     if path in ROPE_PATHS:
         out, _ = attend(AttentionPath.SDPA, *rotated_heads(path, *rope, q.size(1)), None, scale, dropout)
@@ -223,10 +213,10 @@ def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, flex=None, rope
     elif path == "sdpa-bias":
         out, _ = attend(AttentionPath.SDPA, q, k, v, bias, scale, dropout,
                         backends=sdpa_backends(q.device, LEARNED_BIAS))
-    elif path == "flex-bias":
-        out = flex(q, k, v, scale)
     elif path == "triton-bias":
         out, _ = attend(AttentionPath.TRITON, q, k, v, bias, scale, dropout)
+    elif path == "flex-bias":
+        out, _ = attend(AttentionPath.FLEX, q, k, v, bias, scale, dropout)
     else:
         out, _ = attend(AttentionPath(path), q, k, v, bias, scale, dropout)
     out.backward(grad_out)
@@ -243,9 +233,9 @@ def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
     lse = 4 * batch * heads * seq_len
     if path.startswith("sdpa-") and path in RELATIVE_PATHS:  # the gathered (B, H, T, T) mask SDPA keeps
         return 4 * logits + lse
-    if path == "triton-shaw":  # q's products with the 2K + 1 rows
+    if path in ("triton-shaw", "flex-shaw"):  # q's products with the 2K + 1 rows
         return 4 * batch * heads * seq_len * (2 * SHAW_MAX_DISTANCE + 1) + lse
-    if path == "triton-deberta":  # q's and k's products with the rows the length reaches
+    if path in ("triton-deberta", "flex-deberta"):  # q's and k's products with the rows the length reaches
         return 8 * batch * heads * seq_len * min(2 * seq_len - 1, 2 * DEBERTA_SPAN) + lse
     # sdpa, biased-flash, the CUDA kernels: the rows' log-sum-exp, from which the backward recomputes P
     return lse
@@ -263,7 +253,6 @@ def measure(args):
         tensors = inputs(batch, args.heads, seq_len, args.head_dim, device=args.device,
                          dtype=DTYPES[args.dtype])
         names = paths(args)
-        flex = flex_with_bias(tensors[3]) if "flex-bias" in names else None
         rope = rope_inputs(tensors[0]) if ROPE_PATHS[0] in names else None
         relative = relative_inputs(args.heads, seq_len, args.head_dim, args.device, DTYPES[args.dtype]) \
             if args.device == "cuda" else None
@@ -271,14 +260,14 @@ def measure(args):
         wall = {path: [] for path in names}
         for path in names:
             # warm-up (FlexAttention and Triton compile)
-            forward_backward(path, *tensors, args.attention_dropout, flex, rope, relative)
+            forward_backward(path, *tensors, args.attention_dropout, rope, relative)
         for round_index in range(args.rounds):
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for path in order:
                 for _ in range(args.calls):
                     synchronize(args.device)
                     cpu_start, wall_start = time.process_time(), time.perf_counter()
-                    forward_backward(path, *tensors, args.attention_dropout, flex, rope, relative)
+                    forward_backward(path, *tensors, args.attention_dropout, rope, relative)
                     synchronize(args.device)
                     cpu[path].append(time.process_time() - cpu_start)
                     wall[path].append(time.perf_counter() - wall_start)

@@ -200,6 +200,32 @@ def test_triton_contenders_of_shaw_keys_and_deberta_run_on_the_kernel_and_shaw_v
         benchmark.check_contender("triton_bert_rpe")
 
 
+def test_flex_contenders_run_on_flexattention_with_shaw_keys_and_deberta_and_shaw_values_are_refused(
+        tmp_path):
+    contender, _ = _contender(tmp_path, "flex_keys_bert_rpe", "--attention-dropout", "0")
+    encoder = contender.model.encoder.sentence_encoder
+    assert encoder.attention_backend == "flex" and not encoder.config.shaw_values
+    assert benchmark.preset_of("flex_keys_bert_rpe") == "bert_rpe"
+    benchmark.check_contender("flex_deberta")
+    with pytest.raises(SystemExit, match="FlexAttention adds Shaw keys, not value vectors: "
+                                         "flex_keys_bert_rpe"):
+        benchmark.check_contender("flex_bert_rpe")
+
+
+def test_a_flex_contender_with_attention_dropout_is_refused_naming_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(["--contenders", "bert_a", "flex_tupe_r", "--device", "cuda"])
+    assert ("--contenders flex_tupe_r runs --attention-backend flex, which has no attention dropout: add "
+            "--attention-dropout 0 (got 0.1)") in capsys.readouterr().err
+
+
+def test_a_flex_contender_on_cpu_is_refused_naming_the_device_flag(capsys):
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(["--contenders", "bert_a", "flex_tupe_r", "--attention-dropout", "0"])
+    assert ("--contenders flex_tupe_r runs --attention-backend flex, which trains on CUDA only: add "
+            "--device cuda") in capsys.readouterr().err
+
+
 def test_default_contenders_include_every_distance_bias_and_deberta_against_shaw_keys():
     assert {"bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire", "deberta",
             "keys_bert_rpe"} <= set(benchmark.DEFAULT_CONTENDERS)
@@ -396,8 +422,7 @@ def test_the_rope_candidates_rotate_alike_forward_and_backward():
 @pytest.mark.gpu
 def test_flex_attention_candidate_with_a_learned_bias_matches_the_paper_equation_and_its_bias_gradient():
     q, k, v, bias, grad_out = benchmark_attention.inputs(2, 3, 64, 16, device="cuda")
-    flex = benchmark_attention.flex_with_bias(bias)
-    out = benchmark_attention.forward_backward("flex-bias", q, k, v, bias, grad_out, flex=flex)
+    out = benchmark_attention.forward_backward("flex-bias", q, k, v, bias, grad_out)
     got = [t.grad.clone() for t in (q, k, v, bias)]
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
     probs = torch.softmax(leaves[0] @ leaves[1].transpose(-1, -2) / 4 + leaves[3], dim=-1)
@@ -406,3 +431,20 @@ def test_flex_attention_candidate_with_a_learned_bias_matches_the_paper_equation
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     for name, mine, reference in zip("qkvb", got, leaves):
         torch.testing.assert_close(mine, reference.grad, atol=1e-4, rtol=1e-4, msg=f"d{name}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("term", ["shaw", "deberta"])
+def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_flexattention(term):
+    """The products read by offset in FlexAttention's score_mod against the mask SDPA gets, float32."""
+    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, 64, 16, device="cuda")
+    relative = benchmark_attention.relative_inputs(2, 64, 16, "cuda", torch.float32)
+    tables = [t for t in relative[term] if t.requires_grad]
+    results = []
+    for path in (f"sdpa-{term}", f"flex-{term}"):
+        out = benchmark_attention.forward_backward(path, q, k, v, bias, grad_out, relative=relative)
+        results.append([out] + [t.grad.clone() for t in (q, k, v, *tables)])
+        for t in (q, k, v, *tables):
+            t.grad = None
+    for got, want in zip(*reversed(results)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

@@ -1,7 +1,7 @@
 """The one decision of which attention kernel runs (as x-transformers' ``Attend``, for CPU and GPU).
 
 :func:`plan_attention` decides once per forward, from the device, the attention dropout in effect, whether
-the probabilities are wanted, the position config and the sequence length, which of five paths every
+the probabilities are wanted, the position config and the sequence length, which of six paths every
 layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`), whether
 TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`) and whether RoPE's rotation
 of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
@@ -22,6 +22,10 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   Shaw keys and DeBERTa's c2p and p2c, reach it as the (B, H, T, R) products of q (and k) with the R
   table rows, read inside the kernel by the pair's offset (``relative_products``), where the other paths
   gather them into a (B, H, T, T) mask; not Shaw value vectors, which need the probabilities;
+* ``FLEX`` (``--attention-backend flex``): :mod:`.flex_bias_attention`, PyTorch's FlexAttention (compiled
+  on CUDA; eager, without gradients, elsewhere) with the terms TRITON takes, added by its ``score_mod``:
+  the bias shared by the batch, the relative products read by offset, key padding as row lengths; no
+  attention dropout (refused at model build, :func:`backend_problem`), nor Shaw value vectors;
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
   ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
@@ -52,6 +56,7 @@ class AttentionPath(enum.Enum):
     BIASED_FLASH = "biased-flash"
     EXPLICIT = "explicit"
     TRITON = "triton"
+    FLEX = "flex"
 
 
 def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"):
@@ -64,8 +69,8 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
     on_cpu = torch.device(device).type == "cpu"
     if need_weights or config.shaw_values:
         return AttentionPath.EXPLICIT
-    if requested == TRITON_BACKEND:
-        return AttentionPath.TRITON
+    if requested in KERNEL_BACKENDS:
+        return KERNEL_BACKENDS[requested]
     if on_cpu and dropout > 0:
         return AttentionPath.CHUNKED
     if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
@@ -76,11 +81,13 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
 
 
 # --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below), or
-# the plugin's Triton kernel
+# a kernel that takes the bias apart from the padding: the plugin's Triton kernel, or FlexAttention
 SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                  "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 TRITON_BACKEND = "triton"
-ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, TRITON_BACKEND)
+FLEX_BACKEND = "flex"
+KERNEL_BACKENDS = {TRITON_BACKEND: AttentionPath.TRITON, FLEX_BACKEND: AttentionPath.FLEX}
+ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, *KERNEL_BACKENDS)
 
 
 def sdpa_backends(device, config, requested="auto"):
@@ -97,13 +104,22 @@ def sdpa_backends(device, config, requested="auto"):
     return None
 
 
-def triton_backend_problem(config):
-    """Why ``--attention-backend triton`` cannot run a model of ``config``, or None."""
+def backend_problem(requested, config, attention_dropout):
+    """Why ``--attention-backend requested`` cannot run a model of ``config`` with ``attention_dropout``
+    (``--attention-dropout``), or None: the Triton kernel and FlexAttention add no Shaw value vectors,
+    FlexAttention has no attention dropout, the Triton kernel needs Triton."""
+    if requested not in KERNEL_BACKENDS:
+        return None
+    flag = f"--attention-backend {requested}"
     if config.shaw_values:
-        return ("--attention-backend triton does not add Shaw value vectors, which need the attention "
-                "probabilities: add --shaw-keys-only, or use --attention-backend auto")
-    if find_spec("triton") is None:
-        return "--attention-backend triton needs Triton, which is not installed: pip install triton"
+        return (f"{flag} does not add Shaw value vectors, which need the attention probabilities: add "
+                "--shaw-keys-only, or use --attention-backend auto")
+    if requested == FLEX_BACKEND and attention_dropout > 0:
+        return (f"{flag} runs no attention dropout (FlexAttention has none), but --attention-dropout is "
+                f"{attention_dropout}: pass --attention-dropout 0 (evaluation drops nothing anyway), or use "
+                "--attention-backend triton, which applies it")
+    if requested == TRITON_BACKEND and find_spec("triton") is None:
+        return f"{flag} needs Triton, which is not installed: pip install triton"
     return None
 
 
@@ -114,9 +130,9 @@ def fold_untied_term(path, config):
     at T = 512 on CPU: 1.19 x BERT-A's factored, 1.04 x folded), and wherever the T5 bias is added in
     every layer anyway (the untied product joins it for free). On SDPA without a T5 bias (a GPU, or no
     gradients) it stays factored: on a GPU the widened heads keep cuDNN's kernel, where a learned bias
-    takes the memory-efficient one. The Triton kernel takes one dense bias: folded."""
+    takes the memory-efficient one. The Triton kernel and FlexAttention take one dense bias: folded."""
     dense_bias_paths = (AttentionPath.EXPLICIT, AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH,
-                        AttentionPath.TRITON)
+                        *KERNEL_BACKENDS.values())
     return path in dense_bias_paths or config.t5_bias
 
 
@@ -145,14 +161,14 @@ class AttentionPlan:
     @property
     def relative_products(self):
         """Whether Shaw keys and DeBERTa's terms reach the kernel as (B, H, T, R) products read by offset
-        (the Triton kernel), rather than gathered into the (B, H, T, T) mask."""
-        return self.path is AttentionPath.TRITON
+        (the Triton kernel, FlexAttention), rather than gathered into the (B, H, T, T) mask."""
+        return self.path in KERNEL_BACKENDS.values()
 
     @property
     def padding_as_lengths(self):
-        """Whether key padding reaches the kernel as row lengths, apart from the bias (the Triton kernel),
-        rather than in the mask."""
-        return self.path is AttentionPath.TRITON
+        """Whether key padding reaches the kernel as row lengths, apart from the bias (the Triton kernel,
+        FlexAttention), rather than in the mask."""
+        return self.path in KERNEL_BACKENDS.values()
 
 
 def plan_attention(device, dropout, need_weights, config, seq_len, requested_backend="auto"):

@@ -62,7 +62,9 @@ def add_args(parser):
         "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
         "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
-        "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities)",
+        "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities); "
+        "flex: PyTorch's FlexAttention (compiled on CUDA) adding the same terms in its score_mod, without "
+        "attention dropout (needs --attention-dropout 0; on CPU it runs without gradients only: evaluation)",
     )
     parser.add_argument(
         "--allow-skipped-data",

@@ -1,0 +1,192 @@
+"""FlexAttention as a model path (``--attention-backend flex``) against the equation step by step: the bias
+shared by the batch, key padding as row lengths, the relative products of Shaw keys and DeBERTa read by
+offset; the plan that picks it, its refusals (attention dropout, Shaw value vectors, gradients on CPU, where
+FlexAttention has no backward) and models on it against ``--attention-backend auto``. On CPU FlexAttention
+runs eagerly and without gradients: the gradients are checked on CUDA (``make test-gpu``)."""
+
+import pytest
+import torch
+from conftest import build_model, random_tokens
+
+from tupe_plugin.attention import paths
+from tupe_plugin.attention.attend import attend, explicit_attention
+from tupe_plugin.attention.flex_bias_attention import flex_biased_attention
+from tupe_plugin.attention.paths import AttentionPath
+from tupe_plugin.attention.triton_bias_attention import RelativeProducts, offsets_of
+from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
+                        cls_reset="paper")
+
+
+def toeplitz_index(seq_len, low, high, sign=1):
+    """(T, T) clip(sign (j - i), low, high) - low: a table row for every pair that depends on j - i alone."""
+    positions = torch.arange(seq_len, device=DEVICE)
+    return (sign * (positions[None, :] - positions[:, None])).clamp(low, high) - low
+
+
+def case(terms, seq_len, lengths=None, batch=2, heads=2, head_dim=8, requires_grad=False, seed=0):
+    """Random q, k, v, the flex path's arguments for ``terms`` (a subset of bias, shaw, deberta) and the
+    twin's additive (B, H, T, T) mask: the bias, the products gathered by their (T, T) index, the padding
+    (built from the leaves, so that with ``requires_grad`` the twin's gradients reach them)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def tensor(*shape):
+        return torch.randn(*shape, generator=generator).to(DEVICE).requires_grad_(requires_grad)
+
+    q, k, v = (tensor(batch, heads, seq_len, head_dim) for _ in range(3))
+    mask = torch.zeros(batch, heads, seq_len, seq_len, device=DEVICE)
+    bias = tensor(1, heads, seq_len, seq_len) if "bias" in terms else None
+    relative = RelativeProducts()
+    if bias is not None:
+        mask = mask + bias
+    if "shaw" in terms:  # scale q a^T over 2K + 1 rows, read by clip(j - i, -K, K)
+        index = toeplitz_index(seq_len, -2, 2)
+        products = tensor(batch, heads, seq_len, 5)
+        relative = RelativeProducts(products, offsets_of(index))
+        mask = mask + products.gather(-1, index.expand(batch, heads, -1, -1))
+    if "deberta" in terms:  # c2p by delta(i, j), p2c by key j's row of the reversed, otherwise clipped offset
+        query_index, key_index = toeplitz_index(seq_len, -3, 3), toeplitz_index(seq_len, -4, 5, sign=-1)
+        query_products, key_products = tensor(batch, heads, seq_len, 7), tensor(batch, heads, seq_len, 10)
+        relative = RelativeProducts(query_products, offsets_of(query_index),
+                                    key_products, offsets_of(key_index))
+        mask = mask + query_products.gather(-1, query_index.expand(batch, heads, -1, -1)) \
+            + key_products.gather(-1, key_index.t().expand(batch, heads, -1, -1)).transpose(-1, -2)
+    key_lengths = None if lengths is None else torch.tensor(lengths, device=DEVICE)
+    if key_lengths is not None:
+        padded = torch.arange(seq_len, device=DEVICE)[None, :] >= key_lengths[:, None]
+        mask = mask.masked_fill(padded[:, None, None, :], torch.finfo(mask.dtype).min)
+    return q, k, v, bias, key_lengths, relative, mask
+
+
+@pytest.mark.parametrize("terms, seq_len, lengths", [
+    (("bias",), 8, None), (("bias",), 7, [7, 1]), (("shaw",), 7, [7, 4]), (("deberta",), 7, None),
+    (("bias", "deberta"), 8, [8, 3])],
+    ids=["bias", "bias_padded", "shaw_keys", "deberta", "bias_deberta_padded"])
+def test_the_flex_path_gives_the_explicit_equation(terms, seq_len, lengths):
+    """Every row of the output, padded query rows included (they attend to their row's keys); T = 7 not a
+    power of two."""
+    q, k, v, bias, key_lengths, relative, mask = case(terms, seq_len, lengths)
+    with torch.no_grad():
+        out = flex_biased_attention(q, k, v, bias, key_lengths, 0.3, relative)
+        expected, _ = explicit_attention(q, k, v, mask, 0.3, 0.0)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_row_without_keys_gets_the_explicit_paths_uniform_probabilities():
+    q, k, v, bias, key_lengths, _, mask = case(("bias",), 5, [5, 0])
+    with torch.no_grad():
+        out = flex_biased_attention(q, k, v, bias, key_lengths, 0.3)
+        expected, _ = explicit_attention(q, k, v, mask, 0.3, 0.0)
+    torch.testing.assert_close(out[1], v[1].mean(-2, keepdim=True).expand_as(out[1]))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_attend_runs_the_flex_path_with_the_bias_and_the_lengths():
+    q, k, v, bias, key_lengths, relative, mask = case(("bias", "shaw"), 6, [6, 2])
+    with torch.no_grad():
+        out, probs = attend(AttentionPath.FLEX, q, k, v, bias, 0.3, 0.0, key_lengths=key_lengths,
+                            relative=relative)
+        expected, _ = explicit_attention(q, k, v, mask, 0.3, 0.0)
+    assert probs is None
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("need_weights, expected", [
+    (False, AttentionPath.FLEX), (True, AttentionPath.EXPLICIT)])
+def test_the_flex_backend_gets_its_path_with_the_untied_term_folded_padding_and_products_apart(
+        device, need_weights, expected):
+    plan = paths.plan_attention(device, 0.0, need_weights, TUPE_R, 64, "flex")
+    assert plan.path is expected
+    kernel = expected is AttentionPath.FLEX
+    assert plan.padding_as_lengths == kernel and plan.relative_products == kernel
+    assert plan.fold_untied and plan.backends is None
+
+
+def test_the_flex_backend_refuses_attention_dropout_naming_both_flags(dictionary):
+    with pytest.raises(PositionFlagError, match=r"--attention-backend flex runs no attention dropout .* "
+                                                r"--attention-dropout is 0\.1: pass --attention-dropout 0"):
+        build_model("tupe_r_tiny", dictionary, attention_backend="flex", attention_dropout=0.1)
+
+
+def test_the_flex_backend_refuses_shaw_value_vectors(dictionary):
+    with pytest.raises(PositionFlagError, match="--attention-backend flex does not add Shaw value vectors"):
+        build_model("bert_rpe_tiny", dictionary, attention_backend="flex")
+
+
+def test_attend_refuses_attention_dropout_on_the_flex_path():
+    q, k, v, bias, *_ = case(("bias",), 4)
+    with pytest.raises(ValueError, match="--attention-backend flex runs no attention dropout"):
+        attend(AttentionPath.FLEX, q, k, v, bias, 0.3, 0.1)
+
+
+def test_training_on_cpu_with_the_flex_backend_names_the_flag(dictionary):
+    model = build_model("tupe_r_tiny", dictionary, attention_backend="flex")  # on CPU, whatever the machine
+    with pytest.raises(RuntimeError, match="--attention-backend flex trains on CUDA only"):
+        model(random_tokens(dictionary, [6, 4]), features_only=True)
+
+
+SHAW_KEYS = {"shaw_keys_only": True, "shaw_max_distance": 3}
+
+
+@pytest.mark.parametrize("preset, overrides", [
+    ("tupe_r", {}), ("bert_rpe", SHAW_KEYS), ("deberta", {"deberta_max_distance": 3})])
+def test_a_model_on_the_flex_backend_gives_the_features_of_the_auto_backend(preset, overrides, dictionary,
+                                                                             monkeypatch):
+    """Every layer on FlexAttention (the bias apart from the padding, Shaw keys and DeBERTa's terms read by
+    offset), against the same model on the default paths (those terms gathered into the mask)."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="flex", **overrides).to(DEVICE).eval()
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    calls = []
+
+    def recording(q, k, v, bias, key_lengths, *rest):
+        calls.append(key_lengths.tolist())
+        return flex_biased_attention(q, k, v, bias, key_lengths, *rest)
+
+    monkeypatch.setattr("tupe_plugin.attention.attend.flex_biased_attention", recording)
+    with torch.no_grad():
+        flex, _ = model(tokens, features_only=True)
+        assert calls == [[9, 6, 4]] * model.args.encoder_layers
+        model.encoder.sentence_encoder.attention_backend = "auto"
+        auto, _ = model(tokens, features_only=True)
+    torch.testing.assert_close(flex, auto, atol=1e-5, rtol=1e-5)
+
+
+def gradients(out, tensors, grad_out):
+    return torch.autograd.grad(out, [t for t in tensors if t is not None], grad_out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("terms, lengths", [
+    (("bias",), [64, 37]), (("shaw",), None), (("bias", "deberta"), [64, 20])],
+    ids=["bias_padded", "shaw_keys", "bias_deberta_padded"])
+def test_on_cuda_the_compiled_flex_path_gives_the_equation_and_its_gradients(terms, lengths):
+    """Forward and the gradients of q, k, v, the batch-summed bias and the relative products, float32."""
+    q, k, v, bias, key_lengths, relative, mask = case(terms, 64, lengths, head_dim=16, requires_grad=True)
+    out = flex_biased_attention(q, k, v, bias, key_lengths, 0.25, relative)
+    expected, _ = explicit_attention(q, k, v, mask, 0.25, 0.0)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    tensors = (q, k, v, bias, relative.query, relative.key)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_the_flex_path_stays_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    """A base-size head with the bias, DeBERTa-like products and padding, against the float32 twin."""
+    q, k, v, bias, key_lengths, relative, mask = case(("bias", "deberta"), 192, [192, 77], heads=4,
+                                                      head_dim=64, requires_grad=True)
+    leaves = (q, k, v, bias, relative.query, relative.key)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, relative.query, relative.key)]
+    half_relative = RelativeProducts(half[3], relative.query_offsets, half[4], relative.key_offsets)
+    out = flex_biased_attention(*half[:3], bias, key_lengths, 0.125, half_relative)
+    expected, _ = explicit_attention(q, k, v, mask, 0.125, 0.0)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    got = torch.autograd.grad(out, [*half[:3], bias, *half[3:]], grad_out.to(dtype))
+    for mine, reference in zip(got, gradients(expected, leaves, grad_out)):
+        assert (mine.float() - reference).abs().max().item() <= 0.06 * max(1.0, reference.abs().max().item())
