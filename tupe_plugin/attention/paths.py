@@ -22,6 +22,11 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   Shaw keys and DeBERTa's c2p and p2c, reach it as the (B, H, T, R) products of q (and k) with the R
   table rows, read inside the kernel by the pair's offset (``relative_products``), where the other paths
   gather them into a (B, H, T, T) mask; not Shaw value vectors, which need the probabilities;
+* ``CUDNN_GRAPH`` (``--attention-backend cudnn-graph``): :mod:`.cudnn_graph_attention`, cuDNN's fused
+  flash attention built as a graph by the cuDNN frontend (``nvidia-cudnn-frontend``; torch's own cuDNN
+  SDPA kernel is ``--attention-backend cudnn``, which returns no bias gradient), fp16 / bf16 only: the same
+  learned bias shared by the batch with its batch-summed gradient, key padding as row lengths and attention
+  dropout as TRITON; no relative products (Shaw, DeBERTa: :func:`backend_problem`);
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
   ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
@@ -52,6 +57,7 @@ class AttentionPath(enum.Enum):
     BIASED_FLASH = "biased-flash"
     EXPLICIT = "explicit"
     TRITON = "triton"
+    CUDNN_GRAPH = "cudnn-graph"
 
 
 def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"):
@@ -66,6 +72,8 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
         return AttentionPath.EXPLICIT
     if requested == TRITON_BACKEND:
         return AttentionPath.TRITON
+    if requested == CUDNN_GRAPH_BACKEND:
+        return AttentionPath.CUDNN_GRAPH
     if on_cpu and dropout > 0:
         return AttentionPath.CHUNKED
     if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
@@ -75,12 +83,13 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
     return AttentionPath.SDPA
 
 
-# --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below), or
-# the plugin's Triton kernel
+# --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below), the
+# plugin's Triton kernel, or cuDNN's fused attention as a graph of the cuDNN frontend
 SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                  "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 TRITON_BACKEND = "triton"
-ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, TRITON_BACKEND)
+CUDNN_GRAPH_BACKEND = "cudnn-graph"
+ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, TRITON_BACKEND, CUDNN_GRAPH_BACKEND)
 
 
 def sdpa_backends(device, config, requested="auto"):
@@ -97,13 +106,30 @@ def sdpa_backends(device, config, requested="auto"):
     return None
 
 
-def triton_backend_problem(config):
-    """Why ``--attention-backend triton`` cannot run a model of ``config``, or None."""
-    if config.shaw_values:
-        return ("--attention-backend triton does not add Shaw value vectors, which need the attention "
-                "probabilities: add --shaw-keys-only, or use --attention-backend auto")
-    if find_spec("triton") is None:
-        return "--attention-backend triton needs Triton, which is not installed: pip install triton"
+def cudnn_frontend_installed():
+    """Whether the cuDNN frontend's Python package (``import cudnn``) is installed (not imported here)."""
+    return find_spec("cudnn") is not None
+
+
+def backend_problem(config, requested):
+    """Why ``--attention-backend`` ``requested`` cannot run a model of ``config``, or None."""
+    flag = f"--attention-backend {requested}"
+    if requested == TRITON_BACKEND:
+        if config.shaw_values:
+            return (f"{flag} does not add Shaw value vectors, which need the attention probabilities: add "
+                    "--shaw-keys-only, or use --attention-backend auto")
+        if find_spec("triton") is None:
+            return f"{flag} needs Triton, which is not installed: pip install triton"
+    if requested == CUDNN_GRAPH_BACKEND:
+        if config.shaw_table is not None or config.deberta:
+            return (f"{flag} takes one bias shared by the batch, not the terms of --rel-pos "
+                    f"{config.rel_pos}, which depend on the content: use --attention-backend triton (it "
+                    "reads Shaw keys and DeBERTa's terms inside its kernel) or auto")
+        if not cudnn_frontend_installed():
+            return (f"{flag} needs the cuDNN frontend, which is not installed: pip install "
+                    "nvidia-cudnn-frontend")
+        if not torch.cuda.is_available():
+            return f"{flag} needs a CUDA device and torch sees none: use --attention-backend auto"
     return None
 
 
@@ -114,9 +140,9 @@ def fold_untied_term(path, config):
     at T = 512 on CPU: 1.19 x BERT-A's factored, 1.04 x folded), and wherever the T5 bias is added in
     every layer anyway (the untied product joins it for free). On SDPA without a T5 bias (a GPU, or no
     gradients) it stays factored: on a GPU the widened heads keep cuDNN's kernel, where a learned bias
-    takes the memory-efficient one. The Triton kernel takes one dense bias: folded."""
+    takes the memory-efficient one. The Triton and cuDNN graph kernels take one dense bias: folded."""
     dense_bias_paths = (AttentionPath.EXPLICIT, AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH,
-                        AttentionPath.TRITON)
+                        AttentionPath.TRITON, AttentionPath.CUDNN_GRAPH)
     return path in dense_bias_paths or config.t5_bias
 
 
@@ -150,9 +176,9 @@ class AttentionPlan:
 
     @property
     def padding_as_lengths(self):
-        """Whether key padding reaches the kernel as row lengths, apart from the bias (the Triton kernel),
-        rather than in the mask."""
-        return self.path is AttentionPath.TRITON
+        """Whether key padding reaches the kernel as row lengths, apart from the bias (the Triton and cuDNN
+        graph kernels), rather than in the mask."""
+        return self.path in (AttentionPath.TRITON, AttentionPath.CUDNN_GRAPH)
 
 
 def plan_attention(device, dropout, need_weights, config, seq_len, requested_backend="auto"):

@@ -3,7 +3,7 @@
 from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
-from ..attention.paths import TRITON_BACKEND, plan_attention, triton_backend_problem
+from ..attention.paths import backend_problem, plan_attention
 from ..encodings.absolute_position import build_absolute_position
 from ..encodings.position_config import PositionConfig, PositionFlagError
 from ..encodings.positional_term import SharedPositionalTerm
@@ -30,7 +30,7 @@ class PositionalTransformerEncoder(nn.Module):
         self.max_positions = args.max_positions
         self.attention_dropout = args.attention_dropout
         self.attention_backend = getattr(args, "attention_backend", "auto")
-        problem = triton_backend_problem(self.config) if self.attention_backend == TRITON_BACKEND else None
+        problem = backend_problem(self.config, self.attention_backend)
         if problem:
             raise PositionFlagError(problem)
         self.embed_tokens = embed_tokens
