@@ -62,7 +62,11 @@ def add_args(parser):
         "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
         "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
-        "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities)",
+        "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities); "
+        "cudnn-graph: cuDNN's fused attention built as a graph by the cuDNN frontend (pip install "
+        "nvidia-cudnn-frontend; unlike cudnn, torch's own cuDNN kernel, it returns the bias gradient): a "
+        "learned bias shared by the batch, padding as row lengths, attention dropout, fp16/bf16 only, no "
+        "Shaw or DeBERTa terms",
     )
     parser.add_argument(
         "--allow-skipped-data",
