@@ -300,14 +300,14 @@ class CudnnGraphAttention(torch.autograd.Function):
 
 
 def _checked(q, scale):
-    """The scale (1/sqrt(D) by default) after checking that q can run here (a CUDA device, fp16 / bf16)."""
-    if q.device.type != "cuda":
-        raise RuntimeError(f"{FLAG} needs a CUDA device (the queries are on {q.device.type}); use "
-                           "--attention-backend auto")
+    """The scale (1/sqrt(D) by default) after checking that q can run here (fp16 / bf16, a CUDA device)."""
     if q.dtype not in HALF_DTYPES:
         raise RuntimeError(f"{FLAG} runs cuDNN's fused attention in fp16 or bf16, and the queries are "
                            f"{_name(q.dtype)}: train with --fp16, --bf16 or --amp, or use "
                            "--attention-backend triton or auto")
+    if q.device.type != "cuda":
+        raise RuntimeError(f"{FLAG} needs a CUDA device (the queries are on {q.device.type}); use "
+                           "--attention-backend auto")
     return float(q.size(-1) ** -0.5 if scale is None else scale)
 
 

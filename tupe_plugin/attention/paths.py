@@ -1,7 +1,7 @@
 """The one decision of which attention kernel runs (as x-transformers' ``Attend``, for CPU and GPU).
 
 :func:`plan_attention` decides once per forward, from the device, the attention dropout in effect, whether
-the probabilities are wanted, the position config and the sequence length, which of five paths every
+the probabilities are wanted, the position config and the sequence length, which of six paths every
 layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`), whether
 TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`) and whether RoPE's rotation
 of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
