@@ -22,7 +22,10 @@ Contenders (``--contenders``):
   DeBERTa, two such q-against-a-table terms per layer, is compared with);
 * ``triton_PRESET``: the preset on ``--attention-backend triton``; for Shaw keys (``triton_keys_bert_rpe``)
   and DeBERTa (``triton_deberta``) the relative terms are read inside the kernel from q's (and k's)
-  products with the table rows.
+  products with the table rows;
+* ``cudnn_PRESET``: the preset on ``--attention-backend cudnn-graph``, cuDNN's fused attention built by the
+  cuDNN frontend (``pip install nvidia-cudnn-frontend``; ``--device cuda`` with ``--bf16`` or ``--fp16``;
+  not Shaw or DeBERTa presets).
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
@@ -66,8 +69,9 @@ PLUGIN_DIR = os.path.join(REPO, "tupe_plugin")
 PLAIN_PREFIX = "plain_"
 SDPA_PREFIX = "sdpa_"
 TRITON_PREFIX = "triton_"
+CUDNN_PREFIX = "cudnn_"
 SHAW_KEYS_PREFIX = "keys_"
-VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX, TRITON_PREFIX)
+VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX, TRITON_PREFIX, CUDNN_PREFIX)
 DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r", "bert_rope",
                       "bert_alibi", "bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire",
                       "keys_bert_rpe", "deberta"]
@@ -105,7 +109,8 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contenders", nargs="+", default=DEFAULT_CONTENDERS,
                         help="roberta, plugin presets (bert_a, tupe_r, ...), plain_PRESET, sdpa_PRESET, "
-                        "triton_PRESET and keys_PRESET (a Shaw preset with --shaw-keys-only; "
+                        "triton_PRESET, cudnn_PRESET (--attention-backend cudnn-graph; CUDA, --bf16 or "
+                        "--fp16) and keys_PRESET (a Shaw preset with --shaw-keys-only; "
                         "triton_keys_PRESET on the Triton kernel)")
     parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
     parser.add_argument("--size", choices=sorted(SIZES), default="medium")
@@ -159,6 +164,10 @@ def parse_args(argv=None):
         parser.error("--fp16 needs --device cuda (use --bf16 on CPU)")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no CUDA device")
+    on_cudnn = [name for name in args.contenders if name.startswith(CUDNN_PREFIX)]
+    if on_cudnn and not (args.device.startswith("cuda") and (args.fp16 or args.bf16)):
+        parser.error(f"--contenders {' '.join(on_cudnn)}: cuDNN's fused attention runs on CUDA in fp16 or "
+                     "bf16: add --device cuda and --bf16 (or --fp16)")
     return args
 
 
@@ -181,10 +190,14 @@ def check_contender(name):
     preset = preset_of(name)
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
-                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / keys_ + one of them")
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / cudnn_ / keys_ + one of "
+                         "them")
     if name.startswith((PLAIN_PREFIX, SDPA_PREFIX)) and shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
+    if name.startswith(CUDNN_PREFIX) and (shaw_preset(preset) or preset_config(preset).deberta):
+        raise SystemExit(f"--contenders {name}: cuDNN's graph takes one bias shared by the batch, not Shaw's "
+                         f"or DeBERTa's terms: the {TRITON_PREFIX} variant reads them")
     if name.startswith(TRITON_PREFIX) and shaw_preset(preset) and not shaw_keys_only(name):
         raise SystemExit(f"--contenders {name}: the Triton kernel adds Shaw keys, not value vectors: "
                          f"{TRITON_PREFIX}{SHAW_KEYS_PREFIX}{preset}")
@@ -193,12 +206,16 @@ def check_contender(name):
                          f"bert_sin_rpe, ...), and {preset} has no Shaw vectors")
 
 
-def shaw_preset(preset):
+def preset_config(preset):
+    """The position config of a preset (at a tiny size: what its encodings are, not their sizes)."""
     from tupe_plugin.models.architectures import POSITION_PRESETS
     from tupe_plugin.encodings.position_config import PositionConfig
 
-    flags = POSITION_PRESETS[preset]
-    return PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **flags).shaw_table is not None
+    return PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **POSITION_PRESETS[preset])
+
+
+def shaw_preset(preset):
+    return preset_config(preset).shaw_table is not None
 
 
 # ---------------------------------------------------------------------------- building contenders
@@ -220,6 +237,8 @@ def fairseq_setup(name, size, seq_len, data_dir, dropout, attention_dropout):
         argv.append("--shaw-keys-only")
     if name.startswith(TRITON_PREFIX):
         argv += ["--attention-backend", "triton"]
+    if name.startswith(CUDNN_PREFIX):
+        argv += ["--attention-backend", "cudnn-graph"]
     parser = options.get_training_parser()
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(parser, input_args=[str(a) for a in argv]))
