@@ -8,13 +8,15 @@ bf16 tolerances of the Triton kernel's CUDA tests, key padding as lengths with a
 under the keep-mask cuDNN drew, and models on the backend against the float32 explicit path."""
 
 import ast
+import sys
+import types
 
 import pytest
 import torch
 from conftest import build_model, make_dictionary, random_tokens
 from package_imports import package_sources
 
-from tupe_plugin.attention import paths
+from tupe_plugin.attention import cudnn_graph_attention, paths
 from tupe_plugin.attention.attend import explicit_attention
 from tupe_plugin.attention.cudnn_graph_attention import attention_and_keep_mask, cudnn_biased_attention
 from tupe_plugin.attention.paths import AttentionPath
@@ -76,6 +78,22 @@ def test_float32_queries_are_refused_naming_the_half_precision_flags():
     with pytest.raises(RuntimeError, match="cudnn-graph runs cuDNN's fused attention in fp16 or bf16, and "
                                            "the queries are float32: train with --fp16, --bf16 or --amp"):
         cudnn_biased_attention(*_half_inputs(torch.float32))
+
+
+def test_at_run_time_a_missing_frontend_names_the_package_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cudnn", None)  # import cudnn raises ImportError
+    with pytest.raises(RuntimeError, match="cudnn-graph needs the cuDNN frontend: pip install "
+                                           "nvidia-cudnn-frontend"):
+        cudnn_graph_attention._cudnn()
+
+
+def test_a_frontend_that_finds_no_cudnn_library_names_ld_library_path(monkeypatch):
+    def no_library():
+        raise RuntimeError("Unable to find symbol cudnnGetVersion")
+
+    monkeypatch.setitem(sys.modules, "cudnn", types.SimpleNamespace(backend_version=no_library))
+    with pytest.raises(RuntimeError, match="found no cuDNN library .* put its folder on LD_LIBRARY_PATH"):
+        cudnn_graph_attention._cudnn()
 
 
 def _imports_at_import_time(tree):
