@@ -20,7 +20,6 @@ own; autograd runs the backward on a thread of its own), and kept. The step-by-s
 
 import threading
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -103,7 +102,7 @@ def _io_type(cudnn, dtype):
 def _heads_last_strides(shape):
     """The strides of a (B, H, T, D) view of a (B, T, H, D) tensor: the output and gradients' layout, the
     projection's, so that joining the heads back is free."""
-    batch, heads, seq_len, head_dim = shape
+    _, heads, seq_len, head_dim = shape
     return (seq_len * heads * head_dim, head_dim, heads * head_dim, 1)
 
 
@@ -319,8 +318,7 @@ def cudnn_biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, dro
     return CudnnGraphAttention.apply(q, k, v, bias, key_lengths, scale, float(dropout), False)
 
 
-def attention_and_keep_mask(q, k, v, bias=None, key_lengths=None, scale=None,
-                            dropout=0.0) -> "tuple[torch.Tensor, Optional[torch.Tensor]]":
+def attention_and_keep_mask(q, k, v, bias=None, key_lengths=None, scale=None, dropout=0.0):
     """:func:`cudnn_biased_attention` and the (B, H, T, T) keep-mask its dropout drew (1 kept, 0 dropped;
     cuDNN's ``rng_dump``), None without dropout: what the tests need to give the twin the kernel's dropout."""
     scale = _checked(q, scale)
