@@ -24,7 +24,7 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   gather them into a (B, H, T, T) mask; not Shaw value vectors, which need the probabilities;
 * ``CUDNN_GRAPH`` (``--attention-backend cudnn-graph``): :mod:`.cudnn_graph_attention`, cuDNN's fused
   flash attention built as a graph by the cuDNN frontend (``nvidia-cudnn-frontend``; torch's own cuDNN
-  SDPA kernel is ``--attention-backend cudnn``, which returns no bias gradient), fp16 / bf16 only: the same
+  SDPA kernel, given the (B, H, T, T) mask, is ``--attention-backend cudnn``), fp16 / bf16 only: the same
   learned bias shared by the batch with its batch-summed gradient, key padding as row lengths and attention
   dropout as TRITON; no relative products (Shaw, DeBERTa: :func:`backend_problem`);
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed

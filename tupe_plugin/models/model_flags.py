@@ -64,9 +64,9 @@ def add_args(parser):
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
         "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities); "
         "cudnn-graph: cuDNN's fused attention built as a graph by the cuDNN frontend (pip install "
-        "nvidia-cudnn-frontend; unlike cudnn, torch's own cuDNN kernel, it returns the bias gradient): a "
-        "learned bias shared by the batch, padding as row lengths, attention dropout, fp16/bf16 only, no "
-        "Shaw or DeBERTa terms",
+        "nvidia-cudnn-frontend; cudnn is torch's own cuDNN kernel, which takes the mask with the padding): a "
+        "learned bias shared by the batch with its gradient summed over the batch by cuDNN, padding as row "
+        "lengths, attention dropout, fp16/bf16 only, no Shaw or DeBERTa terms",
     )
     parser.add_argument(
         "--allow-skipped-data",
