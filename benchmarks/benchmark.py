@@ -26,6 +26,9 @@ Contenders (``--contenders``):
 * ``flex_PRESET``: the preset on ``--attention-backend flex`` (PyTorch's FlexAttention, compiled, the same
   terms in its score_mod; ``flex_keys_bert_rpe``, ``flex_deberta`` as for triton_): it has no attention
   dropout and no backward on CPU, so it runs with ``--attention-dropout 0 --device cuda`` only.
+* ``cudnn_PRESET``: the preset on ``--attention-backend cudnn-graph``, cuDNN's fused attention built by the
+  cuDNN frontend (``pip install nvidia-cudnn-frontend``; ``--device cuda`` with ``--bf16`` or ``--fp16``;
+  not Shaw or DeBERTa presets).
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
@@ -70,10 +73,12 @@ PLAIN_PREFIX = "plain_"
 SDPA_PREFIX = "sdpa_"
 TRITON_PREFIX = "triton_"
 FLEX_PREFIX = "flex_"
+CUDNN_PREFIX = "cudnn_"
 SHAW_KEYS_PREFIX = "keys_"
 # the prefixes of the contenders on another --attention-backend: (the backend, the kernel it runs)
 BACKEND_PREFIXES = {TRITON_PREFIX: ("triton", "the Triton kernel"),
-                    FLEX_PREFIX: ("flex", "FlexAttention")}
+                    FLEX_PREFIX: ("flex", "FlexAttention"),
+                    CUDNN_PREFIX: ("cudnn-graph", "cuDNN's graph")}
 VARIANT_PREFIXES = (PLAIN_PREFIX, SDPA_PREFIX, *BACKEND_PREFIXES)
 DEFAULT_CONTENDERS = ["roberta", "bert_a", "bert_r", "tupe_a", "tupe_r", "plain_tupe_r", "bert_rope",
                       "bert_alibi", "bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire",
@@ -126,7 +131,8 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contenders", nargs="+", default=DEFAULT_CONTENDERS,
                         help="roberta, plugin presets (bert_a, tupe_r, ...), plain_PRESET, sdpa_PRESET, "
-                        "triton_PRESET, flex_PRESET (with --attention-dropout 0 --device cuda) and "
+                        "triton_PRESET, flex_PRESET (with --attention-dropout 0 --device cuda), "
+                        "cudnn_PRESET (--attention-backend cudnn-graph; CUDA, --bf16 or --fp16) and "
                         "keys_PRESET (a Shaw preset with --shaw-keys-only; triton_keys_PRESET, "
                         "flex_keys_PRESET on the Triton kernel, on FlexAttention)")
     parser.add_argument("--baseline", default="bert_a", help="contender the ratios divide by")
@@ -188,6 +194,10 @@ def parse_args(argv=None):
                      "add --device cuda")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no CUDA device")
+    on_cudnn = [name for name in args.contenders if name.startswith(CUDNN_PREFIX)]
+    if on_cudnn and not (args.device.startswith("cuda") and (args.fp16 or args.bf16)):
+        parser.error(f"--contenders {' '.join(on_cudnn)}: cuDNN's fused attention runs on CUDA in fp16 or "
+                     "bf16: add --device cuda and --bf16 (or --fp16)")
     return args
 
 
@@ -200,7 +210,8 @@ def preset_of(name):
 
 
 def backend_prefix(name):
-    """The prefix of another --attention-backend a contender starts with (``triton_``, ``flex_``), or None."""
+    """The prefix of another --attention-backend a contender starts with (``triton_``, ``flex_``, ``cudnn_``),
+    or None."""
     return next((prefix for prefix in BACKEND_PREFIXES if name.startswith(prefix)), None)
 
 
@@ -215,12 +226,16 @@ def check_contender(name):
     preset = preset_of(name)
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
-                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / flex_ / keys_ + one of "
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / flex_ / cudnn_ / keys_ + "
+                         "one of "
                          "them")
     if name.startswith((PLAIN_PREFIX, SDPA_PREFIX)) and shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
     prefix = backend_prefix(name)
+    if prefix == CUDNN_PREFIX and (shaw_preset(preset) or preset_config(preset).deberta):
+        raise SystemExit(f"--contenders {name}: cuDNN's graph takes one bias shared by the batch, not Shaw's "
+                         f"or DeBERTa's terms: the {TRITON_PREFIX} variant reads them")
     if prefix and shaw_preset(preset) and not shaw_keys_only(name):
         raise SystemExit(f"--contenders {name}: {BACKEND_PREFIXES[prefix][1]} adds Shaw keys, not value "
                          f"vectors: {prefix}{SHAW_KEYS_PREFIX}{preset}")
@@ -229,12 +244,16 @@ def check_contender(name):
                          f"bert_sin_rpe, ...), and {preset} has no Shaw vectors")
 
 
-def shaw_preset(preset):
+def preset_config(preset):
+    """The position config of a preset (at a tiny size: what its encodings are, not their sizes)."""
     from tupe_plugin.models.architectures import POSITION_PRESETS
     from tupe_plugin.encodings.position_config import PositionConfig
 
-    flags = POSITION_PRESETS[preset]
-    return PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **flags).shaw_table is not None
+    return PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **POSITION_PRESETS[preset])
+
+
+def shaw_preset(preset):
+    return preset_config(preset).shaw_table is not None
 
 
 # ---------------------------------------------------------------------------- building contenders

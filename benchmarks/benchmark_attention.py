@@ -16,7 +16,10 @@ With ``--device cuda`` (bf16 by default) the GPU kernels run instead, timed by w
 synchronised call: ``sdpa`` without a bias (BERT-A: the floor), ``sdpa-fixed-bias`` (a bias without
 gradient: ALiBi, Sandwich), ``sdpa-bias`` (the learned bias on the kernels the plugin allows it,
 :func:`~tupe_plugin.attention.paths.sdpa_backends`), ``triton-bias`` (the plugin's Triton kernel with its
-batch-summed bias gradient, ``--attention-backend triton``) and, without dropout, ``flex-bias``:
+batch-summed bias gradient, ``--attention-backend triton``), ``cudnn-graph-bias`` (cuDNN's fused attention
+built by the cuDNN frontend, with dBias, ``--attention-backend cudnn-graph``; left out, with a note, where
+``nvidia-cudnn-frontend`` is not installed, and needs ``--dtype`` bfloat16 or float16) and, without
+dropout, ``flex-bias``:
 PyTorch's FlexAttention (compiled) with the learned bias read as a captured buffer and its gradient
 from the compiled backward, as ``--attention-backend flex`` runs it
 (:mod:`tupe_plugin.attention.flex_bias_attention`). Two RoPE candidates
@@ -53,7 +56,8 @@ sys.path.insert(0, REPO)
 from benchmarks import paired, results_file  # noqa: E402
 from tupe_plugin.attention.attend import attend  # noqa: E402
 from tupe_plugin.attention.clipped_distances import ClippedDistanceScores  # noqa: E402
-from tupe_plugin.attention.paths import AttentionPath, sdpa_backends  # noqa: E402
+from tupe_plugin.attention.paths import (AttentionPath, cudnn_frontend_installed,  # noqa: E402
+                                         sdpa_backends)
 from tupe_plugin.attention.toeplitz_scores import offset_scores  # noqa: E402
 from tupe_plugin.attention.triton_bias_attention import RelativeProducts, offsets_of  # noqa: E402
 from tupe_plugin.attention.triton_rotary import rotate_projection  # noqa: E402
@@ -67,8 +71,9 @@ PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
 ROPE_PATHS = ("sdpa-rope", "sdpa-rope-triton")
 RELATIVE_PATHS = ("sdpa-shaw", "triton-shaw", "flex-shaw", "sdpa-deberta", "triton-deberta", "flex-deberta")
-CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", "flex-bias", *ROPE_PATHS,
-              *RELATIVE_PATHS)
+CUDNN_GRAPH_PATH = "cudnn-graph-bias"
+CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", CUDNN_GRAPH_PATH, "flex-bias",
+              *ROPE_PATHS, *RELATIVE_PATHS)
 # FlexAttention has no attention dropout
 FLEX_PATHS = ("flex-bias", "flex-shaw", "flex-deberta")
 CUDA_DROPOUT_PATHS = tuple(path for path in CUDA_PATHS if path not in FLEX_PATHS)
@@ -169,8 +174,24 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
 
 def paths(args):
     if args.device == "cuda":
-        return CUDA_DROPOUT_PATHS if args.attention_dropout > 0 else CUDA_PATHS
+        names = CUDA_DROPOUT_PATHS if args.attention_dropout > 0 else CUDA_PATHS
+        return names if cudnn_graph_runs(args) else tuple(name for name in names if name != CUDNN_GRAPH_PATH)
     return DROPOUT_PATHS if args.attention_dropout > 0 else PATHS
+
+
+def cudnn_graph_runs(args):
+    """Whether the cuDNN graph candidate can run: the frontend installed and half-precision inputs."""
+    return cudnn_frontend_installed() and args.dtype != "float32"
+
+
+def cudnn_graph_note(args):
+    """Why the cuDNN graph candidate is left out of a CUDA run, or None."""
+    if args.device != "cuda" or cudnn_graph_runs(args):
+        return None
+    if not cudnn_frontend_installed():
+        return (f"{CUDNN_GRAPH_PATH} left out: the cuDNN frontend is not installed (pip install "
+                "nvidia-cudnn-frontend)")
+    return f"{CUDNN_GRAPH_PATH} left out: cuDNN's fused attention runs in bfloat16 or float16, not float32"
 
 
 def rope_inputs(q):
@@ -196,9 +217,10 @@ LEARNED_BIAS = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos
 
 def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, rope=None, relative=None):
     """One layer's attention on ``path``, forward and backward (``sdpa``, ``chunked-no-bias``: no bias,
-    BERT-A's call; ``triton-bias``: the plugin's Triton kernel; ``flex-bias``: FlexAttention as
-    ``--attention-backend flex`` runs it; the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`; the
-    Shaw and DeBERTa paths: :func:`relative_attention` of ``relative``); returns the output."""
+    BERT-A's call; ``triton-bias``: the plugin's Triton kernel; ``cudnn-graph-bias``: cuDNN's fused
+    attention through the frontend; ``flex-bias``: FlexAttention as ``--attention-backend flex`` runs it;
+    the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`; the Shaw and DeBERTa paths:
+    :func:`relative_attention` of ``relative``); returns the output."""
     scale = q.size(-1) ** -0.5
     if path in ROPE_PATHS:
         out, _ = attend(AttentionPath.SDPA, *rotated_heads(path, *rope, q.size(1)), None, scale, dropout)
@@ -217,6 +239,8 @@ def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, rope=None, rela
         out, _ = attend(AttentionPath.TRITON, q, k, v, bias, scale, dropout)
     elif path == "flex-bias":
         out, _ = attend(AttentionPath.FLEX, q, k, v, bias, scale, dropout)
+    elif path == CUDNN_GRAPH_PATH:
+        out, _ = attend(AttentionPath.CUDNN_GRAPH, q, k, v, bias, scale, dropout)
     else:
         out, _ = attend(AttentionPath(path), q, k, v, bias, scale, dropout)
     out.backward(grad_out)
@@ -314,6 +338,9 @@ def clock(args):
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    note = cudnn_graph_note(args)
+    if note:
+        print(note, file=sys.stderr)
     run = results_file.record("benchmark_attention", __file__, argv, vars(args), args.device)
     shapes = measure(args)
     report = table(args, shapes)

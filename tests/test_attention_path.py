@@ -1,6 +1,8 @@
 """One decision per forward picks the attention path; the untied term is folded exactly when that
 path wants it, and every layer runs the path it was given."""
 
+import logging
+
 import pytest
 import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
@@ -198,3 +200,31 @@ def test_a_plan_carries_its_path_dropout_kernels_and_whether_the_untied_term_is_
     assert plan.dropout == dropout
     assert plan.backends == paths.sdpa_backends(device, config, "auto")
     assert plan.fold_untied == fold_untied_term(plan.path, config)
+
+
+@pytest.mark.parametrize("backend", ["triton", "flex", "cudnn-graph"])
+def test_a_kernel_backend_without_a_cuda_device_runs_the_cpu_paths_in_its_place_with_a_warning(
+        backend, dictionary, monkeypatch, caplog):
+    """A model trained on a GPU with a kernel backend, evaluated or fine-tuned on a CPU machine."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(paths, "cudnn_frontend_installed", lambda: True)
+    monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        model = build_model("tupe_r_tiny", dictionary, attention_backend=backend, attention_dropout=0.0)
+    assert f"--attention-backend {backend} names a CUDA kernel and torch sees no CUDA device" in caplog.text
+    encoder = model.encoder.sentence_encoder
+    assert encoder.attention_plan("cpu", False, 64).path is AttentionPath.BIASED_FLASH
+    twin = build_model("tupe_r_tiny", dictionary, attention_dropout=0.0)
+    twin.load_state_dict(model.state_dict())
+    tokens, weights = random_tokens(dictionary, [7, 5]), torch.tensor(0.7)
+    features, grads = features_and_grads(model, tokens, weights)
+    twin_features, twin_grads = features_and_grads(twin, tokens, weights)
+    torch.testing.assert_close(features, twin_features)
+    assert_gradients_close(grads, twin_grads)
+
+
+def test_flex_runs_on_cpu_without_gradients_only():
+    with torch.no_grad():
+        assert paths.kernel_runs_on("flex", "cpu")
+    assert not paths.kernel_runs_on("flex", "cpu")
+    assert paths.kernel_runs_on("flex", "cuda")

@@ -226,6 +226,45 @@ def test_a_flex_contender_on_cpu_is_refused_naming_the_device_flag(capsys):
             "--device cuda") in capsys.readouterr().err
 
 
+def test_cudnn_contenders_build_the_preset_on_the_cudnn_graph_backend(tmp_path, monkeypatch):
+    from tupe_plugin.attention import paths
+
+    monkeypatch.setattr(paths, "cudnn_frontend_installed", lambda: True)
+    monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: True)
+    contender, _ = _contender(tmp_path, "cudnn_tupe_r")
+    assert contender.model.encoder.sentence_encoder.attention_backend == "cudnn-graph"
+    assert benchmark.preset_of("cudnn_tupe_r") == "tupe_r"
+
+
+@pytest.mark.parametrize("name", ["cudnn_bert_rpe", "cudnn_deberta", "cudnn_deberta_emd"])
+def test_cudnn_contenders_of_shaw_and_deberta_presets_are_refused_naming_the_triton_variant(name):
+    with pytest.raises(SystemExit, match=f"--contenders {name}: cuDNN's graph takes one bias shared by the "
+                                         "batch.*the triton_ variant reads them"):
+        benchmark.check_contender(name)
+
+
+def test_cudnn_contenders_need_cuda_and_half_precision(capsys):
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(["--contenders", "bert_a", "cudnn_tupe_r"])
+    assert "add --device cuda and --bf16 (or --fp16)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("installed, dtype, note", [
+    (True, "bfloat16", None), (False, "bfloat16", "pip install nvidia-cudnn-frontend"),
+    (True, "float32", "runs in bfloat16 or float16")])
+def test_the_cudnn_graph_candidate_is_left_out_with_a_note_without_the_frontend_or_in_float32(
+        monkeypatch, installed, dtype, note):
+    monkeypatch.setattr(benchmark_attention, "cudnn_frontend_installed", lambda: installed)
+    for dropout, names in ((0.0, benchmark_attention.CUDA_PATHS),
+                           (0.1, benchmark_attention.CUDA_DROPOUT_PATHS)):
+        args = argparse.Namespace(device="cuda", dtype=dtype, attention_dropout=dropout)
+        timed = benchmark_attention.paths(args)
+        assert (benchmark_attention.CUDNN_GRAPH_PATH in timed) == (note is None)
+        assert set(names) - set(timed) <= {benchmark_attention.CUDNN_GRAPH_PATH}
+        message = benchmark_attention.cudnn_graph_note(args)
+        assert message is None if note is None else note in message
+
+
 def test_default_contenders_include_every_distance_bias_and_deberta_against_shaw_keys():
     assert {"bert_alibi_asym", "bert_kerple", "bert_sandwich", "bert_fire", "deberta",
             "keys_bert_rpe"} <= set(benchmark.DEFAULT_CONTENDERS)

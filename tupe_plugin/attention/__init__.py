@@ -1,6 +1,7 @@
 """Attention kernels and the one decision of which runs: the plan of a forward (:mod:`.paths`), the kernels
 (:mod:`.attend`, :mod:`.cpu_kernels`, the compiled backward of :mod:`.compiled_kernels`, the Triton kernels of
-:mod:`.triton_bias_attention` and RoPE's fused rotation of q and k, :mod:`.triton_rotary`), attention dropout
+:mod:`.triton_bias_attention` and RoPE's fused rotation of q and k, :mod:`.triton_rotary`, cuDNN's fused
+attention as a graph of the cuDNN frontend, :mod:`.cudnn_graph_attention`), attention dropout
 and the sums by relative offset that Shaw vectors and DeBERTa need (:mod:`.clipped_distances`,
 :mod:`.toeplitz_scores`). Consumes tensors (and a position config's properties), never an encoding.
 

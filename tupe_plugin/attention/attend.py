@@ -1,5 +1,5 @@
 """Run the path an :class:`~.paths.AttentionPlan` chose: SDPA, the CPU kernels, the Triton kernel,
-FlexAttention or the explicit matmul-softmax-matmul, and the masks they take.
+FlexAttention, cuDNN's graph or the explicit matmul-softmax-matmul, and the masks they take.
 
 The explicit path is the plain step-by-step form of ``softmax(scale q k^T + mask) v`` (with Shaw value
 vectors, Wang et al., "On Position Embeddings in BERT", ICLR 2021, Eq. 4), and the twin the kernels are
@@ -14,6 +14,7 @@ from torch.nn.attention import sdpa_kernel
 
 from .clipped_distances import distance_sums
 from .cpu_kernels import BiasedFlashAttention, ChunkedAttention
+from .cudnn_graph_attention import cudnn_biased_attention
 from .dropout import keep_mask, keep_probability
 from .flex_bias_attention import flex_biased_attention
 from .paths import KERNEL_BACKENDS, AttentionPath
@@ -35,10 +36,10 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
-    learned dense bias on BIASED_FLASH, see :func:`choose_path`; on TRITON and FLEX the (1, H, T, T) bias
-    shared by the batch, without padding, which ``key_lengths`` (B,) gives); ``value_table`` (2K + 1, d)
-    and its (T, T) ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path
-    only);
+    learned dense bias on BIASED_FLASH, see :func:`choose_path`; on TRITON, FLEX and CUDNN_GRAPH the
+    (1, H, T, T) bias shared by the batch, without padding, which ``key_lengths`` (B,) gives);
+    ``value_table`` (2K + 1, d) and its (T, T) ``value_index`` add Shaw value vectors
+    ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path only);
     ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses); ``relative``
     the Shaw key or DeBERTa terms as (B, H, T, R) products that the Triton kernel and FlexAttention read by
     offset (:class:`~.triton_bias_attention.RelativeProducts`; TRITON and FLEX only, the other paths take
@@ -62,6 +63,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
             raise ValueError(f"--attention-backend flex runs no attention dropout (FlexAttention has none), "
                              f"got {dropout}: pass --attention-dropout 0")
         return flex_biased_attention(q, k, v, mask, key_lengths, scale, relative), None
+    if path is AttentionPath.CUDNN_GRAPH:
+        return cudnn_biased_attention(q, k, v, mask, key_lengths, scale, dropout), None
     with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask(mask, q.dtype), dropout_p=dropout,
                                              scale=scale)

@@ -1,7 +1,7 @@
 """The one decision of which attention kernel runs (as x-transformers' ``Attend``, for CPU and GPU).
 
 :func:`plan_attention` decides once per forward, from the device, the attention dropout in effect, whether
-the probabilities are wanted, the position config and the sequence length, which of six paths every
+the probabilities are wanted, the position config and the sequence length, which of seven paths every
 layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`), whether
 TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`) and whether RoPE's rotation
 of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
@@ -26,6 +26,11 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   on CUDA; eager, without gradients, elsewhere) with the terms TRITON takes, added by its ``score_mod``:
   the bias shared by the batch, the relative products read by offset, key padding as row lengths; no
   attention dropout (refused at model build, :func:`backend_problem`), nor Shaw value vectors;
+* ``CUDNN_GRAPH`` (``--attention-backend cudnn-graph``): :mod:`.cudnn_graph_attention`, cuDNN's fused
+  flash attention built as a graph by the cuDNN frontend (``nvidia-cudnn-frontend``; torch's own cuDNN
+  SDPA kernel, given the (B, H, T, T) mask, is ``--attention-backend cudnn``), fp16 / bf16 only: the same
+  learned bias shared by the batch with its batch-summed gradient, key padding as row lengths and attention
+  dropout as TRITON; no relative products (Shaw, DeBERTa: :func:`backend_problem`);
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
   ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
@@ -34,11 +39,15 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). ``benchmarks/benchmark_attention.py``
   measures the paths side by side (docs/benchmarks.md).
 
+A kernel that ``--attention-backend`` names runs where it can (:func:`kernel_runs_on`): on CUDA; elsewhere
+(a model trained on a GPU, evaluated or fine-tuned on a CPU) the CPU paths run in its place.
+
 The config is read through the properties a :class:`~tupe_plugin.encodings.position_config.PositionConfig`
 offers; nothing here imports the encodings.
 """
 
 import enum
+import os
 from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Optional
@@ -57,6 +66,7 @@ class AttentionPath(enum.Enum):
     EXPLICIT = "explicit"
     TRITON = "triton"
     FLEX = "flex"
+    CUDNN_GRAPH = "cudnn-graph"
 
 
 def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"):
@@ -69,7 +79,7 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
     on_cpu = torch.device(device).type == "cpu"
     if need_weights or config.shaw_values:
         return AttentionPath.EXPLICIT
-    if requested in KERNEL_BACKENDS:
+    if requested in KERNEL_BACKENDS and kernel_runs_on(requested, device):
         return KERNEL_BACKENDS[requested]
     if on_cpu and dropout > 0:
         return AttentionPath.CHUNKED
@@ -81,13 +91,30 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
 
 
 # --attention-backend: the SDPA kernel on CUDA ("auto": torch's choice but for a learned bias, below), or
-# a kernel that takes the bias apart from the padding: the plugin's Triton kernel, or FlexAttention
+# a kernel that takes the bias apart from the padding: the plugin's Triton kernel, FlexAttention, or cuDNN's
+# fused attention as a graph of the cuDNN frontend
 SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                  "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 TRITON_BACKEND = "triton"
 FLEX_BACKEND = "flex"
-KERNEL_BACKENDS = {TRITON_BACKEND: AttentionPath.TRITON, FLEX_BACKEND: AttentionPath.FLEX}
+CUDNN_GRAPH_BACKEND = "cudnn-graph"
+KERNEL_BACKENDS = {TRITON_BACKEND: AttentionPath.TRITON, FLEX_BACKEND: AttentionPath.FLEX,
+                   CUDNN_GRAPH_BACKEND: AttentionPath.CUDNN_GRAPH}
 ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, *KERNEL_BACKENDS)
+# The kernels that read Shaw keys' and DeBERTa's (B, H, T, R) products by offset
+RELATIVE_PRODUCT_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
+
+
+def kernel_runs_on(requested, device):
+    """Whether the kernel of ``--attention-backend requested`` runs a forward on ``device``: every one on
+    CUDA; on CPU the Triton kernel through Triton's interpreter (``TRITON_INTERPRET=1``, the tests) and
+    FlexAttention without gradients (it has no CPU backward). Elsewhere the CPU paths run, so that a model
+    trained on a GPU with a kernel backend is evaluated or fine-tuned on a CPU as it is."""
+    if torch.device(device).type == "cuda":
+        return True
+    if requested == TRITON_BACKEND:
+        return os.environ.get("TRITON_INTERPRET") == "1"
+    return requested == FLEX_BACKEND and not torch.is_grad_enabled()
 
 
 def sdpa_backends(device, config, requested="auto"):
@@ -104,22 +131,41 @@ def sdpa_backends(device, config, requested="auto"):
     return None
 
 
+def backend_note(requested):
+    """What a user of ``--attention-backend requested`` should know where torch sees no CUDA device (the
+    CPU paths run in the kernel's place, :func:`kernel_runs_on`), or None."""
+    if requested in KERNEL_BACKENDS and not torch.cuda.is_available():
+        return (f"--attention-backend {requested} names a CUDA kernel and torch sees no CUDA device: the CPU "
+                "attention paths run in its place (the same attention)")
+    return None
+
+
+def cudnn_frontend_installed():
+    """Whether the cuDNN frontend's Python package (``import cudnn``) is installed (not imported here)."""
+    return find_spec("cudnn") is not None
+
+
 def backend_problem(requested, config, attention_dropout):
     """Why ``--attention-backend requested`` cannot run a model of ``config`` with ``attention_dropout``
     (``--attention-dropout``), or None: the Triton kernel and FlexAttention add no Shaw value vectors,
-    FlexAttention has no attention dropout, the Triton kernel needs Triton."""
-    if requested not in KERNEL_BACKENDS:
-        return None
+    cuDNN's graph no term that depends on the content (Shaw, DeBERTa), FlexAttention has no attention
+    dropout, and each kernel needs its package."""
     flag = f"--attention-backend {requested}"
-    if config.shaw_values:
+    if requested in (TRITON_BACKEND, FLEX_BACKEND) and config.shaw_values:
         return (f"{flag} does not add Shaw value vectors, which need the attention probabilities: add "
                 "--shaw-keys-only, or use --attention-backend auto")
+    if requested == CUDNN_GRAPH_BACKEND and (config.shaw_table is not None or config.deberta):
+        return (f"{flag} takes one bias shared by the batch, not the terms of --rel-pos {config.rel_pos}, "
+                "which depend on the content: use --attention-backend triton (it reads Shaw keys and "
+                "DeBERTa's terms inside its kernel) or auto")
     if requested == FLEX_BACKEND and attention_dropout > 0:
         return (f"{flag} runs no attention dropout (FlexAttention has none), but --attention-dropout is "
                 f"{attention_dropout}: pass --attention-dropout 0 (evaluation drops nothing anyway), or use "
                 "--attention-backend triton, which applies it")
     if requested == TRITON_BACKEND and find_spec("triton") is None:
         return f"{flag} needs Triton, which is not installed: pip install triton"
+    if requested == CUDNN_GRAPH_BACKEND and not cudnn_frontend_installed():
+        return f"{flag} needs the cuDNN frontend, which is not installed: pip install nvidia-cudnn-frontend"
     return None
 
 
@@ -130,7 +176,8 @@ def fold_untied_term(path, config):
     at T = 512 on CPU: 1.19 x BERT-A's factored, 1.04 x folded), and wherever the T5 bias is added in
     every layer anyway (the untied product joins it for free). On SDPA without a T5 bias (a GPU, or no
     gradients) it stays factored: on a GPU the widened heads keep cuDNN's kernel, where a learned bias
-    takes the memory-efficient one. The Triton kernel and FlexAttention take one dense bias: folded."""
+    takes the memory-efficient one. The Triton kernel, FlexAttention and cuDNN's graph take one dense
+    bias: folded."""
     dense_bias_paths = (AttentionPath.EXPLICIT, AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH,
                         *KERNEL_BACKENDS.values())
     return path in dense_bias_paths or config.t5_bias
@@ -162,12 +209,12 @@ class AttentionPlan:
     def relative_products(self):
         """Whether Shaw keys and DeBERTa's terms reach the kernel as (B, H, T, R) products read by offset
         (the Triton kernel, FlexAttention), rather than gathered into the (B, H, T, T) mask."""
-        return self.path in KERNEL_BACKENDS.values()
+        return self.path in RELATIVE_PRODUCT_PATHS
 
     @property
     def padding_as_lengths(self):
         """Whether key padding reaches the kernel as row lengths, apart from the bias (the Triton kernel,
-        FlexAttention), rather than in the mask."""
+        FlexAttention, cuDNN's graph), rather than in the mask."""
         return self.path in KERNEL_BACKENDS.values()
 
 

@@ -1,14 +1,19 @@
 """BERT-style encoder stack: word embeddings (+ absolute PE), then layers sharing one PositionalTerm."""
 
+import logging
+
 from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
-from ..attention.paths import backend_problem, plan_attention
+from ..attention.paths import backend_note, backend_problem, plan_attention
 from ..encodings.absolute_position import build_absolute_position
 from ..encodings.position_config import PositionConfig, PositionFlagError
 from ..encodings.positional_term import SharedPositionalTerm
 from .encoder_layer import PositionalEncoderLayer
 from .enhanced_mask_decoder import build_enhanced_mask_decoder
+
+
+logger = logging.getLogger(__name__)
 
 
 class PositionalTransformerEncoder(nn.Module):
@@ -33,6 +38,9 @@ class PositionalTransformerEncoder(nn.Module):
         problem = backend_problem(self.attention_backend, self.config, self.attention_dropout)
         if problem:
             raise PositionFlagError(problem)
+        note = backend_note(self.attention_backend)
+        if note:
+            logger.warning(note)
         self.embed_tokens = embed_tokens
         self.embed_positions = build_absolute_position(self.config)
         self.layernorm_embedding = LayerNorm(embed_dim) if args.layernorm_embedding else None

@@ -64,7 +64,11 @@ def add_args(parser):
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
         "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities); "
         "flex: PyTorch's FlexAttention (compiled on CUDA) adding the same terms in its score_mod, without "
-        "attention dropout (needs --attention-dropout 0; on CPU it runs without gradients only: evaluation)",
+        "attention dropout (needs --attention-dropout 0; on CPU it runs without gradients only: evaluation); "
+        "cudnn-graph: cuDNN's fused attention built as a graph by the cuDNN frontend (pip install "
+        "nvidia-cudnn-frontend; cudnn is torch's own cuDNN kernel, which takes the mask with the padding): a "
+        "learned bias shared by the batch with its gradient summed over the batch by cuDNN, padding as row "
+        "lengths, attention dropout, fp16/bf16 only, no Shaw or DeBERTa terms",
     )
     parser.add_argument(
         "--allow-skipped-data",
