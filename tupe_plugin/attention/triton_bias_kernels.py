@@ -37,20 +37,9 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRel, QOff, KRel, KOff,
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
         v = tl.load(V + b * sv_b + h * sv_h + cols[:, None] * sv_t + dims[None, :],
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
-        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        pair_ok = row_ok[:, None] & col_ok[None, :]
-        if HAS_BIAS:
-            logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
-                              mask=pair_ok, other=0.0).to(tl.float32)
-        if HAS_QREL:
-            q_rows = table_rows(QOff, rows, cols, pair_ok, seq_len)
-            logits += tl.load(QRel + b * sqr_b + h * sqr_h + rows[:, None] * sqr_t + q_rows, mask=pair_ok,
-                              other=0.0).to(tl.float32)
-        if HAS_KREL:
-            k_rows = table_rows(KOff, rows, cols, pair_ok, seq_len)
-            logits += tl.load(KRel + b * skr_b + h * skr_h + cols[None, :] * skr_t + k_rows, mask=pair_ok,
-                              other=0.0).to(tl.float32)
-        logits = tl.where((cols < length)[None, :], logits, MASKED)
+        logits, _, _, _ = tile_logits(
+            q, k, Bias, QRel, QOff, KRel, KOff, b, h, rows, cols, row_ok, col_ok, length, seq_len, scale,
+            sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS, HAS_QREL, HAS_KREL, PRECISION)
         new_max = tl.maximum(row_max, tl.max(logits, 1))
         probs = tl.exp(logits - new_max[:, None])
         rescale = tl.exp(row_max - new_max)
@@ -66,6 +55,32 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRel, QOff, KRel, KOff,
     tl.store(Out + b * so_b + h * so_h + rows[:, None] * so_t + dims[None, :], out.to(Out.dtype.element_ty),
              mask=row_ok[:, None] & dim_ok[None, :])
     tl.store(Lse + batch_head * seq_len + rows, row_max + tl.log(row_sum), mask=row_ok)
+
+
+@triton.jit
+def tile_logits(q, k, Bias, QRel, QOff, KRel, KOff, b, h, rows, cols, row_ok, col_ok, length, seq_len, scale,
+                sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS: tl.constexpr,
+                HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr, PRECISION: tl.constexpr):
+    """The logits of a tile of queries ``rows`` (their ``q``) and keys ``cols`` (their ``k``): scale q k^T,
+    the shared bias, the relative products read by offset, keys past ``length`` masked. Also returns the
+    pairs inside the input and the table rows the pairs read in the query-side and key-side products
+    (0 without them), which the backward adds the products' gradients onto."""
+    logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    pair_ok = row_ok[:, None] & col_ok[None, :]
+    q_rows = 0
+    k_rows = 0
+    if HAS_BIAS:
+        logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
+                          mask=pair_ok, other=0.0).to(tl.float32)
+    if HAS_QREL:
+        q_rows = table_rows(QOff, rows, cols, pair_ok, seq_len)
+        logits += tl.load(QRel + b * sqr_b + h * sqr_h + rows[:, None] * sqr_t + q_rows, mask=pair_ok,
+                          other=0.0).to(tl.float32)
+    if HAS_KREL:
+        k_rows = table_rows(KOff, rows, cols, pair_ok, seq_len)
+        logits += tl.load(KRel + b * skr_b + h * skr_h + cols[None, :] * skr_t + k_rows, mask=pair_ok,
+                          other=0.0).to(tl.float32)
+    return tl.where((cols < length)[None, :], logits, MASKED), pair_ok, q_rows, k_rows
 
 
 @triton.jit
@@ -125,20 +140,9 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
                            mask=rows_tile, other=0.0)
         lse = tl.load(Lse + batch_head * seq_len + rows, mask=row_ok, other=0.0)
         delta = tl.load(Delta + batch_head * seq_len + rows, mask=row_ok, other=0.0)
-        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        pair_ok = row_ok[:, None] & col_ok[None, :]
-        if HAS_BIAS:
-            logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
-                              mask=pair_ok, other=0.0).to(tl.float32)
-        if HAS_QREL:
-            q_rows = table_rows(QOff, rows, cols, pair_ok, seq_len)
-            logits += tl.load(QRel + b * sqr_b + h * sqr_h + rows[:, None] * sqr_t + q_rows, mask=pair_ok,
-                              other=0.0).to(tl.float32)
-        if HAS_KREL:
-            k_rows = table_rows(KOff, rows, cols, pair_ok, seq_len)
-            logits += tl.load(KRel + b * skr_b + h * skr_h + cols[None, :] * skr_t + k_rows, mask=pair_ok,
-                              other=0.0).to(tl.float32)
-        logits = tl.where((cols < length)[None, :], logits, MASKED)
+        logits, pair_ok, q_rows, k_rows = tile_logits(
+            q, k, Bias, QRel, QOff, KRel, KOff, b, h, rows, cols, row_ok, col_ok, length, seq_len, scale,
+            sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS, HAS_QREL, HAS_KREL, PRECISION)
         probs = tl.exp(logits - lse[:, None])
         grad_probs = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
         dropped = probs
