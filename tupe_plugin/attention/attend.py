@@ -16,7 +16,7 @@ from .clipped_distances import distance_sums
 from .cpu_kernels import BiasedFlashAttention, ChunkedAttention
 from .dropout import keep_mask, keep_probability
 from .paths import AttentionPath
-from .triton_bias_attention import biased_attention
+from .triton_bias_attention import biased_attention, offsets_of
 
 
 def sdpa_mask(mask, dtype):
@@ -36,15 +36,16 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
     learned dense bias on BIASED_FLASH, see :func:`choose_path`; on TRITON the (1, H, T, T) bias shared
     by the batch, without padding, which ``key_lengths`` (B,) gives); ``value_table`` (2K + 1, d) and its
-    (T, T) ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path only);
+    (T, T) ``value_index`` add Shaw value vectors ``sum_j alpha_ij a_{clip(j-i)}`` (explicit and Triton
+    paths: they need the probabilities);
     ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses); ``relative``
     the Shaw key or DeBERTa terms as (B, H, T, R) products that the Triton kernel reads by offset
     (:class:`~.triton_bias_attention.RelativeProducts`; TRITON only, the other paths take them in the mask).
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
-    if value_table is not None:
-        raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
+    if value_table is not None and path is not AttentionPath.TRITON:
+        raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT or TRITON")
     if relative is not None and path is not AttentionPath.TRITON:
         raise ValueError("relative products are read by the Triton kernel only: the other paths take them "
                          "gathered into the mask")
@@ -53,7 +54,9 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     if path is AttentionPath.CHUNKED:
         return ChunkedAttention.apply(q, k, v, mask, scale, dropout), None
     if path is AttentionPath.TRITON:
-        return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative), None
+        value_offsets = None if value_table is None else offsets_of(value_index)
+        return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative,
+                                value_table=value_table, value_offsets=value_offsets), None
     with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask(mask, q.dtype), dropout_p=dropout,
                                              scale=scale)

@@ -21,10 +21,11 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   apart from the bias: no (B, H, T, T) mask) and attention dropout; the terms that depend on the content,
   Shaw keys and DeBERTa's c2p and p2c, reach it as the (B, H, T, R) products of q (and k) with the R
   table rows, read inside the kernel by the pair's offset (``relative_products``), where the other paths
-  gather them into a (B, H, T, T) mask; not Shaw value vectors, which need the probabilities;
+  gather them into a (B, H, T, T) mask; Shaw value vectors as the kernel's (B, H, T, 2K + 1) sums of the
+  probabilities by clipped distance, times the table;
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
-  (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
-  ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
+  (``need_weights``; Shaw value vectors off the Triton kernel), and on CPU for a learned dense bias without
+  dropout when ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
   B H T^2 numbers a layer, are at most the layer's hidden states (B T H d_h): the memory bound of the
   choice (at twice, T = 128 with d_h = 64, the peak memory of a training step was 1.059 x BERT-A's at
   B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). ``benchmarks/benchmark_attention.py``
@@ -62,10 +63,12 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
     ``requested`` the ``--attention-backend``.
     """
     on_cpu = torch.device(device).type == "cpu"
-    if need_weights or config.shaw_values:
+    if need_weights:
         return AttentionPath.EXPLICIT
     if requested == TRITON_BACKEND:
         return AttentionPath.TRITON
+    if config.shaw_values:
+        return AttentionPath.EXPLICIT
     if on_cpu and dropout > 0:
         return AttentionPath.CHUNKED
     if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
@@ -99,9 +102,6 @@ def sdpa_backends(device, config, requested="auto"):
 
 def triton_backend_problem(config):
     """Why ``--attention-backend triton`` cannot run a model of ``config``, or None."""
-    if config.shaw_values:
-        return ("--attention-backend triton does not add Shaw value vectors, which need the attention "
-                "probabilities: add --shaw-keys-only, or use --attention-backend auto")
     if find_spec("triton") is None:
         return "--attention-backend triton needs Triton, which is not installed: pip install triton"
     return None

@@ -62,7 +62,8 @@ def add_args(parser):
         "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
         "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
-        "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities)",
+        "the table rows, Shaw value vectors from its sums of the probabilities by clipped distance (no "
+        "(B, H, T, T) tensor)",
     )
     parser.add_argument(
         "--allow-skipped-data",
