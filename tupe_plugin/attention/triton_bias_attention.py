@@ -81,7 +81,8 @@ def offsets_of(index):
 def band_half_width(offsets):
     """The smallest W >= 1 such that every offset d >= W reads the last entry of ``offsets`` (2T - 1,) (the
     row of the farthest key after the query) and every d <= -W the first: for Shaw's clip(j - i, -K, K) + K,
-    K (T where T <= K). A (1,) int32 tensor on the offsets' device, computed there (no synchronisation)."""
+    K (T - 1 where T <= K). A (1,) int32 tensor on the offsets' device, computed there (no
+    synchronisation)."""
     seq_len = (offsets.numel() + 1) // 2
     distances = torch.arange(1, seq_len + 1, device=offsets.device)
     differs = (offsets[seq_len - 1:] != offsets[-1]) | (offsets[:seq_len].flip(0) != offsets[0])
