@@ -22,7 +22,8 @@ Contenders (``--contenders``):
   DeBERTa, two such q-against-a-table terms per layer, is compared with);
 * ``triton_PRESET``: the preset on ``--attention-backend triton``; for Shaw keys (``triton_keys_bert_rpe``)
   and DeBERTa (``triton_deberta``) the relative terms are read inside the kernel from q's (and k's)
-  products with the table rows.
+  products with the table rows, and Shaw value vectors (``triton_bert_rpe``) from the kernel's sums of
+  the probabilities by clipped distance.
 
 Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` over one step. On CPU no allocator keeps
 a peak, and RSS deltas mostly show glibc's caching; the step is instead run once more under
@@ -185,9 +186,6 @@ def check_contender(name):
     if name.startswith((PLAIN_PREFIX, SDPA_PREFIX)) and shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
-    if name.startswith(TRITON_PREFIX) and shaw_preset(preset) and not shaw_keys_only(name):
-        raise SystemExit(f"--contenders {name}: the Triton kernel adds Shaw keys, not value vectors: "
-                         f"{TRITON_PREFIX}{SHAW_KEYS_PREFIX}{preset}")
     if shaw_keys_only(name) and not shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: keys_ adds --shaw-keys-only to a Shaw preset (bert_rpe, "
                          f"bert_sin_rpe, ...), and {preset} has no Shaw vectors")
