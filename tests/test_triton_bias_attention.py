@@ -379,3 +379,28 @@ def test_in_half_precision_relative_products_stay_within_the_cuda_tolerances_of_
     for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
                          gradients(expected, (q, k, v, query_products, key_products), grad_out)):
         assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_shaw_value_vectors_stay_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    """Shaw keys and values (K = 16, one table) at a base-size head, with padding and dropout, against the
+    float32 twin under the kernel's keep-mask: the sums by distance stay float32 inside the kernel."""
+    q, k, v, _ = inputs(2, 4, 192, 64, with_bias=False)
+    generator = torch.Generator().manual_seed(2)
+    index = toeplitz_index(192, -16, 16)
+    table = (0.1 * torch.randn(33, 64, generator=generator)).to(DEVICE).requires_grad_()
+    query_products = torch.randn(2, 4, 192, 33, generator=generator).to(DEVICE).requires_grad_()
+    lengths = torch.tensor([192, 77], device=DEVICE)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, query_products, table)]
+    out = biased_attention(*half[:3], None, lengths, 0.125, 0.1, seed=3,
+                           relative=RelativeProducts(half[3], offsets_of(index)), value_table=half[4],
+                           value_offsets=offsets_of(index))
+    keep = keep_mask(q.shape, 0.1, 3, DEVICE)
+    expected = twin(q, k, v, query_products.gather(-1, index.expand(2, 4, -1, -1)), lengths, 0.125, keep, 0.1,
+                    table, index)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
+                         gradients(expected, (q, k, v, query_products, table), grad_out)):
+        assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
