@@ -99,7 +99,8 @@ def _product_rows(products, offsets, device):
 
 class TritonBiasedAttention(torch.autograd.Function):
     """See the module docstring; ``bias`` (H, T, T) or None, ``key_lengths`` (B,) or None, the relative
-    products and offsets of :class:`RelativeProducts` (or None)."""
+    products and offsets of :class:`RelativeProducts` (or None), Shaw's value table and its offsets (or
+    None)."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, key_lengths, scale, dropout, seed, query_products=None,
