@@ -22,7 +22,8 @@ Contenders (``--contenders``):
   DeBERTa, two such q-against-a-table terms per layer, is compared with);
 * ``triton_PRESET``: the preset on ``--attention-backend triton``; for Shaw keys (``triton_keys_bert_rpe``)
   and DeBERTa (``triton_deberta``) the relative terms are read inside the kernel from q's (and k's)
-  products with the table rows;
+  products with the table rows, and Shaw value vectors (``triton_bert_rpe``) from the kernel's sums of
+  the probabilities by clipped distance.
 * ``flex_PRESET``: the preset on ``--attention-backend flex`` (PyTorch's FlexAttention, compiled, the same
   terms in its score_mod; ``flex_keys_bert_rpe``, ``flex_deberta`` as for triton_): it has no attention
   dropout and no backward on CPU, so it runs with ``--attention-dropout 0 --device cuda`` only.
@@ -226,9 +227,8 @@ def check_contender(name):
     preset = preset_of(name)
     if name != "roberta" and preset not in POSITION_PRESETS:
         raise SystemExit(f"unknown contender {name!r} in --contenders: use roberta, one of "
-                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / flex_ / cudnn_ / keys_ + "
-                         "one of "
-                         "them")
+                         f"{sorted(POSITION_PRESETS)}, or plain_ / sdpa_ / triton_ / flex_ / cudnn_ / "
+                         "keys_ + one of them")
     if name.startswith((PLAIN_PREFIX, SDPA_PREFIX)) and shaw_preset(preset):
         raise SystemExit(f"--contenders {name}: the plain and SDPA variants cover content-free "
                          "terms; Shaw presets choose their own attention path")
@@ -236,7 +236,7 @@ def check_contender(name):
     if prefix == CUDNN_PREFIX and (shaw_preset(preset) or preset_config(preset).deberta):
         raise SystemExit(f"--contenders {name}: cuDNN's graph takes one bias shared by the batch, not Shaw's "
                          f"or DeBERTa's terms: the {TRITON_PREFIX} variant reads them")
-    if prefix and shaw_preset(preset) and not shaw_keys_only(name):
+    if prefix == FLEX_PREFIX and shaw_preset(preset) and not shaw_keys_only(name):
         raise SystemExit(f"--contenders {name}: {BACKEND_PREFIXES[prefix][1]} adds Shaw keys, not value "
                          f"vectors: {prefix}{SHAW_KEYS_PREFIX}{preset}")
     if shaw_keys_only(name) and not shaw_preset(preset):

@@ -30,10 +30,13 @@ runs on CUDA (:mod:`tupe_plugin.attention.triton_rotary`). The terms that depend
 on the content run twice each: ``sdpa-shaw`` (Shaw keys, K = 64, as ``--attention-backend auto`` runs them:
 q's products with the 2K + 1 rows gathered into a (B, H, T, T) mask for the memory-efficient kernel) beside
 ``triton-shaw`` (the same products read by offset inside the Triton kernel, ``--attention-backend
-triton``), and ``sdpa-deberta`` / ``triton-deberta`` for DeBERTa's c2p and p2c (the released 512-row span:
-every table row a length reaches, as the plugin's layers project them); without dropout, ``flex-shaw`` and
-``flex-deberta`` read the same products by offset in FlexAttention's score_mod (``--attention-backend
-flex``).
+triton``), ``explicit-shaw-values`` (Shaw keys and value vectors from one table, as ``--attention-backend
+auto`` runs them: the keys' products gathered into the mask of the explicit path, which keeps the
+probabilities for the value term) beside ``triton-shaw-values`` (keys read by offset, the value term from
+the kernel's sums of the probabilities by clipped distance), and ``sdpa-deberta`` / ``triton-deberta`` for
+DeBERTa's c2p and p2c (the released 512-row span: every table row a length reaches, as the plugin's layers
+project them); without dropout, ``flex-shaw`` and ``flex-deberta`` read the same products
+by offset in FlexAttention's score_mod (``--attention-backend flex``).
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
@@ -70,7 +73,8 @@ from tupe_plugin.encodings.shaw_position import clipped_index  # noqa: E402
 PATHS = ("sdpa", "biased-flash", "explicit", "chunked")
 DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
 ROPE_PATHS = ("sdpa-rope", "sdpa-rope-triton")
-RELATIVE_PATHS = ("sdpa-shaw", "triton-shaw", "flex-shaw", "sdpa-deberta", "triton-deberta", "flex-deberta")
+RELATIVE_PATHS = ("sdpa-shaw", "triton-shaw", "flex-shaw", "explicit-shaw-values", "triton-shaw-values",
+                  "sdpa-deberta", "triton-deberta", "flex-deberta")
 CUDNN_GRAPH_PATH = "cudnn-graph-bias"
 CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", CUDNN_GRAPH_PATH, "flex-bias",
               *ROPE_PATHS, *RELATIVE_PATHS)
@@ -149,18 +153,23 @@ def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
 
 
 def relative_attention(path, q, k, v, scale, dropout, relative):
-    """One layer's attention of Shaw keys or DeBERTa (``relative``: :func:`relative_inputs`) on the SDPA
-    path, the terms gathered into the mask as the layer does on ``--attention-backend auto``, or on the
-    Triton kernel or FlexAttention, reading the products by offset."""
+    """One layer's attention of Shaw keys (and values, ``-shaw-values``) or DeBERTa (``relative``:
+    :func:`relative_inputs`) on the SDPA or explicit path, the terms gathered into the mask as the layer does
+    on ``--attention-backend auto``, or on the Triton kernel or FlexAttention, reading the products by
+    offset."""
     backends = sdpa_backends(q.device, LEARNED_BIAS)
     kernel = AttentionPath.TRITON if path.startswith("triton") else AttentionPath.FLEX
-    if path.endswith("shaw"):
+    if "-shaw" in path:
         table, index = relative["shaw"]
+        values = table if path.endswith("-values") else None
         products = torch.matmul(q * scale, table.t())
+        if path == "explicit-shaw-values":
+            mask = ClippedDistanceScores.apply(products, index)
+            return attend(AttentionPath.EXPLICIT, q, k, v, mask, scale, dropout, values, index)[0]
         if path.startswith("sdpa"):
             mask = ClippedDistanceScores.apply(products, index)
             return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
-        return attend(kernel, q, k, v, None, scale, dropout,
+        return attend(kernel, q, k, v, None, scale, dropout, values, index,
                       relative=RelativeProducts(products, offsets_of(index)))[0]
     query_rows, key_rows, index, offsets, p2c_index, p2c_offsets = relative["deberta"]
     if path.startswith("sdpa"):
@@ -250,7 +259,7 @@ def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, rope=None, rela
 def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
     """Bytes a path keeps from forward to backward beyond q, k, v and the output (float32)."""
     logits = batch * heads * seq_len * seq_len
-    if path == "explicit":  # the probabilities; with dropout the dropped ones and the keep-mask too
+    if path.startswith("explicit"):  # the probabilities; with dropout the dropped ones and the keep-mask too
         return 4 * logits + (5 * logits if dropout else 0)
     if path.startswith("chunked"):  # the probabilities, and the keep-mask (a byte each) with dropout
         return 4 * logits + (logits if dropout else 0)
@@ -259,6 +268,8 @@ def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
         return 4 * logits + lse
     if path in ("triton-shaw", "flex-shaw"):  # q's products with the 2K + 1 rows
         return 4 * batch * heads * seq_len * (2 * SHAW_MAX_DISTANCE + 1) + lse
+    if path == "triton-shaw-values":  # and the probabilities' sums by clipped distance
+        return 8 * batch * heads * seq_len * (2 * SHAW_MAX_DISTANCE + 1) + lse
     if path in ("triton-deberta", "flex-deberta"):  # q's and k's products with the rows the length reaches
         return 8 * batch * heads * seq_len * min(2 * seq_len - 1, 2 * DEBERTA_SPAN) + lse
     # sdpa, biased-flash, the CUDA kernels: the rows' log-sum-exp, from which the backward recomputes P

@@ -190,14 +190,19 @@ def test_keys_contender_is_a_shaw_preset_with_keys_only_and_refused_for_others(t
         benchmark.main(["--contenders", "bert_a", "keys_bert_a", "--json", os.devnull])
 
 
-def test_triton_contenders_of_shaw_keys_and_deberta_run_on_the_kernel_and_shaw_values_are_refused(tmp_path):
+def test_triton_contenders_of_shaw_keys_and_deberta_run_on_the_kernel(tmp_path):
     contender, _ = _contender(tmp_path, "triton_keys_bert_rpe")
     encoder = contender.model.encoder.sentence_encoder
     assert encoder.attention_backend == "triton" and not encoder.config.shaw_values
     assert benchmark.preset_of("triton_keys_bert_rpe") == "bert_rpe"
     benchmark.check_contender("triton_deberta")
-    with pytest.raises(SystemExit, match="the Triton kernel adds Shaw keys, not value vectors"):
-        benchmark.check_contender("triton_bert_rpe")
+
+
+def test_a_triton_contender_of_shaw_values_trains_on_the_kernel(tmp_path):
+    contender, sample = _contender(tmp_path, "triton_bert_rpe")
+    assert contender.model.encoder.sentence_encoder.config.shaw_values
+    assert contender.attention_path() == "triton"
+    assert torch.isfinite(contender.step(sample))
 
 
 def test_flex_contenders_run_on_flexattention_with_shaw_keys_and_deberta_and_shaw_values_are_refused(
@@ -415,15 +420,19 @@ def test_attention_mode_on_cuda_without_a_cuda_device_names_the_flag(capsys, mon
     assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("term", ["shaw", "deberta"])
-def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_the_triton_kernel(term):
-    """The GPU candidates of Shaw keys and DeBERTa, run here on CPU (SDPA's math kernel, Triton's
-    interpreter): the gathered mask and the products read by offset give one function."""
+@pytest.mark.parametrize("term, reference, candidate", [
+    ("shaw", "sdpa-shaw", "triton-shaw"), ("shaw", "explicit-shaw-values", "triton-shaw-values"),
+    ("deberta", "sdpa-deberta", "triton-deberta")])
+def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_the_triton_kernel(
+        term, reference, candidate):
+    """The GPU candidates of Shaw keys (and values) and DeBERTa, run here on CPU (SDPA's math kernel or the
+    explicit path, Triton's interpreter): the gathered mask (the kept probabilities) and the products read
+    by offset (the kernel's sums by distance) give one function."""
     q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, 20, 16)
     relative = benchmark_attention.relative_inputs(2, 20, 16, "cpu", torch.float32)
     tables = [t for t in relative[term] if t.requires_grad]
     results = []
-    for path in (f"sdpa-{term}", f"triton-{term}"):
+    for path in (reference, candidate):
         out = benchmark_attention.forward_backward(path, q, k, v, bias, grad_out, relative=relative)
         results.append([out] + [t.grad.clone() for t in (q, k, v, *tables)])
         for t in (q, k, v, *tables):

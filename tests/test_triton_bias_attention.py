@@ -1,26 +1,28 @@
 """The Triton kernel for a learned bias shared by the batch, against the equation step by step: forward and
-gradients (q, k, v, the batch-summed bias, the relative products of Shaw keys and DeBERTa read by offset),
-key padding as row lengths, attention dropout; models on it against the paper equations and the explicit
-path. Without a GPU the kernels run through Triton's interpreter (TRITON_INTERPRET=1, which
-tests/conftest.py sets)."""
+gradients (q, k, v, the batch-summed bias, the relative products of Shaw keys and DeBERTa read by offset,
+Shaw's value table), key padding as row lengths, attention dropout; models on it against the paper
+equations and the explicit path. Without a GPU the kernels run through Triton's interpreter
+(TRITON_INTERPRET=1, which tests/conftest.py sets)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
 from paper_equations import encoder_features
 
 from tupe_plugin.attention import paths, triton_bias_attention
 from tupe_plugin.attention.attend import add_mask_
 from tupe_plugin.attention.paths import AttentionPath
-from tupe_plugin.attention.triton_bias_attention import (RelativeProducts, biased_attention, keep_mask,
-                                                         offsets_of)
-from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.attention.triton_bias_attention import (RelativeProducts, band_half_width, biased_attention,
+                                                         keep_mask, offsets_of)
+from tupe_plugin.encodings.position_config import PositionConfig
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def twin(q, k, v, bias, lengths, scale, keep=None, dropout=0.0):
-    """softmax(scale q k^T + bias + padding) (times keep / (1 - p)) v, step by step."""
+def twin(q, k, v, bias, lengths, scale, keep=None, dropout=0.0, value_table=None, value_index=None):
+    """softmax(scale q k^T + bias + padding) (times keep / (1 - p)) v, step by step; with Shaw's
+    ``value_table`` each output gains sum_j P~_ij a_{value_index[i, j]} (Wang et al., Eq. 4)."""
     logits = scale * q @ k.transpose(-1, -2)
     if bias is not None:
         logits = logits + bias
@@ -30,7 +32,15 @@ def twin(q, k, v, bias, lengths, scale, keep=None, dropout=0.0):
     probs = torch.softmax(logits, -1)
     if keep is not None:
         probs = probs * keep / (1 - dropout)
-    return probs @ v
+    out = probs @ v
+    return out if value_table is None else out + shaw_value_term(probs, value_table, value_index, v.size(-1))
+
+
+def shaw_value_term(probs, value_table, value_index, width):
+    """sum_j probs_ij a_{index[i, j]} through the (T, T, d_a) vectors of every pair, zero-padded to
+    ``width``."""
+    per_pair = value_table[value_index]
+    return F.pad(torch.einsum("bhij,ijd->bhid", probs, per_pair), (0, width - value_table.size(-1)))
 
 
 def inputs(batch, heads, seq_len, head_dim, with_bias=True, seed=0):
@@ -113,6 +123,62 @@ def test_relative_products_read_by_offset_give_the_gathered_equation_and_its_gra
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("seq_len, max_distance, shaw_keys, dropout", [
+    (20, 3, True, 0.0),
+    (33, 40, False, 0.0),  # K beyond T: every pair within the band
+    (24, 2, True, 0.3),
+    (150, 5, False, 0.0)])  # several blocks of queries and keys, T not a multiple of the block
+def test_shaw_value_vectors_give_the_equation_and_its_gradients(seq_len, max_distance, shaw_keys, dropout):
+    """Shaw's value term (with and without the key term read by offset, with a learned bias, rows padded
+    shorter than K, a table narrower than the head) against the equation with the vectors of every pair
+    gathered; under dropout with the kernel's keep-mask."""
+    q, k, v, bias = inputs(3, 2, seq_len, 16, with_bias=max_distance < seq_len)
+    generator = torch.Generator().manual_seed(3)
+    index = toeplitz_index(seq_len, -max_distance, max_distance)
+    rows = 2 * max_distance + 1
+    table = torch.randn(rows, 8, generator=generator).to(DEVICE).requires_grad_()
+    query_products = torch.randn(3, 2, seq_len, rows, generator=generator).to(DEVICE).requires_grad_() \
+        if shaw_keys else None
+    lengths = torch.tensor([seq_len, seq_len - 7, 2], device=DEVICE) if max_distance < seq_len else None
+    relative = RelativeProducts(query_products, offsets_of(index)) if shaw_keys else None
+    out = biased_attention(q, k, v, bias, lengths, 0.3, dropout, seed=7, relative=relative, value_table=table,
+                           value_offsets=offsets_of(index))
+    logits_term = bias
+    if shaw_keys:
+        logits_term = logits_term + query_products.gather(-1, index.expand(3, 2, -1, -1))
+    keep = keep_mask(q.shape, dropout, 7, DEVICE) if dropout else None
+    expected = twin(q, k, v, logits_term, lengths, 0.3, keep, dropout, table, index)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    tensors = (q, k, v, bias, table, query_products)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_value_vectors_by_any_index_of_the_offset_alone_give_the_equation_and_its_gradients():
+    """A table row by |j - i| clipped at 3: both sides share rows and the two far ends one row, which the
+    kernel adds onto atomically."""
+    q, k, v, bias = inputs(2, 2, 40, 16)
+    positions = torch.arange(40, device=DEVICE)
+    index = (positions[None, :] - positions[:, None]).abs().clamp(max=3)
+    table = torch.randn(4, 16, generator=torch.Generator().manual_seed(4)).to(DEVICE).requires_grad_()
+    lengths = torch.tensor([40, 29], device=DEVICE)
+    out = biased_attention(q, k, v, bias, lengths, 0.3, value_table=table, value_offsets=offsets_of(index))
+    expected = twin(q, k, v, bias, lengths, 0.3, value_table=table, value_index=index)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    tensors = (q, k, v, bias, table)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("seq_len, max_distance, band", [(10, 3, 3), (4, 6, 3), (1, 3, 1)])
+def test_the_band_of_a_clipped_index_is_its_distance_within_the_length(seq_len, max_distance, band):
+    """K, or within shorter inputs the farthest offset T - 1 (which reads the end row); at least 1."""
+    index = toeplitz_index(seq_len, -max_distance, max_distance)
+    assert band_half_width(offsets_of(index)).tolist() == [band]
+
+
 def test_offsets_of_a_toeplitz_index_give_it_back():
     index = toeplitz_index(6, -2, 3)
     offsets = offsets_of(index)
@@ -165,9 +231,45 @@ def test_the_triton_backend_gets_its_path_with_the_untied_term_folded_and_paddin
     assert plan.fold_untied and plan.backends is None
 
 
-def test_the_triton_backend_refuses_shaw_value_vectors(dictionary):
-    with pytest.raises(PositionFlagError, match="--attention-backend triton does not add Shaw value vectors"):
-        build_model("bert_rpe_tiny", dictionary, attention_backend="triton")
+SHAW_VALUES = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="shaw-learned")
+
+
+@pytest.mark.parametrize("need_weights, expected", [(False, AttentionPath.TRITON),
+                                                     (True, AttentionPath.EXPLICIT)])
+def test_the_triton_backend_runs_shaw_value_vectors_unless_maps_are_wanted(need_weights, expected):
+    assert paths.choose_path("cuda", 0.1, need_weights, SHAW_VALUES, 64, "triton") is expected
+    assert paths.backend_problem("triton", SHAW_VALUES, 0.1) is None
+
+
+def test_shaw_keys_and_values_on_the_triton_backend_give_the_loss_and_gradients_of_auto(dictionary,
+                                                                                          monkeypatch):
+    """bert_rpe (Shaw keys and values, K = 3 < T) on the kernel, every layer, against the same weights on
+    --attention-backend auto (the explicit path on CPU): the masked LM loss and every gradient."""
+    fused = build_model("bert_rpe_tiny", dictionary, attention_backend="triton",
+                        shaw_max_distance=3).to(DEVICE)
+    auto = build_model("bert_rpe_tiny", dictionary, shaw_max_distance=3).to(DEVICE)
+    auto.load_state_dict(fused.state_dict())
+    tokens = random_tokens(dictionary, [9, 6, 2]).to(DEVICE)
+    targets = random_tokens(dictionary, [9, 6, 2], seed=1).to(DEVICE)
+    tables = []
+    original = triton_bias_attention.TritonBiasedAttention.apply
+    monkeypatch.setattr(triton_bias_attention.TritonBiasedAttention, "apply",
+                        lambda *a: tables.append(a[12]) or original(*a))
+
+    def loss_and_grads(model):
+        model.zero_grad()
+        logits = model(tokens)[0]
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                               ignore_index=dictionary.pad())
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    fused_loss, fused_grads = loss_and_grads(fused)
+    assert len(tables) == fused.args.encoder_layers and all(t is not None for t in tables)
+    auto_loss, auto_grads = loss_and_grads(auto)
+    assert len(tables) == fused.args.encoder_layers
+    torch.testing.assert_close(fused_loss, auto_loss, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, auto_grads)
 
 
 SHAW_KEYS = {"shaw_keys_only": True, "shaw_max_distance": 3}
@@ -276,4 +378,29 @@ def test_in_half_precision_relative_products_stay_within_the_cuda_tolerances_of_
     grad_out = torch.randn_like(expected)
     for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
                          gradients(expected, (q, k, v, query_products, key_products), grad_out)):
+        assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_shaw_value_vectors_stay_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    """Shaw keys and values (K = 16, one table) at a base-size head, with padding and dropout, against the
+    float32 twin under the kernel's keep-mask: the sums by distance stay float32 inside the kernel."""
+    q, k, v, _ = inputs(2, 4, 192, 64, with_bias=False)
+    generator = torch.Generator().manual_seed(2)
+    index = toeplitz_index(192, -16, 16)
+    table = (0.1 * torch.randn(33, 64, generator=generator)).to(DEVICE).requires_grad_()
+    query_products = torch.randn(2, 4, 192, 33, generator=generator).to(DEVICE).requires_grad_()
+    lengths = torch.tensor([192, 77], device=DEVICE)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, query_products, table)]
+    out = biased_attention(*half[:3], None, lengths, 0.125, 0.1, seed=3,
+                           relative=RelativeProducts(half[3], offsets_of(index)), value_table=half[4],
+                           value_offsets=offsets_of(index))
+    keep = keep_mask(q.shape, 0.1, 3, DEVICE)
+    expected = twin(q, k, v, query_products.gather(-1, index.expand(2, 4, -1, -1)), lengths, 0.125, keep, 0.1,
+                    table, index)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
+                         gradients(expected, (q, k, v, query_products, table), grad_out)):
         assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())

@@ -17,8 +17,8 @@ from .cpu_kernels import BiasedFlashAttention, ChunkedAttention
 from .cudnn_graph_attention import cudnn_biased_attention
 from .dropout import keep_mask, keep_probability
 from .flex_bias_attention import flex_biased_attention
-from .paths import KERNEL_BACKENDS, AttentionPath
-from .triton_bias_attention import biased_attention
+from .paths import RELATIVE_PRODUCT_PATHS, AttentionPath
+from .triton_bias_attention import biased_attention, offsets_of
 
 
 def sdpa_mask(mask, dtype):
@@ -39,7 +39,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     learned dense bias on BIASED_FLASH, see :func:`choose_path`; on TRITON, FLEX and CUDNN_GRAPH the
     (1, H, T, T) bias shared by the batch, without padding, which ``key_lengths`` (B,) gives);
     ``value_table`` (2K + 1, d) and its (T, T) ``value_index`` add Shaw value vectors
-    ``sum_j alpha_ij a_{clip(j-i)}`` (explicit path only);
+    ``sum_j alpha_ij a_{clip(j-i)}`` (explicit and Triton
+    paths: they need the probabilities);
     ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses); ``relative``
     the Shaw key or DeBERTa terms as (B, H, T, R) products that the Triton kernel and FlexAttention read by
     offset (:class:`~.triton_bias_attention.RelativeProducts`; TRITON and FLEX only, the other paths take
@@ -47,9 +48,9 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
-    if value_table is not None:
-        raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT")
-    if relative is not None and path not in KERNEL_BACKENDS.values():
+    if value_table is not None and path is not AttentionPath.TRITON:
+        raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT or TRITON")
+    if relative is not None and path not in RELATIVE_PRODUCT_PATHS:
         raise ValueError("relative products are read by the Triton kernel and FlexAttention only: the other "
                          "paths take them gathered into the mask")
     if path is AttentionPath.BIASED_FLASH:
@@ -57,7 +58,9 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     if path is AttentionPath.CHUNKED:
         return ChunkedAttention.apply(q, k, v, mask, scale, dropout), None
     if path is AttentionPath.TRITON:
-        return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative), None
+        value_offsets = None if value_table is None else offsets_of(value_index)
+        return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative,
+                                value_table=value_table, value_offsets=value_offsets), None
     if path is AttentionPath.FLEX:
         if dropout > 0:
             raise ValueError(f"--attention-backend flex runs no attention dropout (FlexAttention has none), "

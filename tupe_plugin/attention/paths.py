@@ -21,19 +21,21 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   apart from the bias: no (B, H, T, T) mask) and attention dropout; the terms that depend on the content,
   Shaw keys and DeBERTa's c2p and p2c, reach it as the (B, H, T, R) products of q (and k) with the R
   table rows, read inside the kernel by the pair's offset (``relative_products``), where the other paths
-  gather them into a (B, H, T, T) mask; not Shaw value vectors, which need the probabilities;
+  gather them into a (B, H, T, T) mask; Shaw value vectors as the kernel's (B, H, T, 2K + 1) sums of the
+  probabilities by clipped distance, times the table;
 * ``FLEX`` (``--attention-backend flex``): :mod:`.flex_bias_attention`, PyTorch's FlexAttention (compiled
   on CUDA; eager, without gradients, elsewhere) with the terms TRITON takes, added by its ``score_mod``:
   the bias shared by the batch, the relative products read by offset, key padding as row lengths; no
-  attention dropout (refused at model build, :func:`backend_problem`), nor Shaw value vectors;
+  attention dropout (refused at model build, :func:`backend_problem`), nor Shaw value vectors, which
+  need the probabilities;
 * ``CUDNN_GRAPH`` (``--attention-backend cudnn-graph``): :mod:`.cudnn_graph_attention`, cuDNN's fused
   flash attention built as a graph by the cuDNN frontend (``nvidia-cudnn-frontend``; torch's own cuDNN
   SDPA kernel, given the (B, H, T, T) mask, is ``--attention-backend cudnn``), fp16 / bf16 only: the same
   learned bias shared by the batch with its batch-summed gradient, key padding as row lengths and attention
   dropout as TRITON; no relative products (Shaw, DeBERTa: :func:`backend_problem`);
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
-  (``need_weights``, Shaw value vectors), and on CPU for a learned dense bias without dropout when
-  ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
+  (``need_weights``; Shaw value vectors off the Triton kernel), and on CPU for a learned dense bias without
+  dropout when ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
   B H T^2 numbers a layer, are at most the layer's hidden states (B T H d_h): the memory bound of the
   choice (at twice, T = 128 with d_h = 64, the peak memory of a training step was 1.059 x BERT-A's at
   B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). ``benchmarks/benchmark_attention.py``
@@ -77,10 +79,12 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
     ``requested`` the ``--attention-backend``.
     """
     on_cpu = torch.device(device).type == "cpu"
-    if need_weights or config.shaw_values:
+    if need_weights:
         return AttentionPath.EXPLICIT
     if requested in KERNEL_BACKENDS and kernel_runs_on(requested, device):
         return KERNEL_BACKENDS[requested]
+    if config.shaw_values:
+        return AttentionPath.EXPLICIT
     if on_cpu and dropout > 0:
         return AttentionPath.CHUNKED
     if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
@@ -147,13 +151,13 @@ def cudnn_frontend_installed():
 
 def backend_problem(requested, config, attention_dropout):
     """Why ``--attention-backend requested`` cannot run a model of ``config`` with ``attention_dropout``
-    (``--attention-dropout``), or None: the Triton kernel and FlexAttention add no Shaw value vectors,
+    (``--attention-dropout``), or None: FlexAttention adds no Shaw value vectors,
     cuDNN's graph no term that depends on the content (Shaw, DeBERTa), FlexAttention has no attention
     dropout, and each kernel needs its package."""
     flag = f"--attention-backend {requested}"
-    if requested in (TRITON_BACKEND, FLEX_BACKEND) and config.shaw_values:
+    if requested == FLEX_BACKEND and config.shaw_values:
         return (f"{flag} does not add Shaw value vectors, which need the attention probabilities: add "
-                "--shaw-keys-only, or use --attention-backend auto")
+                "--shaw-keys-only, or use --attention-backend triton or auto")
     if requested == CUDNN_GRAPH_BACKEND and (config.shaw_table is not None or config.deberta):
         return (f"{flag} takes one bias shared by the batch, not the terms of --rel-pos {config.rel_pos}, "
                 "which depend on the content: use --attention-backend triton (it reads Shaw keys and "

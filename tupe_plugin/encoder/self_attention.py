@@ -6,7 +6,9 @@ ICLR 2021. Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v``
 ``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see
 :mod:`~tupe_plugin.encodings.positional_term`). Shaw
 relative vectors add ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered)
-to the mask, or hand the products to the Triton kernel, which reads them by offset, and their value term ``sum_j alpha_ij a_{j-i}`` to the output; DeBERTa's content-to-position
+to the mask, or hand the products to the Triton kernel, which reads them by offset, and their value term
+``sum_j alpha_ij a_{j-i}`` to the output (the table and its index handed to the explicit path or the
+Triton kernel, which need the probabilities); DeBERTa's content-to-position
 and position-to-content terms (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
 Attention", arXiv 2006.03654, Eq. 4) from q and k against the rows of the shared table projected by the
 layer (:mod:`~tupe_plugin.encodings.deberta_position`, :mod:`~tupe_plugin.attention.toeplitz_scores`; on the

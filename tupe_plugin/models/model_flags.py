@@ -62,13 +62,14 @@ def add_args(parser):
         "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
         "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
-        "the table rows (no (B, H, T, T) mask; not Shaw value vectors, which need the probabilities); "
-        "flex: PyTorch's FlexAttention (compiled on CUDA) adding the same terms in its score_mod, without "
-        "attention dropout (needs --attention-dropout 0; on CPU it runs without gradients only: evaluation); "
+        "the table rows, Shaw value vectors from its sums of the probabilities by clipped distance (no "
+        "(B, H, T, T) tensor); flex: PyTorch's FlexAttention (compiled on CUDA) adding the same terms in its "
+        "score_mod but Shaw value vectors, without attention dropout (needs --attention-dropout 0); "
         "cudnn-graph: cuDNN's fused attention built as a graph by the cuDNN frontend (pip install "
         "nvidia-cudnn-frontend; cudnn is torch's own cuDNN kernel, which takes the mask with the padding): a "
         "learned bias shared by the batch with its gradient summed over the batch by cuDNN, padding as row "
-        "lengths, attention dropout, fp16/bf16 only, no Shaw or DeBERTa terms",
+        "lengths, attention dropout, fp16/bf16 only, no Shaw or DeBERTa terms. Without a CUDA device the CPU "
+        "paths run in place of triton, flex and cudnn-graph",
     )
     parser.add_argument(
         "--allow-skipped-data",
