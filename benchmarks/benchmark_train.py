@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+import torch
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from benchmarks import paired, results_file  # noqa: E402
@@ -82,6 +84,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if (args.fp16 or args.bf16) and args.device != "cuda":
         parser.error("--fp16 and --bf16 train on a GPU here: add --device cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
     has_corpus = os.path.isfile(os.path.join(args.data, "dict.txt"))
     if args.random_tokens is not None and has_corpus:
         parser.error(f"--random-tokens: {args.data} holds a corpus already (dict.txt); name an empty or new "
@@ -112,7 +116,6 @@ def write_random_corpus(folder, tokens, seed=0):
     """``tokens`` random word ids as fairseq-preprocess writes a corpus: dict.txt and train.bin/.idx,
     documents of 1000 tokens."""
     import numpy as np
-    import torch
     from fairseq.data import indexed_dataset
 
     os.makedirs(folder, exist_ok=True)

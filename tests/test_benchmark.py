@@ -308,7 +308,9 @@ def test_random_tokens_make_a_corpus_fairseq_reads(tmp_path):
     assert dictionary.nspecial <= int(words.min()) and int(words.max()) < len(dictionary)
 
 
-def test_fairseq_train_mode_on_a_gpu_trains_in_the_asked_precision_on_the_asked_backend(tmp_path):
+def test_fairseq_train_mode_on_a_gpu_trains_in_the_asked_precision_on_the_asked_backend(tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     benchmark_train.write_random_corpus(str(tmp_path), 20000)
     args = benchmark_train.parse_args([str(tmp_path), "--device", "cuda", "--bf16",
                                        "--attention-backend", "triton"])
