@@ -17,8 +17,9 @@ from .cpu_kernels import BiasedFlashAttention, ChunkedAttention
 from .cudnn_graph_attention import cudnn_biased_attention
 from .dropout import keep_mask, keep_probability
 from .flex_bias_attention import flex_biased_attention
-from .paths import RELATIVE_PRODUCT_PATHS, AttentionPath
-from .triton_bias_attention import biased_attention, offsets_of
+from .paths import RELATIVE_OFFSET_PATHS, AttentionPath
+from .relative_terms import offsets_of
+from .triton_bias_attention import biased_attention
 
 
 def sdpa_mask(mask, dtype):
@@ -42,17 +43,18 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     ``sum_j alpha_ij a_{clip(j-i)}`` (explicit and Triton
     paths: they need the probabilities);
     ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses); ``relative``
-    the Shaw key or DeBERTa terms as (B, H, T, R) products that the Triton kernel and FlexAttention read by
-    offset (:class:`~.triton_bias_attention.RelativeProducts`; TRITON and FLEX only, the other paths take
-    them in the mask). FLEX runs no attention dropout.
+    the Shaw key or DeBERTa terms as their table rows read by offset
+    (:class:`~.relative_terms.RelativeRows`; TRITON and FLEX only, the other paths take them in the mask):
+    the Triton kernel multiplies them by q and k per tile, FLEX reads their (B, H, T, R) products
+    (:meth:`~.relative_terms.RelativeRows.products`). FLEX runs no attention dropout.
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
     if value_table is not None and path is not AttentionPath.TRITON:
         raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT or TRITON")
-    if relative is not None and path not in RELATIVE_PRODUCT_PATHS:
-        raise ValueError("relative products are read by the Triton kernel and FlexAttention only: the other "
-                         "paths take them gathered into the mask")
+    if relative is not None and path not in RELATIVE_OFFSET_PATHS:
+        raise ValueError("relative table rows are read by the Triton kernel and FlexAttention only: the "
+                         "other paths take their terms gathered into the mask")
     if path is AttentionPath.BIASED_FLASH:
         return BiasedFlashAttention.apply(q, k, v, mask, scale), None
     if path is AttentionPath.CHUNKED:
@@ -65,7 +67,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
         if dropout > 0:
             raise ValueError(f"--attention-backend flex runs no attention dropout (FlexAttention has none), "
                              f"got {dropout}: pass --attention-dropout 0")
-        return flex_biased_attention(q, k, v, mask, key_lengths, scale, relative), None
+        products = None if relative is None else relative.products(q, k, scale)
+        return flex_biased_attention(q, k, v, mask, key_lengths, scale, products), None
     if path is AttentionPath.CUDNN_GRAPH:
         return cudnn_biased_attention(q, k, v, mask, key_lengths, scale, dropout), None
     with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():

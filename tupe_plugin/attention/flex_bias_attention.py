@@ -6,7 +6,7 @@ kernel of :mod:`.triton_bias_attention` computes it without dropout: one bias (H
 (the shared term of TUPE Eq. 7-11, Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training",
 arXiv 2006.15595, or any learned bias of the offset), the content-dependent terms of Shaw keys and
 DeBERTa's c2p and p2c as their (B, H, T, R) products with the table rows
-(:class:`~.triton_bias_attention.RelativeProducts`: the pair (i, j) reads the row its offset j - i names)
+(:class:`~.relative_terms.RelativeProducts`: the pair (i, j) reads the row its offset j - i names)
 and the keys of row b past ``key_lengths[b]`` masked (right padding). All three are added to each logit by
 the ``score_mod`` (Dong, Feng, Guessous, Liang, He, "Flex Attention: A Programming Model for
 Generating Optimized Attention Kernels", arXiv 2412.05496) from tensors it captures, so no
@@ -36,7 +36,7 @@ import warnings
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from .triton_bias_attention import RelativeProducts
+from .relative_terms import RelativeProducts
 
 # A padded key's logit, the Triton kernel's: finite, so that a row of padded keys stays a number.
 MASKED = -1.0e30
@@ -76,7 +76,7 @@ def compiled_attention():
 def flex_biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, relative=None):
     """``softmax(scale q k^T + bias + relative + padding) v`` (B, H, T, D) on FlexAttention: ``bias`` the
     (1, H, T, T) or (H, T, T) bias shared by the batch (or None), ``key_lengths`` (B,) the unpadded length of
-    each row (or None), ``relative`` the :class:`~.triton_bias_attention.RelativeProducts` read by offset (or
+    each row (or None), ``relative`` the :class:`~.relative_terms.RelativeProducts` read by offset (or
     None)."""
     batch, heads, seq_len, head_dim = q.shape
     relative = relative or RelativeProducts()

@@ -19,13 +19,14 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
   with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
   apart from the bias: no (B, H, T, T) mask) and attention dropout; the terms that depend on the content,
-  Shaw keys and DeBERTa's c2p and p2c, reach it as the (B, H, T, R) products of q (and k) with the R
-  table rows, read inside the kernel by the pair's offset (``relative_products``), where the other paths
+  Shaw keys and DeBERTa's c2p and p2c, reach it as the R table rows, which the kernel multiplies by q (and
+  k) per tile, each pair reading the row of its offset (``relative_by_offset``), where the other paths
   gather them into a (B, H, T, T) mask; Shaw value vectors as the kernel's (B, H, T, 2K + 1) sums of the
   probabilities by clipped distance, times the table;
 * ``FLEX`` (``--attention-backend flex``): :mod:`.flex_bias_attention`, PyTorch's FlexAttention (compiled
   on CUDA; eager, without gradients, elsewhere) with the terms TRITON takes, added by its ``score_mod``:
-  the bias shared by the batch, the relative products read by offset, key padding as row lengths; no
+  the bias shared by the batch, the relative terms as the (B, H, T, R) products of q (and k) with the
+  table rows, read by offset, key padding as row lengths; no
   attention dropout (refused at model build, :func:`backend_problem`), nor Shaw value vectors, which
   need the probabilities;
 * ``CUDNN_GRAPH`` (``--attention-backend cudnn-graph``): :mod:`.cudnn_graph_attention`, cuDNN's fused
@@ -105,8 +106,9 @@ CUDNN_GRAPH_BACKEND = "cudnn-graph"
 KERNEL_BACKENDS = {TRITON_BACKEND: AttentionPath.TRITON, FLEX_BACKEND: AttentionPath.FLEX,
                    CUDNN_GRAPH_BACKEND: AttentionPath.CUDNN_GRAPH}
 ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, *KERNEL_BACKENDS)
-# The kernels that read Shaw keys' and DeBERTa's (B, H, T, R) products by offset
-RELATIVE_PRODUCT_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
+# The kernels that read Shaw keys' and DeBERTa's terms by offset (the table rows; FlexAttention their
+# products)
+RELATIVE_OFFSET_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
 
 
 def kernel_runs_on(requested, device):
@@ -210,10 +212,11 @@ class AttentionPlan:
     fused_rotary: bool = False
 
     @property
-    def relative_products(self):
-        """Whether Shaw keys and DeBERTa's terms reach the kernel as (B, H, T, R) products read by offset
-        (the Triton kernel, FlexAttention), rather than gathered into the (B, H, T, T) mask."""
-        return self.path in RELATIVE_PRODUCT_PATHS
+    def relative_by_offset(self):
+        """Whether Shaw keys and DeBERTa's terms reach the kernel as their table rows read by offset
+        (:class:`~.relative_terms.RelativeRows`: the Triton kernel, FlexAttention), rather than gathered into
+        the (B, H, T, T) mask."""
+        return self.path in RELATIVE_OFFSET_PATHS
 
     @property
     def padding_as_lengths(self):

@@ -10,9 +10,9 @@ MASKED = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRel, QOff, KRel, KOff, ValueSums, VOff, Band,
+def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRows, QOff, KRows, KOff, ValueSums, VOff, Band,
                    sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
-                   so_b, so_h, so_t, sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, v_width,
+                   so_b, so_h, so_t, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, v_width,
                    heads, seq_len, head_dim, scale, dropout, seed,
                    HAS_BIAS: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                    HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr, HAS_VALUES: tl.constexpr,
@@ -51,9 +51,11 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRel, QOff, KRel, KOff, Val
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
         v = tl.load(V + b * sv_b + h * sv_h + cols[:, None] * sv_t + dims[None, :],
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
-        logits, _, _, _ = tile_logits(
-            q, k, Bias, QRel, QOff, KRel, KOff, b, h, rows, cols, row_ok, col_ok, length, seq_len, scale,
-            sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS, HAS_QREL, HAS_KREL, PRECISION)
+        first = start - row_block * BLOCK_M - (BLOCK_M - 1)
+        logits, _ = tile_logits(
+            q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length, seq_len,
+            scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_QREL, HAS_KREL,
+            PRECISION, BLOCK_M, BLOCK_N)
         new_max = tl.maximum(row_max, tl.max(logits, 1))
         probs = tl.exp(logits - new_max[:, None])
         rescale = tl.exp(row_max - new_max)
@@ -79,16 +81,16 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRel, QOff, KRel, KOff, Val
         sums = ValueSums + batch_head * seq_len * v_width + rows * v_width
         tl.atomic_add(sums + tl.load(VOff), far_before * (kept_scale / row_sum), mask=row_ok)
         tl.atomic_add(sums + tl.load(VOff + 2 * seq_len - 2), far_after * (kept_scale / row_sum), mask=row_ok)
-        add_band_sums(q, K, Bias, QRel, QOff, KRel, KOff, sums, VOff, band, b, h, batch_head, rows, row_ok,
+        add_band_sums(q, K, Bias, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, batch_head, rows, row_ok,
                       dims, dim_ok, lse, length, seq_len, scale, dropout, kept_scale, seed, sk_b, sk_h, sk_t,
-                      sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS, HAS_DROPOUT,
+                      sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_DROPOUT,
                       HAS_QREL, HAS_KREL, PRECISION, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def add_band_sums(q, K, Bias, QRel, QOff, KRel, KOff, sums, VOff, band, b, h, batch_head, rows, row_ok, dims,
-                  dim_ok, lse, length, seq_len, scale, dropout, kept_scale, seed, sk_b, sk_h, sk_t,
-                  sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS: tl.constexpr,
+def add_band_sums(q, K, Bias, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, batch_head, rows, row_ok,
+                  dims, dim_ok, lse, length, seq_len, scale, dropout, kept_scale, seed, sk_b, sk_h, sk_t,
+                  sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS: tl.constexpr,
                   HAS_DROPOUT: tl.constexpr, HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
                   PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Add the (dropped, rescaled) probabilities of the pairs ``|j - i| < band`` of a block of query rows
@@ -102,9 +104,11 @@ def add_band_sums(q, K, Bias, QRel, QOff, KRel, KOff, sums, VOff, band, b, h, ba
         col_ok = cols < seq_len
         k = tl.load(K + b * sk_b + h * sk_h + cols[:, None] * sk_t + dims[None, :],
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
-        logits, pair_ok, _, _ = tile_logits(
-            q, k, Bias, QRel, QOff, KRel, KOff, b, h, rows, cols, row_ok, col_ok, length, seq_len, scale,
-            sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS, HAS_QREL, HAS_KREL, PRECISION)
+        first = start - first_row - (BLOCK_M - 1)
+        logits, pair_ok = tile_logits(
+            q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length, seq_len,
+            scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_QREL, HAS_KREL,
+            PRECISION, BLOCK_M, BLOCK_N)
         probs = tl.exp(logits - lse[:, None]) * kept_scale
         if HAS_DROPOUT:
             keep = tl.rand(seed + batch_head, rows[:, None] * seq_len + cols[None, :]) >= dropout
@@ -115,29 +119,146 @@ def add_band_sums(q, K, Bias, QRel, QOff, KRel, KOff, sums, VOff, band, b, h, ba
 
 
 @triton.jit
-def tile_logits(q, k, Bias, QRel, QOff, KRel, KOff, b, h, rows, cols, row_ok, col_ok, length, seq_len, scale,
-                sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS: tl.constexpr,
-                HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr, PRECISION: tl.constexpr):
-    """The logits of a tile of queries ``rows`` (their ``q``) and keys ``cols`` (their ``k``): scale q k^T,
-    the shared bias, the relative products read by offset, keys past ``length`` masked. Also returns the
-    pairs inside the input and the table rows the pairs read in the query-side and key-side products
-    (0 without them), which the backward adds the products' gradients onto."""
+def tile_logits(q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length,
+                seq_len, scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width,
+                HAS_BIAS: tl.constexpr, HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
+                PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The logits of a tile of queries ``rows`` (their ``q``) and keys ``cols`` (their ``k``; ``first``: the
+    first key minus the last query, the tile's lowest offset): scale q k^T, the shared bias, the relative
+    terms of the table rows read by offset (:func:`query_side_term`, :func:`key_side_term`), keys past
+    ``length`` masked. Also returns the pairs inside the input."""
     logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     pair_ok = row_ok[:, None] & col_ok[None, :]
-    q_rows = 0
-    k_rows = 0
     if HAS_BIAS:
         logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
                           mask=pair_ok, other=0.0).to(tl.float32)
     if HAS_QREL:
-        q_rows = table_rows(QOff, rows, cols, pair_ok, seq_len)
-        logits += tl.load(QRel + b * sqr_b + h * sqr_h + rows[:, None] * sqr_t + q_rows, mask=pair_ok,
-                          other=0.0).to(tl.float32)
+        logits += tl.where(pair_ok, query_side_term(q, QRows + h * sqr_h, QOff, first, dims, seq_len, sqr_r,
+                                                    q_width, PRECISION, BLOCK_M, BLOCK_N), 0.0) * scale
     if HAS_KREL:
-        k_rows = table_rows(KOff, rows, cols, pair_ok, seq_len)
-        logits += tl.load(KRel + b * skr_b + h * skr_h + cols[None, :] * skr_t + k_rows, mask=pair_ok,
-                          other=0.0).to(tl.float32)
-    return tl.where((cols < length)[None, :], logits, MASKED), pair_ok, q_rows, k_rows
+        logits += tl.where(pair_ok, key_side_term(k, KRows + h * skr_h, KOff, first, dims, seq_len, skr_r,
+                                                  k_width, PRECISION, BLOCK_M, BLOCK_N), 0.0) * scale
+    return tl.where((cols < length)[None, :], logits, MASKED), pair_ok
+
+
+@triton.jit
+def offset_window(Offsets, first, seq_len, WINDOW: tl.constexpr):
+    """The table rows of the ``WINDOW`` offsets from ``first`` on (``Offsets[o + T - 1]`` for offset o),
+    which of them lie within -(T - 1)..T - 1 (the others read nothing), whether those all name one row, and
+    the lowest row they name."""
+    offsets = first + tl.arange(0, WINDOW)
+    inside = (offsets > -seq_len) & (offsets < seq_len)
+    table_rows = tl.load(Offsets + offsets + seq_len - 1, mask=inside, other=0)
+    lowest = tl.min(tl.where(inside, table_rows, 2147483647), 0)
+    return table_rows, inside, lowest == tl.max(tl.where(inside, table_rows, -1), 0), lowest
+
+
+@triton.jit
+def load_window(Rows, table_rows, inside, dims, s_r, width):
+    """The (window, BLOCK_D) table rows ``table_rows`` (zeros outside ``inside`` and past ``width``)."""
+    return tl.load(Rows + table_rows[:, None] * s_r + dims[None, :],
+                   mask=inside[:, None] & (dims < width)[None, :], other=0.0)
+
+
+@triton.jit
+def skew(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(BLOCK_M, BLOCK_N): the window entry of each pair of a tile, j - i + BLOCK_M - 1 in the tile: the
+    tile's offsets run from ``first`` (its first key minus its last query) over BLOCK_M + BLOCK_N - 1."""
+    return tl.arange(0, BLOCK_N)[None, :] - tl.arange(0, BLOCK_M)[:, None] + BLOCK_M - 1
+
+
+@triton.jit
+def query_side_term(q, Rows, Offsets, first, dims, seq_len, s_r, width, PRECISION: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """q_i . Rows[Offsets[j - i + T - 1]] of every pair of the tile (unscaled): q against the window of the
+    tile's BLOCK_M + BLOCK_N offsets, each pair taking its entry (a tile that reads one row: q against it)."""
+    table_rows, inside, single, lowest = offset_window(Offsets, first, seq_len, BLOCK_M + BLOCK_N)
+    if single:
+        row = tl.load(Rows + lowest * s_r + dims, mask=dims < width, other=0.0).to(tl.float32)
+        term = tl.broadcast_to(tl.sum(q.to(tl.float32) * row[None, :], 1)[:, None], (BLOCK_M, BLOCK_N))
+    else:
+        window = load_window(Rows, table_rows, inside, dims, s_r, width)
+        term = tl.gather(tl.dot(q, tl.trans(window), input_precision=PRECISION), skew(BLOCK_M, BLOCK_N), 1)
+    return term
+
+
+@triton.jit
+def key_side_term(k, Rows, Offsets, first, dims, seq_len, s_r, width, PRECISION: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """k_j . Rows[Offsets[j - i + T - 1]] of every pair of the tile (unscaled), as :func:`query_side_term`
+    with the window against k."""
+    table_rows, inside, single, lowest = offset_window(Offsets, first, seq_len, BLOCK_M + BLOCK_N)
+    if single:
+        row = tl.load(Rows + lowest * s_r + dims, mask=dims < width, other=0.0).to(tl.float32)
+        term = tl.broadcast_to(tl.sum(k.to(tl.float32) * row[None, :], 1)[None, :], (BLOCK_M, BLOCK_N))
+    else:
+        window = load_window(Rows, table_rows, inside, dims, s_r, width)
+        term = tl.gather(tl.dot(window, tl.trans(k), input_precision=PRECISION), skew(BLOCK_M, BLOCK_N), 0)
+    return term
+
+
+@triton.jit
+def query_side_grads(grad_logits, q, Rows, Offsets, GradRows, first, dims, seq_len, s_r, width, scale,
+                     ROWS_GRAD: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr):
+    """For the logit gradients dS of a tile: returns the query side's part of dq / scale, (BLOCK_M,
+    BLOCK_D); with ``ROWS_GRAD`` adds scale dS_ij q_i onto ``GradRows`` (2T - 1, ``width``), the float32
+    gradient of this batch row and head by offset. dS by window entry (D[i, w] = dS_ij of the pair whose
+    offset is first + w) gives dq = D window and the window's gradient D^T q; a tile that reads one row
+    takes dS's row sums."""
+    table_rows, inside, single, lowest = offset_window(Offsets, first, seq_len, BLOCK_M + BLOCK_N)
+    width_ok = dims < width
+    if single:
+        row = tl.load(Rows + lowest * s_r + dims, mask=width_ok, other=0.0).to(tl.float32)
+        by_row = tl.sum(grad_logits, 1)
+        grad_q = by_row[:, None] * row[None, :]
+        if ROWS_GRAD:
+            offset = tl.minimum(tl.maximum(first, 1 - seq_len), seq_len - 1)
+            tl.atomic_add(GradRows + (offset + seq_len - 1) * width + dims,
+                          tl.sum(by_row[:, None] * q.to(tl.float32), 0) * scale, mask=width_ok)
+    else:
+        window = load_window(Rows, table_rows, inside, dims, s_r, width)
+        entries = tl.arange(0, BLOCK_M + BLOCK_N)
+        keys = entries[None, :] + tl.arange(0, BLOCK_M)[:, None] - (BLOCK_M - 1)
+        by_entry = tl.where((keys >= 0) & (keys < BLOCK_N),
+                            tl.gather(grad_logits, tl.minimum(tl.maximum(keys, 0), BLOCK_N - 1), 1), 0.0)
+        grad_q = tl.dot(by_entry.to(window.dtype), window, input_precision=PRECISION)
+        if ROWS_GRAD:
+            grad_window = tl.dot(tl.trans(by_entry).to(q.dtype), q, input_precision=PRECISION) * scale
+            tl.atomic_add(GradRows + (first + entries + seq_len - 1)[:, None] * width + dims[None, :],
+                          grad_window, mask=inside[:, None] & width_ok[None, :])
+    return grad_q
+
+
+@triton.jit
+def key_side_grads(grad_logits, k, Rows, Offsets, GradRows, first, dims, seq_len, s_r, width, scale,
+                   ROWS_GRAD: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    """As :func:`query_side_grads` for the key side: returns its part of dk / scale, (BLOCK_N, BLOCK_D),
+    from E[w, j] = dS_ij of the pair whose offset is first + w (dk = E^T window, the window's gradient
+    E k); a tile that reads one row takes dS's column sums."""
+    table_rows, inside, single, lowest = offset_window(Offsets, first, seq_len, BLOCK_M + BLOCK_N)
+    width_ok = dims < width
+    if single:
+        row = tl.load(Rows + lowest * s_r + dims, mask=width_ok, other=0.0).to(tl.float32)
+        by_column = tl.sum(grad_logits, 0)
+        grad_k = by_column[:, None] * row[None, :]
+        if ROWS_GRAD:
+            offset = tl.minimum(tl.maximum(first, 1 - seq_len), seq_len - 1)
+            tl.atomic_add(GradRows + (offset + seq_len - 1) * width + dims,
+                          tl.sum(by_column[:, None] * k.to(tl.float32), 0) * scale, mask=width_ok)
+    else:
+        window = load_window(Rows, table_rows, inside, dims, s_r, width)
+        entries = tl.arange(0, BLOCK_M + BLOCK_N)
+        queries = tl.arange(0, BLOCK_N)[None, :] - entries[:, None] + BLOCK_M - 1
+        by_entry = tl.where((queries >= 0) & (queries < BLOCK_M),
+                            tl.gather(grad_logits, tl.minimum(tl.maximum(queries, 0), BLOCK_M - 1), 0), 0.0)
+        grad_k = tl.dot(tl.trans(by_entry).to(window.dtype), window, input_precision=PRECISION)
+        if ROWS_GRAD:
+            grad_window = tl.dot(by_entry.to(k.dtype), k, input_precision=PRECISION) * scale
+            tl.atomic_add(GradRows + (first + entries + seq_len - 1)[:, None] * width + dims[None, :],
+                          grad_window, mask=inside[:, None] & width_ok[None, :])
+    return grad_k
 
 
 @triton.jit
@@ -147,38 +268,24 @@ def table_rows(Offsets, rows, cols, pair_ok, seq_len):
 
 
 @triton.jit
-def add_by_table_row(Grad, positions, positions_ok, width, rows_of_pairs, grad_logits, pair_ok,
-                     AXIS: tl.constexpr):
-    """Add a tile's logit gradients onto the (position, table row) entries of ``Grad`` (positions by width,
-    float32) they came from: ``positions`` the tile's queries (``AXIS`` 1) or keys (``AXIS`` 0). A tile
-    whose pairs all read one row (beyond the clipped distance) adds its row (column) sums, one atomic
-    addition per position instead of one per pair onto the same entry."""
-    first = tl.min(tl.where(pair_ok, rows_of_pairs, 2147483647))
-    last = tl.max(tl.where(pair_ok, rows_of_pairs, -1))
-    if first == last:
-        tl.atomic_add(Grad + positions * width + first, tl.sum(tl.where(pair_ok, grad_logits, 0.0), AXIS),
-                      mask=positions_ok)
-    elif AXIS == 1:
-        tl.atomic_add(Grad + positions[:, None] * width + rows_of_pairs, grad_logits, mask=pair_ok)
-    else:
-        tl.atomic_add(Grad + positions[None, :] * width + rows_of_pairs, grad_logits, mask=pair_ok)
-
-
-@triton.jit
 def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, GradV, GradBias,
-                    QRel, QOff, KRel, KOff, GradQRel, GradKRel, ValueGrads, VOff,
+                    QRows, QOff, KRows, KOff, GradQRows, GradKRows, ValueGrads, VOff,
                     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sg_b, sg_h, sg_t, sb_h, sb_i,
-                    sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, q_width, k_width, v_width,
+                    sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, v_width,
                     heads, seq_len, head_dim, scale, dropout, seed,
                     HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, HAS_LENGTHS: tl.constexpr,
                     HAS_DROPOUT: tl.constexpr, HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
-                    HAS_VALUES: tl.constexpr, PRECISION: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """One block of keys of one (batch row, head): its dk and dv; dq, the bias gradient and those of the
-    relative products (``q_width``, ``k_width``: their table rows) added atomically for every block of
-    query rows (``Delta``: rowsum(dO * O), O with the value term). With ``HAS_VALUES`` the gradient of a
-    (dropped) probability gains dO_i . a_r of its pair's value-table row r: ``ValueGrads`` (B, H, T,
-    ``v_width``, float32) holds dO a^T, read by the offset (``VOff``) as the query-side products are."""
+                    QROWS_GRAD: tl.constexpr, KROWS_GRAD: tl.constexpr, HAS_VALUES: tl.constexpr,
+                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_D: tl.constexpr):
+    """One block of keys of one (batch row, head): its dk and dv; dq and the bias gradient added atomically
+    for every block of query rows (``Delta``: rowsum(dO * O), O with the value term), the relative terms'
+    parts of dq and dk taken from their table rows (:func:`query_side_grads`, :func:`key_side_grads`),
+    which add the rows' gradients by offset onto ``GradQRows``, ``GradKRows`` (B, H, 2T - 1, width, float32:
+    one buffer per batch row and head, so that only the key blocks of one (batch row, head) add onto the
+    same entries; the caller sums them and adds each offset onto its row). With ``HAS_VALUES`` the gradient
+    of a (dropped) probability gains dO_i . a_r of its pair's value-table row r: ``ValueGrads`` (B, H, T,
+    ``v_width``, float32) holds dO a^T, read by the offset (``VOff``)."""
     col_block, batch_head = tl.program_id(0), tl.program_id(1)
     b, h = batch_head // heads, batch_head % heads
     cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -199,9 +306,11 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
                            mask=rows_tile, other=0.0)
         lse = tl.load(Lse + batch_head * seq_len + rows, mask=row_ok, other=0.0)
         delta = tl.load(Delta + batch_head * seq_len + rows, mask=row_ok, other=0.0)
-        logits, pair_ok, q_rows, k_rows = tile_logits(
-            q, k, Bias, QRel, QOff, KRel, KOff, b, h, rows, cols, row_ok, col_ok, length, seq_len, scale,
-            sb_h, sb_i, sqr_b, sqr_h, sqr_t, skr_b, skr_h, skr_t, HAS_BIAS, HAS_QREL, HAS_KREL, PRECISION)
+        first = col_block * BLOCK_N - start - (BLOCK_M - 1)
+        logits, pair_ok = tile_logits(
+            q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length, seq_len,
+            scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_QREL, HAS_KREL,
+            PRECISION, BLOCK_M, BLOCK_N)
         probs = tl.exp(logits - lse[:, None])
         grad_probs = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
         if HAS_VALUES:
@@ -213,20 +322,22 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
             dropped = tl.where(keep, probs / (1.0 - dropout), 0.0)
             grad_probs = tl.where(keep, grad_probs / (1.0 - dropout), 0.0)
         grad_v += tl.dot(tl.trans(dropped).to(grad_out.dtype), grad_out, input_precision=PRECISION)
-        grad_logits = probs * (grad_probs - delta[:, None])
+        grad_logits = tl.where(pair_ok, probs * (grad_probs - delta[:, None]), 0.0)
         grad_k += tl.dot(tl.trans(grad_logits).to(q.dtype), q, input_precision=PRECISION)
-        grad_q = tl.dot(grad_logits.to(k.dtype), k, input_precision=PRECISION) * scale
+        grad_q = tl.dot(grad_logits.to(k.dtype), k, input_precision=PRECISION)
+        if HAS_QREL:
+            grad_q += query_side_grads(
+                grad_logits, q, QRows + h * sqr_h, QOff, GradQRows + batch_head * (2 * seq_len - 1) * q_width,
+                first, dims, seq_len, sqr_r, q_width, scale, QROWS_GRAD, PRECISION, BLOCK_M, BLOCK_N)
+        if HAS_KREL:
+            grad_k += key_side_grads(
+                grad_logits, k, KRows + h * skr_h, KOff, GradKRows + batch_head * (2 * seq_len - 1) * k_width,
+                first, dims, seq_len, skr_r, k_width, scale, KROWS_GRAD, PRECISION, BLOCK_M, BLOCK_N)
         tl.atomic_add(GradQ + batch_head * seq_len * head_dim + rows[:, None] * head_dim + dims[None, :],
-                      grad_q, mask=rows_tile)
+                      grad_q * scale, mask=rows_tile)
         if BIAS_GRAD:
             tl.atomic_add(GradBias + h * seq_len * seq_len + rows[:, None] * seq_len + cols[None, :],
                           grad_logits, mask=pair_ok)
-        if HAS_QREL:
-            add_by_table_row(GradQRel + batch_head * seq_len * q_width, rows, row_ok, q_width, q_rows,
-                             grad_logits, pair_ok, 1)
-        if HAS_KREL:
-            add_by_table_row(GradKRel + batch_head * seq_len * k_width, cols, col_ok, k_width, k_rows,
-                             grad_logits, pair_ok, 0)
     offsets = batch_head * seq_len * head_dim + cols[:, None] * head_dim + dims[None, :]
     tl.store(GradK + offsets, grad_k * scale, mask=tile_ok)
     tl.store(GradV + offsets, grad_v, mask=tile_ok)

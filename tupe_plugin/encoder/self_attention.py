@@ -6,13 +6,13 @@ ICLR 2021. Per head: ``softmax(scale * [q ; q_extra] . [k ; k_extra] + mask) v``
 ``q_shift`` / ``k_shift`` or rotated by RoPE's angles when given (see
 :mod:`~tupe_plugin.encodings.positional_term`). Shaw
 relative vectors add ``scale * q_i . a_{j-i}`` (computed against the (2K+1)-row table, then gathered)
-to the mask, or hand the products to the Triton kernel, which reads them by offset, and their value term
-``sum_j alpha_ij a_{j-i}`` to the output (the table and its index handed to the explicit path or the
-Triton kernel, which need the probabilities); DeBERTa's content-to-position
+to the mask, or hand the table to the Triton kernel or FlexAttention, which read it by offset, and their
+value term ``sum_j alpha_ij a_{j-i}`` to the output (the table and its index handed to the explicit path or
+the Triton kernel, which need the probabilities); DeBERTa's content-to-position
 and position-to-content terms (He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
 Attention", arXiv 2006.03654, Eq. 4) from q and k against the rows of the shared table projected by the
 layer (:mod:`~tupe_plugin.encodings.deberta_position`, :mod:`~tupe_plugin.attention.toeplitz_scores`; on the
-Triton path the products with the table rows, read by offset in the kernel). Which
+Triton kernel and FlexAttention the projected rows, read by offset). Which
 kernel runs, and with which attention dropout, was decided once for the whole forward
 (:class:`~tupe_plugin.attention.paths.AttentionPlan`); this layer only executes it.
 """
@@ -24,7 +24,7 @@ from torch import nn
 from ..attention.attend import add_bias, attend
 from ..attention.clipped_distances import ClippedDistanceScores
 from ..attention.toeplitz_scores import offset_scores
-from ..attention.triton_bias_attention import RelativeProducts, offsets_of
+from ..attention.relative_terms import RelativeRows, offsets_of
 from ..attention.triton_rotary import rotate_projection
 from ..encodings.deberta_position import DisentangledProjections
 from ..encodings.rotary_position import rotate, rotate_in_place, rotates_in_place
@@ -91,14 +91,14 @@ class PositionalSelfAttention(nn.Module):
             q = q + term.q_shift.to(q.dtype)
             k = k + term.k_shift.to(k.dtype)
         if term.rel_table is not None:
-            per_distance = self._shaw_products(q, term)
-            if plan.relative_products:
-                relative = RelativeProducts(per_distance, offsets_of(term.rel_index))
+            if plan.relative_by_offset:
+                relative = RelativeRows(term.rel_table[None], offsets_of(term.rel_index))
             else:
-                attn_mask = add_bias(attn_mask, ClippedDistanceScores.apply(per_distance, term.rel_index))
+                attn_mask = add_bias(attn_mask, ClippedDistanceScores.apply(self._shaw_products(q, term),
+                                                                            term.rel_index))
         if term.disentangled_table is not None:
-            if plan.relative_products:
-                relative = self.disentangled_products(q, k, term)
+            if plan.relative_by_offset:
+                relative = self.disentangled_rows(q.dtype, term)
             else:
                 content_to_position, position_to_content = self.disentangled_terms(q, k, term)
                 attn_mask = add_bias(attn_mask, content_to_position.add_(position_to_content))
@@ -129,8 +129,8 @@ class PositionalSelfAttention(nn.Module):
 
     @staticmethod
     def _shaw_products(q, term):
-        """(B, H, T, 2K+1) scale * q_i . a_r: q against the Shaw table, gathered by clip(j-i) into the mask
-        or read by the Triton kernel."""
+        """(B, H, T, 2K+1) scale * q_i . a_r: q against the Shaw table, gathered by clip(j-i) into the
+        mask."""
         return torch.matmul(q * term.scale, term.rel_table.to(q.dtype).t())
 
     def disentangled_terms(self, q, k, term):
@@ -147,16 +147,13 @@ class PositionalSelfAttention(nn.Module):
                                             term.disentangled_p2c_offsets)
         return content_to_position, position_to_content.transpose(-1, -2)
 
-    def disentangled_products(self, q, k, term):
-        """The same two terms as the Triton kernel reads them (:class:`RelativeProducts`): scale q and scale k
-        against every table row this length reaches, (B, H, T, R) each; the pair (query i, key j) reads its
-        c2p row by the offset j - i, and its p2c row, given for (key j, query i) by offset i - j, by the
-        p2c offsets reversed."""
-        query_rows, key_rows = self._relative_rows(q.dtype, term)
-        return RelativeProducts(torch.matmul(q * term.scale, key_rows.transpose(-1, -2)),
-                                term.disentangled_offsets,
-                                torch.matmul(k * term.scale, query_rows.transpose(-1, -2)),
-                                term.disentangled_p2c_offsets.flip(0))
+    def disentangled_rows(self, dtype, term):
+        """The same two terms as the Triton kernel and FlexAttention read them
+        (:class:`~tupe_plugin.attention.relative_terms.RelativeRows`): K^r by the c2p offsets j - i, and Q^r
+        by the p2c row, given for the pair (key j, query i) by offset i - j: the p2c offsets reversed."""
+        query_rows, key_rows = self._relative_rows(dtype, term)
+        return RelativeRows(key_rows, term.disentangled_offsets, query_rows,
+                            term.disentangled_p2c_offsets.flip(0))
 
     def _relative_rows(self, dtype, term):
         """Q^r and K^r (H, R, d_h): the layer's projections of DeBERTa's table rows this length reaches."""
