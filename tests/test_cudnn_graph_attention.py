@@ -39,7 +39,7 @@ def test_the_cudnn_graph_backend_gets_its_path_with_the_untied_term_folded_and_p
     plan = paths.plan_attention("cuda", dropout, need_weights, TUPE_R, 64, "cudnn-graph")
     assert plan.path is expected
     assert plan.padding_as_lengths == (expected is AttentionPath.CUDNN_GRAPH)
-    assert plan.fold_untied and plan.backends is None and not plan.relative_products
+    assert plan.fold_untied and plan.backends is None and not plan.relative_by_offset
 
 
 @pytest.mark.parametrize("preset, overrides", [("bert_rpe", {"shaw_keys_only": True}), ("bert_rpe", {}),

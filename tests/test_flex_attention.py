@@ -12,7 +12,7 @@ from tupe_plugin.attention import paths
 from tupe_plugin.attention.attend import attend, explicit_attention
 from tupe_plugin.attention.flex_bias_attention import flex_biased_attention
 from tupe_plugin.attention.paths import AttentionPath
-from tupe_plugin.attention.triton_bias_attention import RelativeProducts, offsets_of
+from tupe_plugin.attention.relative_terms import RelativeProducts, RelativeRows, offsets_of
 from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -83,12 +83,17 @@ def test_a_row_without_keys_gets_the_explicit_paths_uniform_probabilities():
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_attend_runs_the_flex_path_with_the_bias_and_the_lengths():
-    q, k, v, bias, key_lengths, relative, mask = case(("bias", "shaw"), 6, [6, 2])
+def test_attend_runs_the_flex_path_with_the_bias_the_lengths_and_the_products_of_the_relative_rows():
+    """attend hands FlexAttention the products of q with Shaw's table rows (RelativeRows.products), read
+    by clip(j - i)."""
+    q, k, v, bias, key_lengths, _, mask = case(("bias",), 6, [6, 2])
+    index = toeplitz_index(6, -2, 2)
+    table = torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     with torch.no_grad():
         out, probs = attend(AttentionPath.FLEX, q, k, v, bias, 0.3, 0.0, key_lengths=key_lengths,
-                            relative=relative)
-        expected, _ = explicit_attention(q, k, v, mask, 0.3, 0.0)
+                            relative=RelativeRows(table, offsets_of(index)))
+        shaw = 0.3 * torch.einsum("bhid,ijd->bhij", q, table[0][index])
+        expected, _ = explicit_attention(q, k, v, mask + shaw, 0.3, 0.0)
     assert probs is None
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
@@ -102,7 +107,7 @@ def test_the_flex_backend_gets_its_path_with_the_untied_term_folded_padding_and_
         plan = paths.plan_attention(device, 0.0, need_weights, TUPE_R, 64, "flex")
     assert plan.path is expected
     kernel = expected is AttentionPath.FLEX
-    assert plan.padding_as_lengths == kernel and plan.relative_products == kernel
+    assert plan.padding_as_lengths == kernel and plan.relative_by_offset == kernel
     assert plan.fold_untied and plan.backends is None
 
 

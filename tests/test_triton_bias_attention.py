@@ -4,18 +4,22 @@ Shaw's value table), key padding as row lengths, attention dropout; models on it
 equations and the explicit path. Without a GPU the kernels run through Triton's interpreter
 (TRITON_INTERPRET=1, which tests/conftest.py sets)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
-from paper_equations import encoder_features
+from paper_equations import deberta_delta, encoder_features
 
 from tupe_plugin.attention import paths, triton_bias_attention
 from tupe_plugin.attention.attend import add_mask_
 from tupe_plugin.attention.paths import AttentionPath
-from tupe_plugin.attention.triton_bias_attention import (RelativeProducts, band_half_width, biased_attention,
-                                                         keep_mask, offsets_of)
+from tupe_plugin.attention.relative_terms import RelativeRows, offsets_of
+from tupe_plugin.attention.triton_bias_attention import band_half_width, biased_attention, keep_mask
+from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable
 from tupe_plugin.encodings.position_config import PositionConfig
+from tupe_plugin.encodings.shaw_position import clipped_index
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -93,31 +97,82 @@ def toeplitz_index(seq_len, low, high, sign=1):
     return (sign * (positions[None, :] - positions[:, None])).clamp(low, high) - low
 
 
-@pytest.mark.parametrize("seq_len, both, padded, dropout", [
-    (20, False, True, 0.0), (20, True, False, 0.0), (33, True, True, 0.3),
-    # tiles beyond the clipped distance, whose gradients are added as row sums
-    (150, True, True, 0.0)])
-def test_relative_products_read_by_offset_give_the_gathered_equation_and_its_gradients(
-        seq_len, both, padded, dropout):
-    """Shaw's scale q a^T read by clip(j - i) (and a key-side product, as DeBERTa's p2c, by a reversed and
-    otherwise clipped offset) against the same products gathered into a (B, H, T, T) bias."""
+def pair_rows(seq_len, row_of_pair):
+    """(T, T) the table row ``row_of_pair(i, j)`` of every (query i, key j), pair by pair."""
+    return torch.tensor([[row_of_pair(i, j) for j in range(seq_len)] for i in range(seq_len)], device=DEVICE)
+
+
+def relative_logits(q, k, query_side, key_side=(None, None), scale=0.3):
+    """scale q_i . rows[h, index[i, j]] of the query side's (rows, index), plus scale k_j . rows[h, index[i,
+    j]] of the key side's, through the (H, T, T, d) rows of every pair (Wang et al., Eq. 4; He et al.,
+    Eq. 4)."""
+    heads = q.size(1)
+    logits = 0
+    for x, (rows, index), equation in ((q, query_side, "bhid,hijd->bhij"), (k, key_side, "bhjd,hijd->bhij")):
+        if rows is not None:
+            per_pair = rows.expand(heads, -1, -1)[:, index]
+            logits = logits + scale * torch.einsum(equation, x[..., :per_pair.size(-1)], per_pair)
+    return logits
+
+
+def shaw_case(seq_len, max_distance, generator, by_distance=False):
+    """Shaw's table (1, 2K + 1, 8), narrower than the heads of 16, by clip(j - i) as the layer hands it to
+    the kernel, and its rows of every pair; ``by_distance``: a table by |j - i| clipped at K (an index not
+    monotone in j - i)."""
+    table = torch.randn(1, 2 * max_distance + 1, 8, generator=generator).to(DEVICE).requires_grad_()
+    if by_distance:
+        index = pair_rows(seq_len, lambda i, j: min(abs(j - i), max_distance))
+        return (table,), RelativeRows(table, offsets_of(index)), ((table, index),)
+    index = pair_rows(seq_len, lambda i, j: max(-max_distance, min(max_distance, j - i)) + max_distance)
+    relative = RelativeRows(table, offsets_of(clipped_index(seq_len, max_distance, DEVICE)))
+    return (table,), relative, ((table, index),)
+
+
+def deberta_case(seq_len, heads, max_distance, buckets, p2c, generator):
+    """DeBERTa's K^r and Q^r (H, 2k, 16), the rows this length reaches handed to the kernel with the offsets
+    of the plugin's table as the layer hands them, and delta(i, j) (and Eq. 4's p2c row delta(j, i)) of
+    every pair, by the paper's definition."""
+    config = SimpleNamespace(deberta_max_distance=max_distance, deberta_buckets=buckets, deberta_p2c=p2c)
+    table = DisentangledRelativeTable(16, max_distance, buckets, released_p2c=p2c == "released")
+    key_rows, query_rows = (torch.randn(heads, 2 * table.span, 16, generator=generator).to(DEVICE)
+                            .requires_grad_() for _ in range(2))
+    term = SimpleNamespace()
+    table.contribute(term, seq_len)
+    first, count = table.rows_and_index(seq_len)[:2]
+    used = slice(first, first + count)
+    relative = RelativeRows(key_rows[:, used], term.disentangled_offsets, query_rows[:, used],
+                            term.disentangled_p2c_offsets.flip(0))
+    c2p = pair_rows(seq_len, lambda i, j: deberta_delta(i, j, config))
+    p2c_rows = c2p if p2c == "released" else pair_rows(seq_len, lambda i, j: deberta_delta(j, i, config))
+    return (key_rows, query_rows), relative, ((key_rows, c2p), (query_rows, p2c_rows))
+
+
+RELATIVE_CASES = {
+    "shaw-K3": lambda seq_len, generator: shaw_case(seq_len, 3, generator),
+    "shaw-K40": lambda seq_len, generator: shaw_case(seq_len, 40, generator),  # K beyond T
+    "by-distance": lambda seq_len, generator: shaw_case(seq_len, 3, generator, by_distance=True),
+    "deberta-K4": lambda seq_len, generator: deberta_case(seq_len, 2, 4, 0, "released", generator),
+    "deberta-paper-buckets": lambda seq_len, generator: deberta_case(seq_len, 2, 5, 4, "paper", generator),
+    "deberta-paper-K8": lambda seq_len, generator: deberta_case(seq_len, 2, 8, 0, "paper", generator)}
+
+
+@pytest.mark.parametrize("case, seq_len, padded, dropout", [
+    ("shaw-K3", 20, True, 0.0), ("by-distance", 20, False, 0.0), ("shaw-K40", 33, True, 0.3),
+    ("deberta-K4", 20, True, 0.0), ("deberta-paper-buckets", 33, True, 0.3),
+    # several blocks of queries and keys, T not a multiple of the block, tiles that read one row
+    ("deberta-paper-K8", 150, True, 0.0)])
+def test_relative_rows_give_the_equation_and_its_gradients(case, seq_len, padded, dropout):
+    """Shaw keys and DeBERTa's c2p and p2c from the table rows, multiplied per tile inside the kernel,
+    against the same terms gathered pair by pair: the output and the gradients of q, k, v, the bias and the
+    tables."""
     q, k, v, bias = inputs(2, 2, seq_len, 16)
-    generator = torch.Generator().manual_seed(1)
-    query_index, key_index = toeplitz_index(seq_len, -2, 2), toeplitz_index(seq_len, -3, 5, sign=-1)
-    query_products = torch.randn(2, 2, seq_len, 5, generator=generator).to(DEVICE).requires_grad_()
-    key_products = torch.randn(2, 2, seq_len, 9, generator=generator).to(DEVICE).requires_grad_() if both \
-        else None
+    tables, relative, sides = RELATIVE_CASES[case](seq_len, torch.Generator().manual_seed(1))
     lengths = torch.tensor([seq_len, seq_len - 7], device=DEVICE) if padded else None
-    relative = RelativeProducts(query_products, offsets_of(query_index),
-                                key_products, offsets_of(key_index) if both else None)
     out = biased_attention(q, k, v, bias, lengths, 0.3, dropout, seed=5, relative=relative)
-    gathered = bias + query_products.gather(-1, query_index.expand(2, 2, -1, -1))
-    if both:  # key j's row for the pair (i, j): gathered as (key, query), then transposed
-        gathered = gathered + key_products.gather(-1, key_index.t().expand(2, 2, -1, -1)).transpose(-1, -2)
     keep = keep_mask(q.shape, dropout, 5, DEVICE) if dropout else None
-    expected = twin(q, k, v, gathered, lengths, 0.3, keep, dropout)
+    expected = twin(q, k, v, bias + relative_logits(q, k, *sides), lengths, 0.3, keep, dropout)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    tensors = (q, k, v, bias, query_products, key_products)
+    tensors = (q, k, v, bias, *tables)
     grad_out = torch.randn_like(out)
     for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
@@ -129,27 +184,24 @@ def test_relative_products_read_by_offset_give_the_gathered_equation_and_its_gra
     (24, 2, True, 0.3),
     (150, 5, False, 0.0)])  # several blocks of queries and keys, T not a multiple of the block
 def test_shaw_value_vectors_give_the_equation_and_its_gradients(seq_len, max_distance, shaw_keys, dropout):
-    """Shaw's value term (with and without the key term read by offset, with a learned bias, rows padded
+    """Shaw's value term (with and without the key term of the same table, with a learned bias, rows padded
     shorter than K, a table narrower than the head) against the equation with the vectors of every pair
     gathered; under dropout with the kernel's keep-mask."""
     q, k, v, bias = inputs(3, 2, seq_len, 16, with_bias=max_distance < seq_len)
     generator = torch.Generator().manual_seed(3)
     index = toeplitz_index(seq_len, -max_distance, max_distance)
-    rows = 2 * max_distance + 1
-    table = torch.randn(rows, 8, generator=generator).to(DEVICE).requires_grad_()
-    query_products = torch.randn(3, 2, seq_len, rows, generator=generator).to(DEVICE).requires_grad_() \
-        if shaw_keys else None
+    table = torch.randn(2 * max_distance + 1, 8, generator=generator).to(DEVICE).requires_grad_()
     lengths = torch.tensor([seq_len, seq_len - 7, 2], device=DEVICE) if max_distance < seq_len else None
-    relative = RelativeProducts(query_products, offsets_of(index)) if shaw_keys else None
+    relative = RelativeRows(table[None], offsets_of(index)) if shaw_keys else None
     out = biased_attention(q, k, v, bias, lengths, 0.3, dropout, seed=7, relative=relative, value_table=table,
                            value_offsets=offsets_of(index))
     logits_term = bias
     if shaw_keys:
-        logits_term = logits_term + query_products.gather(-1, index.expand(3, 2, -1, -1))
+        logits_term = relative_logits(q, k, (table[None], index)) + (0 if bias is None else bias)
     keep = keep_mask(q.shape, dropout, 7, DEVICE) if dropout else None
     expected = twin(q, k, v, logits_term, lengths, 0.3, keep, dropout, table, index)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    tensors = (q, k, v, bias, table, query_products)
+    tensors = (q, k, v, bias, table)
     grad_out = torch.randn_like(out)
     for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
@@ -359,25 +411,25 @@ def test_in_half_precision_the_kernel_stays_within_the_cuda_tolerances_of_the_fl
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_in_half_precision_relative_products_stay_within_the_cuda_tolerances_of_the_float32_equation(dtype):
-    """Shaw-like (K = 16) and DeBERTa-like (a key-side product, reversed offsets) terms at a base-size head,
-    with padding, against the float32 twin with the products gathered."""
+def test_in_half_precision_relative_rows_stay_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    """Shaw-like (K = 16, one table for the heads) and DeBERTa-like (rows per head on the key side, reversed
+    offsets) terms at a base-size head, with padding, against the float32 twin with the rows of every pair
+    gathered: forward and the gradients of q, k, v and both tables."""
     q, k, v, _ = inputs(2, 4, 192, 64, with_bias=False)
     generator = torch.Generator().manual_seed(2)
     query_index, key_index = toeplitz_index(192, -16, 16), toeplitz_index(192, -40, 39, sign=-1)
-    query_products = torch.randn(2, 4, 192, 33, generator=generator).to(DEVICE).requires_grad_()
-    key_products = torch.randn(2, 4, 192, 80, generator=generator).to(DEVICE).requires_grad_()
+    query_rows = torch.randn(1, 33, 64, generator=generator).to(DEVICE).requires_grad_()
+    key_rows = torch.randn(4, 80, 64, generator=generator).to(DEVICE).requires_grad_()
     lengths = torch.tensor([192, 77], device=DEVICE)
-    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, query_products, key_products)]
-    relative = RelativeProducts(half[3], offsets_of(query_index), half[4], offsets_of(key_index))
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, query_rows, key_rows)]
+    relative = RelativeRows(half[3], offsets_of(query_index), half[4], offsets_of(key_index))
     out = biased_attention(*half[:3], None, lengths, 0.125, relative=relative)
-    gathered = query_products.gather(-1, query_index.expand(2, 4, -1, -1)) \
-        + key_products.gather(-1, key_index.t().expand(2, 4, -1, -1)).transpose(-1, -2)
+    gathered = relative_logits(q, k, (query_rows, query_index), (key_rows, key_index), scale=0.125)
     expected = twin(q, k, v, gathered, lengths, 0.125)
     assert (out.float() - expected).abs().max().item() <= 0.05
     grad_out = torch.randn_like(expected)
     for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
-                         gradients(expected, (q, k, v, query_products, key_products), grad_out)):
+                         gradients(expected, (q, k, v, query_rows, key_rows), grad_out)):
         assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
 
 
@@ -390,17 +442,16 @@ def test_in_half_precision_shaw_value_vectors_stay_within_the_cuda_tolerances_of
     generator = torch.Generator().manual_seed(2)
     index = toeplitz_index(192, -16, 16)
     table = (0.1 * torch.randn(33, 64, generator=generator)).to(DEVICE).requires_grad_()
-    query_products = torch.randn(2, 4, 192, 33, generator=generator).to(DEVICE).requires_grad_()
     lengths = torch.tensor([192, 77], device=DEVICE)
-    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, query_products, table)]
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, table)]
     out = biased_attention(*half[:3], None, lengths, 0.125, 0.1, seed=3,
-                           relative=RelativeProducts(half[3], offsets_of(index)), value_table=half[4],
+                           relative=RelativeRows(half[3][None], offsets_of(index)), value_table=half[3],
                            value_offsets=offsets_of(index))
     keep = keep_mask(q.shape, 0.1, 3, DEVICE)
-    expected = twin(q, k, v, query_products.gather(-1, index.expand(2, 4, -1, -1)), lengths, 0.125, keep, 0.1,
-                    table, index)
+    expected = twin(q, k, v, relative_logits(q, k, (table[None], index), scale=0.125), lengths, 0.125, keep,
+                    0.1, table, index)
     assert (out.float() - expected).abs().max().item() <= 0.05
     grad_out = torch.randn_like(expected)
     for got, want in zip(torch.autograd.grad(out, half, grad_out.to(dtype)),
-                         gradients(expected, (q, k, v, query_products, table), grad_out)):
+                         gradients(expected, (q, k, v, table), grad_out)):
         assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
