@@ -29,14 +29,15 @@ elementwise rotation (the plugin's CPU path), ``sdpa-rope-triton`` by the fused 
 runs on CUDA (:mod:`tupe_plugin.attention.triton_rotary`). The terms that depend
 on the content run twice each: ``sdpa-shaw`` (Shaw keys, K = 64, as ``--attention-backend auto`` runs them:
 q's products with the 2K + 1 rows gathered into a (B, H, T, T) mask for the memory-efficient kernel) beside
-``triton-shaw`` (the same products read by offset inside the Triton kernel, ``--attention-backend
-triton``), ``explicit-shaw-values`` (Shaw keys and value vectors from one table, as ``--attention-backend
-auto`` runs them: the keys' products gathered into the mask of the explicit path, which keeps the
-probabilities for the value term) beside ``triton-shaw-values`` (keys read by offset, the value term from
-the kernel's sums of the probabilities by clipped distance), and ``sdpa-deberta`` / ``triton-deberta`` for
-DeBERTa's c2p and p2c (the released 512-row span: every table row a length reaches, as the plugin's layers
-project them); without dropout, ``flex-shaw`` and ``flex-deberta`` read the same products
-by offset in FlexAttention's score_mod (``--attention-backend flex``).
+``triton-shaw`` (the table rows read by offset inside the Triton kernel, which multiplies them by q per
+tile, ``--attention-backend triton``), ``explicit-shaw-values`` (Shaw keys and value vectors from one
+table, as ``--attention-backend auto`` runs them: the keys' products gathered into the mask of the explicit
+path, which keeps the probabilities for the value term) beside ``triton-shaw-values`` (keys read by
+offset, the value term from the kernel's sums of the probabilities by clipped distance), and
+``sdpa-deberta`` / ``triton-deberta`` for DeBERTa's c2p and p2c (the released 512-row span: every table
+row a length reaches, as the plugin's layers project them; the Triton kernel multiplies q and k by them
+per tile); without dropout, ``flex-shaw`` and ``flex-deberta`` read the products of q (and k) with the
+rows by offset in FlexAttention's score_mod (``--attention-backend flex``).
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
@@ -62,7 +63,7 @@ from tupe_plugin.attention.clipped_distances import ClippedDistanceScores  # noq
 from tupe_plugin.attention.paths import (AttentionPath, cudnn_frontend_installed,  # noqa: E402
                                          sdpa_backends)
 from tupe_plugin.attention.toeplitz_scores import offset_scores  # noqa: E402
-from tupe_plugin.attention.triton_bias_attention import RelativeProducts, offsets_of  # noqa: E402
+from tupe_plugin.attention.relative_terms import RelativeRows, offsets_of  # noqa: E402
 from tupe_plugin.attention.triton_rotary import rotate_projection  # noqa: E402
 from tupe_plugin.encoder.self_attention import split_heads  # noqa: E402
 from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable  # noqa: E402
@@ -155,29 +156,27 @@ def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
 def relative_attention(path, q, k, v, scale, dropout, relative):
     """One layer's attention of Shaw keys (and values, ``-shaw-values``) or DeBERTa (``relative``:
     :func:`relative_inputs`) on the SDPA or explicit path, the terms gathered into the mask as the layer does
-    on ``--attention-backend auto``, or on the Triton kernel or FlexAttention, reading the products by
-    offset."""
+    on ``--attention-backend auto``, or on the Triton kernel or FlexAttention, reading the table rows by
+    offset (the kernel multiplies them by q and k per tile, FlexAttention reads their products)."""
     backends = sdpa_backends(q.device, LEARNED_BIAS)
     kernel = AttentionPath.TRITON if path.startswith("triton") else AttentionPath.FLEX
     if "-shaw" in path:
         table, index = relative["shaw"]
         values = table if path.endswith("-values") else None
-        products = torch.matmul(q * scale, table.t())
         if path == "explicit-shaw-values":
-            mask = ClippedDistanceScores.apply(products, index)
+            mask = ClippedDistanceScores.apply(torch.matmul(q * scale, table.t()), index)
             return attend(AttentionPath.EXPLICIT, q, k, v, mask, scale, dropout, values, index)[0]
         if path.startswith("sdpa"):
-            mask = ClippedDistanceScores.apply(products, index)
+            mask = ClippedDistanceScores.apply(torch.matmul(q * scale, table.t()), index)
             return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
         return attend(kernel, q, k, v, None, scale, dropout, values, index,
-                      relative=RelativeProducts(products, offsets_of(index)))[0]
+                      relative=RelativeRows(table[None], offsets_of(index)))[0]
     query_rows, key_rows, index, offsets, p2c_index, p2c_offsets = relative["deberta"]
     if path.startswith("sdpa"):
         mask = offset_scores(q * scale, key_rows, index, offsets) \
             + offset_scores(k * scale, query_rows, p2c_index, p2c_offsets).transpose(-1, -2)
         return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
-    relative = RelativeProducts(torch.matmul(q * scale, key_rows.transpose(-1, -2)), offsets,
-                                torch.matmul(k * scale, query_rows.transpose(-1, -2)), p2c_offsets.flip(0))
+    relative = RelativeRows(key_rows, offsets, query_rows, p2c_offsets.flip(0))
     return attend(kernel, q, k, v, None, scale, dropout, relative=relative)[0]
 
 
@@ -266,13 +265,14 @@ def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
     lse = 4 * batch * heads * seq_len
     if path.startswith("sdpa-") and path in RELATIVE_PATHS:  # the gathered (B, H, T, T) mask SDPA keeps
         return 4 * logits + lse
-    if path in ("triton-shaw", "flex-shaw"):  # q's products with the 2K + 1 rows
+    # FlexAttention: q's products with the 2K + 1 rows; the Triton kernel: the probabilities' sums by clipped
+    # distance for the value term (the keys' term it forms from the table rows, inputs)
+    if path in ("flex-shaw", "triton-shaw-values"):
         return 4 * batch * heads * seq_len * (2 * SHAW_MAX_DISTANCE + 1) + lse
-    if path == "triton-shaw-values":  # and the probabilities' sums by clipped distance
-        return 8 * batch * heads * seq_len * (2 * SHAW_MAX_DISTANCE + 1) + lse
-    if path in ("triton-deberta", "flex-deberta"):  # q's and k's products with the rows the length reaches
+    if path == "flex-deberta":  # q's and k's products with the rows the length reaches
         return 8 * batch * heads * seq_len * min(2 * seq_len - 1, 2 * DEBERTA_SPAN) + lse
-    # sdpa, biased-flash, the CUDA kernels: the rows' log-sum-exp, from which the backward recomputes P
+    # sdpa, biased-flash, the CUDA kernels (triton-shaw, triton-deberta: the table rows, inputs): the rows'
+    # log-sum-exp, from which the backward recomputes P
     return lse
 
 
