@@ -21,8 +21,8 @@ Contenders (``--contenders``):
 * ``keys_PRESET``: a Shaw preset with ``--shaw-keys-only`` (``keys_bert_rpe``: the Shaw-keys row that
   DeBERTa, two such q-against-a-table terms per layer, is compared with);
 * ``triton_PRESET``: the preset on ``--attention-backend triton``; for Shaw keys (``triton_keys_bert_rpe``)
-  and DeBERTa (``triton_deberta``) the relative terms are read inside the kernel from q's (and k's)
-  products with the table rows, and Shaw value vectors (``triton_bert_rpe``) from the kernel's sums of
+  and DeBERTa (``triton_deberta``) the relative terms are formed inside the kernel from the table rows
+  (q and k against the rows of each tile's offsets), and Shaw value vectors (``triton_bert_rpe``) from the kernel's sums of
   the probabilities by clipped distance.
 * ``flex_PRESET``: the preset on ``--attention-backend flex`` (PyTorch's FlexAttention, compiled, the same
   terms in its score_mod; ``flex_keys_bert_rpe``, ``flex_deberta`` as for triton_): it has no attention
