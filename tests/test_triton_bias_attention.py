@@ -151,14 +151,13 @@ RELATIVE_CASES = {
     "shaw-K3": lambda seq_len, generator: shaw_case(seq_len, 3, generator),
     "shaw-K40": lambda seq_len, generator: shaw_case(seq_len, 40, generator),  # K beyond T
     "by-distance": lambda seq_len, generator: shaw_case(seq_len, 3, generator, by_distance=True),
-    "deberta-K4": lambda seq_len, generator: deberta_case(seq_len, 2, 4, 0, "released", generator),
-    "deberta-paper-buckets": lambda seq_len, generator: deberta_case(seq_len, 2, 5, 4, "paper", generator),
+    "deberta-buckets": lambda seq_len, generator: deberta_case(seq_len, 2, 5, 4, "released", generator),
     "deberta-paper-K8": lambda seq_len, generator: deberta_case(seq_len, 2, 8, 0, "paper", generator)}
 
 
 @pytest.mark.parametrize("case, seq_len, padded, dropout", [
     ("shaw-K3", 20, True, 0.0), ("by-distance", 20, False, 0.0), ("shaw-K40", 33, True, 0.3),
-    ("deberta-K4", 20, True, 0.0), ("deberta-paper-buckets", 33, True, 0.3),
+    ("deberta-buckets", 33, True, 0.3),
     # several blocks of queries and keys, T not a multiple of the block, tiles that read one row
     ("deberta-paper-K8", 150, True, 0.0)])
 def test_relative_rows_give_the_equation_and_its_gradients(case, seq_len, padded, dropout):
