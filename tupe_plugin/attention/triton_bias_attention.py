@@ -44,10 +44,13 @@ from .relative_terms import RelativeRows
 INTERPRET = "TRITON_INTERPRET"
 
 
-def _blocks(seq_len, head_dim):
-    """(BLOCK_M, BLOCK_N, BLOCK_D): 64-row tiles, smaller for short inputs (at least 16, what ``tl.dot``
-    takes), the head dimension padded to a power of two."""
-    block = max(16, min(64, 1 << (seq_len - 1).bit_length()))
+def _blocks(seq_len, head_dim, relative=False):
+    """(BLOCK_M, BLOCK_N, BLOCK_D): 64-row tiles, 32-row ones with relative table rows (the window of a
+    tile's offsets doubles its products: at 64 rows and d_h = 64 ptxas spills kilobytes of registers for
+    sm_90, at 32 none but about 200 bytes in the backward of both sides, which runs 8 warps; chosen by
+    register use, not timed), smaller for short inputs (at least 16, what ``tl.dot`` takes), the head
+    dimension padded to a power of two."""
+    block = max(16, min(32 if relative else 64, 1 << (seq_len - 1).bit_length()))
     return block, block, max(16, 1 << (head_dim - 1).bit_length())
 
 
@@ -124,7 +127,8 @@ class TritonBiasedAttention(torch.autograd.Function):
         lse = torch.empty(batch, heads, seq_len, dtype=torch.float32, device=q.device)
         value_sums, value_offsets, band = _value_rows(value_table, value_offsets, q)
         lengths = _lengths(key_lengths, q.device)
-        block_m, block_n, block_d = _blocks(seq_len, head_dim)
+        relative = query_window is not None or key_window is not None
+        block_m, block_n, block_d = _blocks(seq_len, head_dim, relative)
         forward_kernel[(-(-seq_len // block_m), batch * heads)](
             q, k, v, _or(bias_rows, lse), lengths, out, lse, _or(query_window, lse), query_offsets,
             _or(key_window, lse), key_offsets, _or(value_sums, lse), value_offsets, band,
@@ -168,7 +172,8 @@ class TritonBiasedAttention(torch.autograd.Function):
             torch.zeros(batch, heads, 2 * seq_len - 1, window.size(-1), dtype=torch.float32, device=q.device)
             if window is not None and ctx.needs_input_grad[index] else None
             for window, index in ((query_window, 8), (key_window, 10)))
-        block_m, block_n, block_d = _blocks(seq_len, head_dim)
+        relative = query_window is not None or key_window is not None
+        block_m, block_n, block_d = _blocks(seq_len, head_dim, relative)
         backward_kernel[(-(-seq_len // block_n), batch * heads)](
             q, k, v, _or(bias_rows, lse), lengths, grad_out, lse, delta, grad_q, grad_k, grad_v, grad_bias,
             _or(query_window, lse), query_offsets, _or(key_window, lse), key_offsets,
@@ -180,7 +185,8 @@ class TritonBiasedAttention(torch.autograd.Function):
             HAS_LENGTHS=ctx.has_lengths, HAS_DROPOUT=ctx.dropout > 0, HAS_QREL=query_window is not None,
             HAS_KREL=key_window is not None, QROWS_GRAD=grad_query_rows is not None,
             KROWS_GRAD=grad_key_rows is not None, HAS_VALUES=value_table is not None,
-            PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+            PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            num_warps=8 if relative else 4)
         grads = (grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype))
         grad_bias = grad_bias.reshape(ctx.bias_shape).to(bias_rows.dtype) if bias_grad else None
         grad_query_rows, grad_key_rows = (

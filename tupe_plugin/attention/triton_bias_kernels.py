@@ -61,8 +61,10 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRows, QOff, KRows, KOff, V
         rescale = tl.exp(row_max - new_max)
         row_sum = row_sum * rescale + tl.sum(probs, 1)
         if HAS_DROPOUT:
+            # the keep-mask as 0 / 1: a boolean tile in the layout of the relative terms' gather does not
+            # compile for sm_90 in float32 (Triton 3.9 moves it through shared memory)
             keep = tl.rand(seed + batch_head, rows[:, None] * seq_len + cols[None, :]) >= dropout
-            probs = tl.where(keep, probs, 0.0)
+            probs *= keep.to(tl.float32)
         acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=PRECISION)
         if HAS_VALUES:
             offsets = cols[None, :] - rows[:, None]
