@@ -22,8 +22,8 @@ Contenders (``--contenders``):
   DeBERTa, two such q-against-a-table terms per layer, is compared with);
 * ``triton_PRESET``: the preset on ``--attention-backend triton``; for Shaw keys (``triton_keys_bert_rpe``)
   and DeBERTa (``triton_deberta``) the relative terms are formed inside the kernel from the table rows
-  (q and k against the rows of each tile's offsets), and Shaw value vectors (``triton_bert_rpe``) from the kernel's sums of
-  the probabilities by clipped distance.
+  (q and k against the rows of each tile's offsets), and Shaw value vectors (``triton_bert_rpe``) from
+  the kernel's sums of the probabilities by clipped distance.
 * ``flex_PRESET``: the preset on ``--attention-backend flex`` (PyTorch's FlexAttention, compiled, the same
   terms in its score_mod; ``flex_keys_bert_rpe``, ``flex_deberta`` as for triton_): it has no attention
   dropout and no backward on CPU, so it runs with ``--attention-dropout 0 --device cuda`` only.

@@ -3,7 +3,8 @@
 :mod:`.triton_bias_attention` and RoPE's fused rotation of q and k, :mod:`.triton_rotary`, cuDNN's fused
 attention as a graph of the cuDNN frontend, :mod:`.cudnn_graph_attention`), attention dropout
 and the sums by relative offset that Shaw vectors and DeBERTa need (:mod:`.clipped_distances`,
-:mod:`.toeplitz_scores`; the forms the Triton kernel and FlexAttention read, :mod:`.relative_terms`). Consumes tensors (and a position config's properties), never an encoding.
+:mod:`.toeplitz_scores`; the forms the Triton kernel and FlexAttention read, :mod:`.relative_terms`).
+Consumes tensors (and a position config's properties), never an encoding.
 
 May import torch only (and itself); never :mod:`tupe_plugin.encodings` or :mod:`tupe_plugin.encoder`.
 """

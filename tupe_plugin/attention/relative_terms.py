@@ -41,7 +41,8 @@ class RelativeRows:
     is multiplied, and ``key`` (H or 1, R_k, d), against which k is (each or both None; one row set shared
     by the heads where the first dimension is 1, as Shaw's table; d at most the head dimension, the first d
     of q's and k's); the pair (query i, key j) adds ``scale q_i . query[h, query_offsets[j - i + T - 1]]``
-    and ``scale k_j . key[h, key_offsets[j - i + T - 1]]`` to its logit. Shaw keys: ``query`` the
+    and ``scale k_j . key[h, key_offsets[j - i + T - 1]]`` to its logit (any row by offset, monotone in
+    j - i or not: the kernel reads the rows of each tile's window of offsets). Shaw keys: ``query`` the
     (1, 2K + 1, d_h) table by clip(j - i); DeBERTa: ``query`` K^r by delta(i, j) (c2p), ``key`` Q^r by the
     p2c row of the pair."""
 

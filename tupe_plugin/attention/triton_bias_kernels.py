@@ -28,7 +28,8 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRows, QOff, KRows, KOff, V
     with the running maximum as ``acc`` is. The pairs of the band ``|j - i| < Band`` are recomputed
     afterwards (:func:`add_band_sums`), probabilities by the log-sum-exp: the extra cost is the
     logits of ``(BLOCK_M + 2 Band - 2) / BLOCK_N`` key blocks (rounded up) per block of query rows (with
-    Shaw's K = 64 and 64-row blocks, 3 beside the main loop's T / 64) and their atomic additions."""
+    Shaw's K = 64, 3 of 64 keys beside the main loop's T / 64; 5 of 32 with the 32-row blocks that Shaw
+    keys' table rows take) and their atomic additions."""
     row_block, batch_head = tl.program_id(0), tl.program_id(1)
     b, h = batch_head // heads, batch_head % heads
     rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
