@@ -228,3 +228,19 @@ def test_flex_runs_on_cpu_without_gradients_only():
         assert paths.kernel_runs_on("flex", "cpu")
     assert not paths.kernel_runs_on("flex", "cpu")
     assert paths.kernel_runs_on("flex", "cuda")
+
+
+TUPE_R_WITH_RESET = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
+                                   cls_reset="paper")
+
+
+@pytest.mark.parametrize("backend, path, dropout, relative_by_offset", [
+    ("triton", AttentionPath.TRITON, 0.1, True), ("flex", AttentionPath.FLEX, 0.0, True),
+    ("cudnn-graph", AttentionPath.CUDNN_GRAPH, 0.1, False)])
+def test_a_kernel_backend_gets_its_path_with_the_untied_term_folded_and_padding_as_lengths(
+        backend, path, dropout, relative_by_offset):
+    plan = paths.plan_attention("cuda", dropout, False, TUPE_R_WITH_RESET, 64, backend)
+    assert plan.path is path and plan.padding_as_lengths and plan.fold_untied and plan.backends is None
+    assert plan.relative_by_offset == relative_by_offset
+    maps = paths.plan_attention("cuda", dropout, True, TUPE_R_WITH_RESET, 64, backend)
+    assert maps.path is AttentionPath.EXPLICIT and not maps.padding_as_lengths

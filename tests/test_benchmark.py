@@ -430,8 +430,13 @@ def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_a
     """The GPU candidates of Shaw keys (and values) and DeBERTa, run here on CPU (SDPA's math kernel or the
     explicit path, Triton's interpreter): the gathered mask (the kept probabilities) and the products read
     by offset (the kernel's sums by distance) give one function."""
-    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, 20, 16)
-    relative = benchmark_attention.relative_inputs(2, 20, 16, "cpu", torch.float32)
+    assert_relative_candidates_agree(term, reference, candidate, 20, "cpu", atol=1e-5)
+
+
+def assert_relative_candidates_agree(term, reference, candidate, seq_len, device, atol):
+    """``candidate``'s output and gradients (q, k, v, the term's tables) are ``reference``'s, float32."""
+    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, seq_len, 16, device=device)
+    relative = benchmark_attention.relative_inputs(2, seq_len, 16, device, torch.float32)
     tables = [t for t in relative[term] if t.requires_grad]
     results = []
     for path in (reference, candidate):
@@ -440,7 +445,7 @@ def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_a
         for t in (q, k, v, *tables):
             t.grad = None
     for got, want in zip(*reversed(results)):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got, want, atol=atol, rtol=1e-4)
 
 
 @pytest.mark.gpu
@@ -486,15 +491,5 @@ def test_flex_attention_candidate_with_a_learned_bias_matches_the_paper_equation
 @pytest.mark.gpu
 @pytest.mark.parametrize("term", ["shaw", "deberta"])
 def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_flexattention(term):
-    """The products read by offset in FlexAttention's score_mod against the mask SDPA gets, float32."""
-    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, 64, 16, device="cuda")
-    relative = benchmark_attention.relative_inputs(2, 64, 16, "cuda", torch.float32)
-    tables = [t for t in relative[term] if t.requires_grad]
-    results = []
-    for path in (f"sdpa-{term}", f"flex-{term}"):
-        out = benchmark_attention.forward_backward(path, q, k, v, bias, grad_out, relative=relative)
-        results.append([out] + [t.grad.clone() for t in (q, k, v, *tables)])
-        for t in (q, k, v, *tables):
-            t.grad = None
-    for got, want in zip(*reversed(results)):
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    """The products read by offset in FlexAttention's score_mod against the mask SDPA gets."""
+    assert_relative_candidates_agree(term, f"sdpa-{term}", f"flex-{term}", 64, "cuda", atol=1e-4)

@@ -19,27 +19,13 @@ from package_imports import package_sources
 from tupe_plugin.attention import cudnn_graph_attention, paths
 from tupe_plugin.attention.attend import explicit_attention
 from tupe_plugin.attention.cudnn_graph_attention import attention_and_keep_mask, cudnn_biased_attention
-from tupe_plugin.attention.paths import AttentionPath
-from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.encodings.position_config import PositionFlagError
 
-TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
-                        cls_reset="paper")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # |half - float32| bounds of the Triton kernel's CUDA tests: the output, and each gradient relative to
 # max(1, its largest entry)
 OUTPUT_TOLERANCE = 0.05
 GRADIENT_TOLERANCE = 0.06
-
-
-@pytest.mark.parametrize("dropout, need_weights, expected", [
-    (0.0, False, AttentionPath.CUDNN_GRAPH), (0.1, False, AttentionPath.CUDNN_GRAPH),
-    (0.0, True, AttentionPath.EXPLICIT)])
-def test_the_cudnn_graph_backend_gets_its_path_with_the_untied_term_folded_and_padding_as_lengths(
-        dropout, need_weights, expected):
-    plan = paths.plan_attention("cuda", dropout, need_weights, TUPE_R, 64, "cudnn-graph")
-    assert plan.path is expected
-    assert plan.padding_as_lengths == (expected is AttentionPath.CUDNN_GRAPH)
-    assert plan.fold_untied and plan.backends is None and not plan.relative_by_offset
 
 
 @pytest.mark.parametrize("preset, overrides", [("bert_rpe", {"shaw_keys_only": True}), ("bert_rpe", {}),

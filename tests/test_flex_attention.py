@@ -8,17 +8,13 @@ import pytest
 import torch
 from conftest import build_model, random_tokens
 
-from tupe_plugin.attention import paths
 from tupe_plugin.attention.attend import attend, explicit_attention
 from tupe_plugin.attention.flex_bias_attention import flex_biased_attention
 from tupe_plugin.attention.paths import AttentionPath
 from tupe_plugin.attention.relative_terms import RelativeProducts, RelativeRows, offsets_of
-from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.encodings.position_config import PositionFlagError
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
-                        cls_reset="paper")
-
 
 def toeplitz_index(seq_len, low, high, sign=1):
     """(T, T) clip(sign (j - i), low, high) - low: a table row for every pair that depends on j - i alone."""
@@ -96,19 +92,6 @@ def test_attend_runs_the_flex_path_with_the_bias_the_lengths_and_the_products_of
         expected, _ = explicit_attention(q, k, v, mask + shaw, 0.3, 0.0)
     assert probs is None
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-@pytest.mark.parametrize("need_weights, expected", [
-    (False, AttentionPath.FLEX), (True, AttentionPath.EXPLICIT)])
-def test_the_flex_backend_gets_its_path_with_the_untied_term_folded_padding_and_products_apart(
-        device, need_weights, expected):
-    with torch.no_grad():  # on CPU FlexAttention runs without gradients only (kernel_runs_on)
-        plan = paths.plan_attention(device, 0.0, need_weights, TUPE_R, 64, "flex")
-    assert plan.path is expected
-    kernel = expected is AttentionPath.FLEX
-    assert plan.padding_as_lengths == kernel and plan.relative_by_offset == kernel
-    assert plan.fold_untied and plan.backends is None
 
 
 def test_the_flex_backend_refuses_attention_dropout_naming_both_flags(dictionary):

@@ -267,20 +267,6 @@ def test_on_cpu_without_the_interpreter_the_kernel_names_the_flag(monkeypatch):
         biased_attention(q.cpu(), k.cpu(), v.cpu())
 
 
-TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
-                        cls_reset="paper")
-
-
-@pytest.mark.parametrize("dropout, need_weights, expected", [
-    (0.0, False, AttentionPath.TRITON), (0.1, False, AttentionPath.TRITON),
-    (0.0, True, AttentionPath.EXPLICIT)])
-def test_the_triton_backend_gets_its_path_with_the_untied_term_folded_and_padding_as_lengths(
-        dropout, need_weights, expected):
-    plan = paths.plan_attention("cuda", dropout, need_weights, TUPE_R, 64, "triton")
-    assert plan.path is expected
-    assert plan.padding_as_lengths == (expected is AttentionPath.TRITON)
-    assert plan.fold_untied and plan.backends is None
-
 
 SHAW_VALUES = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="shaw-learned")
 
