@@ -180,11 +180,17 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
     return attend(kernel, q, k, v, None, scale, dropout, relative=relative)[0]
 
 
-def paths(args):
+def candidates(args):
+    """Every path of a run of ``args`` (device and attention dropout), the floor first."""
     if args.device == "cuda":
-        names = CUDA_DROPOUT_PATHS if args.attention_dropout > 0 else CUDA_PATHS
-        return names if cudnn_graph_runs(args) else tuple(name for name in names if name != CUDNN_GRAPH_PATH)
+        return CUDA_DROPOUT_PATHS if args.attention_dropout > 0 else CUDA_PATHS
     return DROPOUT_PATHS if args.attention_dropout > 0 else PATHS
+
+
+def paths(args):
+    """The candidates this machine can run (the cuDNN graph needs its frontend and half precision)."""
+    names = candidates(args)
+    return names if cudnn_graph_runs(args) else tuple(name for name in names if name != CUDNN_GRAPH_PATH)
 
 
 def cudnn_graph_runs(args):
@@ -291,11 +297,19 @@ def measure(args):
         rope = rope_inputs(tensors[0]) if ROPE_PATHS[0] in names else None
         relative = relative_inputs(args.heads, seq_len, args.head_dim, args.device, DTYPES[args.dtype]) \
             if args.device == "cuda" else None
+        failed = {}
+        for path in names:
+            # warm-up (FlexAttention and Triton compile); a candidate that fails is left out, the floor not
+            try:
+                forward_backward(path, *tensors, args.attention_dropout, rope, relative)
+            except Exception as error:  # noqa: BLE001 - any failure of a candidate kernel is reported
+                if path == names[0]:
+                    raise
+                failed[path] = f"{type(error).__name__}: {error}"
+                print(f"T = {seq_len}: {path} left out: {failed[path]}", file=sys.stderr, flush=True)
+        names = [path for path in names if path not in failed]
         cpu = {path: [] for path in names}
         wall = {path: [] for path in names}
-        for path in names:
-            # warm-up (FlexAttention and Triton compile)
-            forward_backward(path, *tensors, args.attention_dropout, rope, relative)
         for round_index in range(args.rounds):
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for path in order:
@@ -308,7 +322,7 @@ def measure(args):
                     wall[path].append(time.perf_counter() - wall_start)
         shapes.append({"seq_len": seq_len, "batch": batch, "cpu_seconds": cpu, "wall_seconds": wall,
                        "kept_bytes": {p: kept_bytes(p, batch, args.heads, seq_len, args.attention_dropout)
-                                      for p in names}})
+                                      for p in names}, "failed": failed})
         print(f"T = {seq_len} done", file=sys.stderr, flush=True)
     return shapes
 
@@ -318,8 +332,7 @@ def spread(values):
 
 
 def table(args, shapes):
-    names = paths(args)
-    floor = names[0]
+    floor = paths(args)[0]
     timed = clock(args)
     clock_name = "wall" if args.device == "cuda" else "CPU"
     where = (torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} threads")
@@ -331,13 +344,15 @@ def table(args, shapes):
              f"{clock_name} / {floor} (paired) | kept (MiB) |",
              "|---:|---:|---|---:|---:|---:|---:|"]
     for shape in shapes:
-        for path in names:
+        for path in shape["wall_seconds"]:
             cpu = shape["cpu_seconds"][path]
             ratio = paired.summary(paired.ratios(shape[timed][path], shape[timed][floor]))
             lines.append(f"| {shape['seq_len']} | {shape['batch']} | {path} | {spread(cpu)} | "
                          f"{spread(shape['wall_seconds'][path])} | {paired.cell(ratio)} | "
                          f"{shape['kept_bytes'][path] / 2**20:.2f} |")
-    return "\n".join(lines)
+    failures = [f"- T = {shape['seq_len']}: {path} left out: {error}" for shape in shapes
+                for path, error in shape["failed"].items()]
+    return "\n".join(lines + ([""] + failures if failures else []))
 
 
 def clock(args):

@@ -277,8 +277,8 @@ def attention_table(runs, citations):
     lines = ["| setting | T | each path's time / the floor's, paired | run |", "|---|---:|---|---|"]
     cited, unmeasured = set(), {}
     for setting in ATTENTION:
-        names = benchmark_attention.paths(argparse.Namespace(**setting.setting))
-        floor, clock = names[0], "wall" if setting.setting["device"] == "cuda" else "CPU"
+        candidates = benchmark_attention.candidates(argparse.Namespace(**setting.setting))
+        floor, clock = candidates[0], "wall" if setting.setting["device"] == "cuda" else "CPU"
         label = f"{setting.label}; {clock} time / `{floor}`"
         for seq_len in setting.seq_lens:
             found = [(shape, run) for run in runs if matches(run, "benchmark_attention", setting.setting)
@@ -291,7 +291,7 @@ def attention_table(runs, citations):
             cited.add(run["file"])
             timed = shape[f"{clock.lower()}_seconds"]
             ratios = ", ".join(f"`{name}` {paired.cell(paired_to(timed, name, floor))} ×"
-                               for name in names[1:])
+                               for name in candidates[1:] if name in timed)
             lines.append(f"| {label} | {seq_len} | {ratios} (n = {len(timed[floor])}) "
                          f"| {citations.number(run)} |")
     notes = citations.legend(cited) + [

@@ -415,6 +415,23 @@ def test_attention_mode_refuses_a_length_longer_than_the_batch(capsys):
     assert "--seq-lens [64]" in capsys.readouterr().err
 
 
+def test_a_candidate_that_fails_is_left_out_with_its_error_and_the_others_are_timed(tmp_path, monkeypatch):
+    run_path = benchmark_attention.forward_backward
+
+    def explicit_fails(path, *args, **kwargs):
+        if path == "explicit":
+            raise RuntimeError("no kernel for this shape")
+        return run_path(path, *args, **kwargs)
+
+    monkeypatch.setattr(benchmark_attention, "forward_backward", explicit_fails)
+    out = tmp_path / "attention.json"
+    benchmark_attention.main(["--seq-lens", "16", "--tokens", "32", "--heads", "2", "--head-dim", "8",
+                              "--rounds", "1", "--calls", "1", "--json", str(out)])
+    (shape,) = json.loads(out.read_text())["shapes"]
+    assert shape["failed"] == {"explicit": "RuntimeError: no kernel for this shape"}
+    assert set(shape["wall_seconds"]) == set(benchmark_attention.PATHS) - {"explicit"}
+
+
 def test_attention_mode_on_cuda_without_a_cuda_device_names_the_flag(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit):
