@@ -570,14 +570,33 @@ def synchronize(device):
 # ---------------------------------------------------------------------------- measuring
 
 def measure_shape(args, seq_len, batch, data_dir, log):
-    contenders = [Contender(name, args.size, seq_len, data_dir, args) for name in args.contenders]
+    """({contender: its timings and measures}, {contender left out: its error}) at one shape."""
+    failed = {}
+
+    def left_out(name, error):
+        """A contender that fails to build or to run its warm-up is left out, the baseline not."""
+        if name == args.baseline:
+            raise error
+        failed[name] = f"{type(error).__name__}: {error}"
+        log(f"  T={seq_len} B={batch}: {name} left out: {failed[name]}")
+
+    contenders = []
+    for name in args.contenders:
+        try:
+            contenders.append(Contender(name, args.size, seq_len, data_dir, args))
+        except Exception as error:  # noqa: BLE001 - any failure of a contender is reported
+            left_out(name, error)
     generator = torch.Generator().manual_seed(args.seed)
     sample = random_batch(contenders[0].task.source_dictionary, batch, seq_len, args.padding,
                           generator)
     sample = move(sample, args.device)
-    for contender in contenders:
-        for _ in range(args.warmup):
-            contender.step(sample)
+    for contender in list(contenders):
+        try:
+            for _ in range(args.warmup):
+                contender.step(sample)
+        except Exception as error:  # noqa: BLE001
+            left_out(contender.name, error)
+            contenders.remove(contender)
     for round_index in range(args.rounds):
         shift = round_index % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
@@ -609,7 +628,7 @@ def measure_shape(args, seq_len, batch, data_dir, log):
         if args.profile:
             results[contender.name]["profile"] = contender.profile(sample, args.profile)
             log(f"profile of {contender.name} at T={seq_len}:\n{results[contender.name]['profile']}")
-    return results
+    return results, failed
 
 
 def per_round(times, steps):
@@ -722,6 +741,8 @@ def markdown(report):
                 f"| {fmt(r['positional_term_share'], 100, '.2f')} |")
         drift = paired.drift(results[baseline]["round_seconds"])
         lines += ["", f"Drift: {baseline}'s step, last round / first: {drift:.3f} ×.", ""]
+        lines += [f"- {name} left out: {error}" for name, error in shape.get("failed", {}).items()]
+        lines += [""] if shape.get("failed") else []
     rounds = report["settings"]["rounds"]
     if rounds < paired.MIN_REPETITIONS:
         lines += [f"Too few rounds ({rounds} < {paired.MIN_REPETITIONS}): the ratios below carry no "
@@ -768,8 +789,9 @@ def measure(args, argv):
     with tempfile.TemporaryDirectory() as data_dir:
         write_dictionary(data_dir, args.vocab)
         for seq_len, batch in zip(args.seq_lens, args.batch_sizes):
-            results = measure_shape(args, seq_len, batch, data_dir, log)
-            report["shapes"].append({"seq_len": seq_len, "batch": batch, "results": results})
+            results, failed = measure_shape(args, seq_len, batch, data_dir, log)
+            report["shapes"].append({"seq_len": seq_len, "batch": batch, "results": results,
+                                     "failed": failed})
     report["machine"]["load_average_after"] = os.getloadavg()
     report["rounds"] = [results_file.repetitions(
         f"T={shape['seq_len']} B={shape['batch']}", "seconds per step (median of the round's steps)",

@@ -81,7 +81,7 @@ part1() {
         --json "$OUTDIR/bench_bf16.json" --results-dir "$RESULTS"
     step 90 python3 -m pytest -q -p no:cacheprovider tests -m gpu -n 8 -o junit_family=xunit1 \
         --junitxml="$OUTDIR/numerics.xml" -rf
-    # apart, so that a cuDNN frontend that fails here costs only this step
+    # apart (a contender that fails is left out of its run, but a broken CUDA context would end it)
     step 60 $BENCH --seq-lens 128 512 --rounds 5 --kernels --bf16 --batch-sizes 256 64 \
         --contenders bert_a tupe_r cudnn_tupe_r cudnn_tupe_a cudnn_bert_r --json "$OUTDIR/bench_bf16_cudnn.json" \
         --results-dir "$RESULTS"
@@ -93,7 +93,7 @@ part2() {
         bert_rope --json "$OUTDIR/bench_bf16_relative.json" --results-dir "$RESULTS"
     step 40 $BENCH --seq-lens 128 512 --rounds 5 --bf16 --batch-sizes 256 64 --attention-dropout 0 \
         --contenders bert_a tupe_r triton_tupe_r --json "$OUTDIR/bench_bf16_ad0.json" --results-dir "$RESULTS"
-    # apart, so that a FlexAttention that fails to compile costs only this step
+    # apart, as cuDNN's graph in part 1
     step 60 $BENCH --seq-lens 128 512 --rounds 5 --bf16 --batch-sizes 256 64 --attention-dropout 0 \
         --contenders bert_a flex_tupe_r flex_keys_bert_rpe flex_deberta --json "$OUTDIR/bench_bf16_ad0_flex.json" \
         --results-dir "$RESULTS"

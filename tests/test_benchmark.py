@@ -177,6 +177,33 @@ def test_zero_rounds_or_steps_name_the_flag(flag, capsys):
     assert f"{flag} must be at least 1" in capsys.readouterr().err
 
 
+def _run_with_a_failing_step(tmp_path, monkeypatch, failing):
+    step = benchmark.Contender.step
+
+    def fails(contender, sample):
+        if contender.name == failing:
+            raise RuntimeError("kernel failed to compile")
+        return step(contender, sample)
+
+    monkeypatch.setattr(benchmark.Contender, "step", fails)
+    return benchmark.main(["--size", "tiny", "--seq-lens", "16", "--batch-sizes", "2", "--rounds", "1",
+                           "--steps", "1", "--warmup", "1", "--vocab", "50", "--no-memory",
+                           "--contenders", "bert_a", "tupe_r", "--json", str(tmp_path / "b.json")])
+
+
+def test_a_contender_that_fails_is_left_out_with_its_error_and_the_others_are_timed(tmp_path, monkeypatch):
+    report = _run_with_a_failing_step(tmp_path, monkeypatch, "tupe_r")
+    (shape,) = report["shapes"]
+    assert shape["failed"] == {"tupe_r": "RuntimeError: kernel failed to compile"}
+    assert list(shape["results"]) == ["bert_a"]
+    assert "- tupe_r left out: RuntimeError: kernel failed to compile" in report["markdown"]
+
+
+def test_a_baseline_that_fails_stops_the_run(tmp_path, monkeypatch):
+    with pytest.raises(RuntimeError, match="kernel failed to compile"):
+        _run_with_a_failing_step(tmp_path, monkeypatch, "bert_a")
+
+
 def test_unknown_contender_names_the_flag():
     with pytest.raises(SystemExit, match="--contenders"):
         benchmark.main(["--contenders", "bert_a", "tupe_x", "--json", os.devnull])
