@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from conftest import REPO, VENV_BIN
 
@@ -40,16 +41,59 @@ def run_fairseq_steps(*steps, cwd=REPO, check=True):
     Returns the output of each command; a failing command fails the test with the output
     (or, with ``check=False``, ends the chain and returns the outputs so far and the exit code).
     """
+    ((outputs, code, text),) = run_fairseq_chains([steps], cwd=cwd)
+    if check and code != 0:
+        raise AssertionError(f"fairseq chain exited {code}:\n{text[-4000:]}")
+    return outputs if check else (outputs, code)
+
+
+def run_fairseq_chains(chains, cwd=REPO, threads=None):
+    """Run chains of ``(tool, args)`` commands side by side, each chain one process (with ``threads``
+    torch threads each, where given): [(the output of each command run, the exit code, the whole
+    output)] in the chains' order. Outputs go to files, not pipes, so that no chain waits on another's
+    reader."""
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    argv = json.dumps([(tool, [str(a) for a in args]) for tool, args in steps])
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHAIN, argv],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    outputs = proc.stdout.split(STEP_MARKER + "\n")[1:]
-    if check and proc.returncode != 0:
-        raise AssertionError(f"fairseq chain exited {proc.returncode}:\n{proc.stdout[-4000:]}")
-    return outputs if check else (outputs, proc.returncode)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    with tempfile.TemporaryDirectory() as folder:
+        running = []
+        for number, steps in enumerate(chains):
+            log = open(os.path.join(folder, f"chain-{number}.log"), "w+", encoding="utf-8")
+            argv = json.dumps([(tool, [str(a) for a in args]) for tool, args in steps])
+            running.append((subprocess.Popen([sys.executable, "-c", _CHAIN, argv], cwd=cwd, env=env,
+                                             stdout=log, stderr=subprocess.STDOUT, text=True), log))
+        results = []
+        for proc, log in running:
+            code = proc.wait()
+            log.seek(0)
+            text = log.read()
+            log.close()
+            results.append((text.split(STEP_MARKER + "\n")[1:], code, text))
+    return results
+
+
+# Chains of independent commands run side by side, one torch thread each, on up to this many cores.
+SIDE_BY_SIDE = max(1, min(4, os.cpu_count() or 1))
+
+
+def run_fairseq_for_each(items, steps_of, cwd=REPO):
+    """Run the commands ``steps_of(item)`` of every item, the items spread over :data:`SIDE_BY_SIDE` chains
+    run side by side: ({item: the outputs of its commands}, {item: the end of its chain's output}); a
+    command that fails ends its chain, and its item and the later items of that chain have no outputs."""
+    chains = [items[number::SIDE_BY_SIDE] for number in range(SIDE_BY_SIDE)]
+    results = run_fairseq_chains([[step for item in chain for step in steps_of(item)] for chain in chains],
+                                 cwd=cwd, threads=1)
+    done, ends = {}, {}
+    for chain, (outputs, code, text) in zip(chains, results):
+        complete = len(outputs) if code == 0 else len(outputs) - 1
+        start = 0
+        for item in chain:
+            count = len(steps_of(item))
+            if start + count <= complete:
+                done[item] = outputs[start:start + count]
+            start += count
+            ends[item] = text[-3000:]
+    return done, ends
 
 
 def logged_losses(output, subset):

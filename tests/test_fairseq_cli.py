@@ -4,7 +4,7 @@ import math
 import os
 
 import pytest
-from cli import logged_losses, run_fairseq, run_fairseq_steps, train_args, train_inner_losses
+from cli import logged_losses, run_fairseq, run_fairseq_for_each, train_args, train_inner_losses
 from conftest import PRESETS
 
 
@@ -44,27 +44,26 @@ def test_user_dir_may_be_the_installed_package_path(wikitext_bin, tmp_path):
 
 @pytest.fixture(scope="module")
 def every_architecture_run(wikitext_bin, tmp_path_factory):
-    """fairseq-train (2 updates) then fairseq-validate for every preset, chained in one process (fairseq's
-    import is paid once): {preset: (train output, validate output)}; a preset whose command failed ends the
-    chain, and it and the presets after it have no entry."""
+    """fairseq-train (2 updates) then fairseq-validate for every preset, in a few chains run side by side
+    (fairseq's import is paid once a chain): ({preset: (train output, validate output)}, {preset: the end of
+    its chain's output}); a preset whose command failed ends its chain, and it and the presets after it in
+    that chain have no entry."""
     root = tmp_path_factory.mktemp("every_architecture")
-    steps = []
-    for preset in PRESETS:
+
+    def steps(preset):
         save_dir = root / preset
-        steps += [("train", train_args(wikitext_bin, save_dir, f"{preset}_tiny", 2)),
-                  ("validate", [wikitext_bin, "--user-dir", "tupe_plugin", "--path",
-                                save_dir / "checkpoint_last.pt", "--task", "masked_lm", "--batch-size", 8,
-                                "--cpu"])]
-    outputs, code = run_fairseq_steps(*steps, check=False)
-    complete = len(outputs) if code == 0 else len(outputs) - 1
-    return {preset: (outputs[2 * i], outputs[2 * i + 1]) for i, preset in enumerate(PRESETS)
-            if 2 * i + 1 < complete}, outputs[-1][-3000:]
+        return [("train", train_args(wikitext_bin, save_dir, f"{preset}_tiny", 2)),
+                ("validate", [wikitext_bin, "--user-dir", "tupe_plugin", "--path",
+                              save_dir / "checkpoint_last.pt", "--task", "masked_lm", "--batch-size", 8,
+                              "--cpu"])]
+
+    return run_fairseq_for_each(PRESETS, steps)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_architecture_trains_and_validates(preset, every_architecture_run):
-    runs, last_output = every_architecture_run
-    assert preset in runs, f"the chain stopped before {preset} validated:\n{last_output}"
+    runs, last_outputs = every_architecture_run
+    assert preset in runs, f"the chain stopped before {preset} validated:\n{last_outputs[preset]}"
     out, validated = runs[preset]
     losses = train_inner_losses(out) + logged_losses(out, "valid")
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)

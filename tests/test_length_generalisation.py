@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from cli import logged_losses, run_fairseq_steps, train_args
+from cli import logged_losses, run_fairseq_for_each, run_fairseq_steps, train_args
 
 TRAIN_LENGTH, VALID_LENGTH = 32, 128
 
@@ -30,14 +30,15 @@ EXTRAPOLATING = ["bert_alibi_tiny", "bert_alibi_asym_tiny", "bert_rope_tiny", "b
 
 @pytest.fixture(scope="module")
 def validated_long(wikitext_bin, tmp_path_factory):
-    """The validation output of every arch trained short and validated long, chained in one process."""
+    """The validation output of every arch trained short and validated long, in chains run side by side."""
     root = tmp_path_factory.mktemp("length")
     lengths = {arch: (TRAIN_LENGTH, VALID_LENGTH) for arch in WITHOUT_TABLES}
     lengths.update({arch: (64, 256) for arch in EXTRAPOLATING})
-    steps = [step for arch, (short, long) in lengths.items()
-             for step in short_then_long(wikitext_bin, root / arch, arch, short, long)]
-    outputs = run_fairseq_steps(*steps)
-    return {arch: outputs[2 * i + 1] for i, arch in enumerate(lengths)}
+    done, ends = run_fairseq_for_each(
+        list(lengths), lambda arch: short_then_long(wikitext_bin, root / arch, arch, *lengths[arch]))
+    missing = [arch for arch in lengths if arch not in done]
+    assert not missing, f"{missing[0]} did not train and validate:\n{ends[missing[0]]}"
+    return {arch: outputs[1] for arch, outputs in done.items()}
 
 
 @pytest.mark.parametrize("arch", WITHOUT_TABLES)
