@@ -61,6 +61,9 @@ export PYTHONWARNINGS=ignore::SyntaxWarning
 # fairseq's Adam (a Python loop over ~200 parameters).
 ATTENTION="python3 benchmarks/benchmark_attention.py --device cuda --seq-lens 512 --tokens 32768 --heads 12"
 BENCH="python3 benchmarks/benchmark.py --device cuda --size base --warmup 2"
+# make test-gpu's tests, collected from the files that mark them only (the others may import packages this
+# machine lacks: transformers, matplotlib, ...)
+GPU_TESTS=$(grep -l "pytest.mark.gpu" tests/test_*.py)
 step() {  # step SECONDS COMMAND...: one time-limited step, its exit status logged
     local limit=$1
     shift
@@ -79,7 +82,7 @@ part1() {
     step 120 $BENCH --seq-lens 128 512 --rounds 5 --kernels --bf16 --batch-sizes 256 64 \
         --contenders bert_a tupe_r tupe_a bert_r triton_tupe_r triton_tupe_a triton_bert_r \
         --json "$OUTDIR/bench_bf16.json" --results-dir "$RESULTS"
-    step 90 python3 -m pytest -q -p no:cacheprovider tests -m gpu -n 8 -o junit_family=xunit1 \
+    step 90 python3 -m pytest -q -p no:cacheprovider $GPU_TESTS -m gpu -n 8 -o junit_family=xunit1 \
         --junitxml="$OUTDIR/numerics.xml" -rf
     # apart (a contender that fails is left out of its run, but a broken CUDA context would end it)
     step 60 $BENCH --seq-lens 128 512 --rounds 5 --kernels --bf16 --batch-sizes 256 64 \

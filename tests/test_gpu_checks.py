@@ -2,6 +2,8 @@
 script's parser accepts (CUDA pretended), its contenders exist, and each part's time limits stay within the
 8 minutes of a session's call. A typo here would otherwise be found only on the GPU."""
 
+import ast
+import glob
 import os
 import re
 import shlex
@@ -78,4 +80,15 @@ def test_every_benchmark_command_parses_and_its_contenders_exist(monkeypatch, tm
 
 def test_the_gpu_tests_step_runs_every_test_marked_gpu_as_make_test_gpu_does():
     (argv,) = [argv for _, _, argv in steps() if argv[1:3] == ["-m", "pytest"]]
-    assert "tests" in argv and argv[argv.index("-m", 3) + 1] == "gpu"
+    assert "$GPU_TESTS" in argv and argv[argv.index("-m", 3) + 1] == "gpu"
+    assert 'GPU_TESTS=$(grep -l "pytest.mark.gpu" tests/test_*.py)' in script_lines()
+
+
+def test_every_test_marked_gpu_is_in_a_file_the_script_finds():
+    for path in glob.glob(os.path.join(REPO, "tests", "test_*.py")):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        marked = [node for node in ast.walk(ast.parse(text))
+                  if isinstance(node, ast.Attribute) and node.attr == "gpu"
+                  and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"]
+        assert not marked or "pytest.mark.gpu" in text, path
