@@ -207,7 +207,8 @@ def test_a_kernel_backend_without_a_cuda_device_runs_the_cpu_paths_in_its_place_
         backend, dictionary, monkeypatch, caplog):
     """A model trained on a GPU with a kernel backend, evaluated or fine-tuned on a CPU machine."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(paths, "cudnn_frontend_installed", lambda: True)
+    monkeypatch.setattr(paths, "cudnn_frontend_installed", lambda: False)  # no package needed there
+    monkeypatch.setattr(paths, "find_spec", lambda name: None)
     monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: False)
     with caplog.at_level(logging.WARNING):
         model = build_model("tupe_r_tiny", dictionary, attention_backend=backend, attention_dropout=0.0)

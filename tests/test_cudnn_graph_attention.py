@@ -37,8 +37,9 @@ def test_the_cudnn_graph_backend_refuses_shaw_and_deberta_terms_naming_the_trito
         build_model(f"{preset}_tiny", dictionary, attention_backend="cudnn-graph", **overrides)
 
 
-def test_without_the_cudnn_frontend_the_backend_names_the_package_to_install(dictionary, monkeypatch):
+def test_on_cuda_without_the_cudnn_frontend_the_backend_names_the_package_to_install(dictionary, monkeypatch):
     monkeypatch.setattr(paths, "cudnn_frontend_installed", lambda: False)
+    monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: True)
     with pytest.raises(PositionFlagError, match="cudnn-graph needs the cuDNN frontend, which is not "
                                                 "installed: pip install nvidia-cudnn-frontend"):
         build_model("tupe_r_tiny", dictionary, attention_backend="cudnn-graph")

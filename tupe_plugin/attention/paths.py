@@ -155,7 +155,7 @@ def backend_problem(requested, config, attention_dropout):
     """Why ``--attention-backend requested`` cannot run a model of ``config`` with ``attention_dropout``
     (``--attention-dropout``), or None: FlexAttention adds no Shaw value vectors,
     cuDNN's graph no term that depends on the content (Shaw, DeBERTa), FlexAttention has no attention
-    dropout, and each kernel needs its package."""
+    dropout, and each kernel needs its package where CUDA is (elsewhere the CPU paths run in its place)."""
     flag = f"--attention-backend {requested}"
     if requested == FLEX_BACKEND and config.shaw_values:
         return (f"{flag} does not add Shaw value vectors, which need the attention probabilities: add "
@@ -168,6 +168,8 @@ def backend_problem(requested, config, attention_dropout):
         return (f"{flag} runs no attention dropout (FlexAttention has none), but --attention-dropout is "
                 f"{attention_dropout}: pass --attention-dropout 0 (evaluation drops nothing anyway), or use "
                 "--attention-backend triton, which applies it")
+    if not torch.cuda.is_available():  # the CPU paths run in the kernel's place: no package needed
+        return None
     if requested == TRITON_BACKEND and find_spec("triton") is None:
         return f"{flag} needs Triton, which is not installed: pip install triton"
     if requested == CUDNN_GRAPH_BACKEND and not cudnn_frontend_installed():
