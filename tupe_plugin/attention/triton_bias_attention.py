@@ -141,6 +141,9 @@ class TritonBiasedAttention(torch.autograd.Function):
             BLOCK_N=block_n, BLOCK_D=block_d)
         if value_sums is not None:
             out[..., :value_table.size(-1)] += torch.matmul(value_sums, value_table.float()).to(out.dtype)
+            # kept for the table's gradient in the queries' dtype: summed in float32, each sum is one number
+            # (in bf16, half the memory of float32 sums, B H T (2K + 1) a layer)
+            value_sums = value_sums.to(q.dtype)
         ctx.save_for_backward(q, k, v, bias_rows, lengths, out, lse, query_rows, query_offsets, key_rows,
                               key_offsets, value_table, value_offsets, value_sums)
         ctx.scale, ctx.dropout, ctx.seed = scale, dropout, seed
@@ -195,8 +198,9 @@ class TritonBiasedAttention(torch.autograd.Function):
                                              (grad_key_rows, key_offsets, key_rows)))
         grad_value_table = None
         if value_table is not None and ctx.needs_input_grad[12]:  # sum over b, h, i of S^T dO
-            grad_value_table = torch.matmul(value_sums.reshape(-1, value_sums.size(-1)).t(),
-                                            grad_out_values.reshape(-1, value_table.size(-1)))
+            sums = value_sums.reshape(-1, value_sums.size(-1))
+            values = grad_out_values.reshape(-1, value_table.size(-1)).to(sums.dtype)
+            grad_value_table = torch.matmul(sums.t(), values)
             grad_value_table = grad_value_table.to(value_table.dtype)
         return (*grads, grad_bias, None, None, None, None, grad_query_rows, None, grad_key_rows, None,
                 grad_value_table, None)
