@@ -169,8 +169,9 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
         if path.startswith("sdpa"):
             mask = ClippedDistanceScores.apply(torch.matmul(q * scale, table.t()), index)
             return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
+        offsets = offsets_of(index)
         return attend(kernel, q, k, v, None, scale, dropout, values, index,
-                      relative=RelativeRows(table[None], offsets_of(index)))[0]
+                      relative=RelativeRows(table[None], offsets), value_offsets=offsets)[0]
     query_rows, key_rows, index, offsets, p2c_index, p2c_offsets = relative["deberta"]
     if path.startswith("sdpa"):
         mask = offset_scores(q * scale, key_rows, index, offsets) \

@@ -6,7 +6,8 @@ import torch
 
 from tupe_plugin.attention.clipped_distances import (ClippedDistanceScores, band_distance_sums, distance_sums,
                                                      scattered_distance_sums)
-from tupe_plugin.encodings.shaw_position import clipped_index
+from tupe_plugin.attention.relative_terms import offsets_of
+from tupe_plugin.encodings.shaw_position import clipped_index, clipped_offsets
 
 SHAPES = [(1, 1), (5, 1), (9, 3), (6, 10)]  # (T, K), K >= T included
 
@@ -18,6 +19,13 @@ def with_the_index(sums):
 
 SUMS = [with_the_index(distance_sums), with_the_index(scattered_distance_sums), band_distance_sums]
 SUM_IDS = ["distance_sums", "scattered", "band"]
+
+
+@pytest.mark.parametrize("seq_len, max_distance", [(6, 2), (3, 5)])
+def test_the_offsets_of_the_clipped_index_are_its_rows_by_offset(seq_len, max_distance):
+    index = clipped_index(seq_len, max_distance, "cpu")
+    offsets = clipped_offsets(seq_len, max_distance, "cpu")
+    torch.testing.assert_close(offsets, offsets_of(index), rtol=0, atol=0)
 
 
 def test_clipped_index_is_the_clipped_distance_shifted_by_k():

@@ -18,7 +18,6 @@ from .cudnn_graph_attention import cudnn_biased_attention
 from .dropout import keep_mask, keep_probability
 from .flex_bias_attention import flex_biased_attention
 from .paths import RELATIVE_OFFSET_PATHS, AttentionPath
-from .relative_terms import offsets_of
 from .triton_bias_attention import biased_attention
 
 
@@ -33,15 +32,15 @@ def sdpa_mask(mask, dtype):
 
 
 def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None,
-           key_lengths=None, relative=None):
+           key_lengths=None, relative=None, value_offsets=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
     learned dense bias on BIASED_FLASH, see :func:`choose_path`; on TRITON, FLEX and CUDNN_GRAPH the
     (1, H, T, T) bias shared by the batch, without padding, which ``key_lengths`` (B,) gives);
     ``value_table`` (2K + 1, d) and its (T, T) ``value_index`` add Shaw value vectors
-    ``sum_j alpha_ij a_{clip(j-i)}`` (explicit and Triton
-    paths: they need the probabilities);
+    ``sum_j alpha_ij a_{clip(j-i)}`` (explicit and Triton paths: they need the probabilities; the Triton
+    kernel reads the index as its (2T - 1,) row by offset, ``value_offsets``);
     ``backends`` are the SDPA kernels allowed (:func:`sdpa_backends`; None: torch chooses); ``relative``
     the Shaw key or DeBERTa terms as their table rows read by offset
     (:class:`~.relative_terms.RelativeRows`; TRITON and FLEX only, the other paths take them in the mask):
@@ -60,7 +59,6 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     if path is AttentionPath.CHUNKED:
         return ChunkedAttention.apply(q, k, v, mask, scale, dropout), None
     if path is AttentionPath.TRITON:
-        value_offsets = None if value_table is None else offsets_of(value_index)
         return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative,
                                 value_table=value_table, value_offsets=value_offsets), None
     if path is AttentionPath.FLEX:

@@ -24,7 +24,7 @@ from torch import nn
 from ..attention.attend import add_bias, attend
 from ..attention.clipped_distances import ClippedDistanceScores
 from ..attention.toeplitz_scores import offset_scores
-from ..attention.relative_terms import RelativeRows, offsets_of
+from ..attention.relative_terms import RelativeRows
 from ..attention.triton_rotary import rotate_projection
 from ..encodings.deberta_position import DisentangledProjections
 from ..encodings.rotary_position import rotate, rotate_in_place, rotates_in_place
@@ -92,7 +92,7 @@ class PositionalSelfAttention(nn.Module):
             k = k + term.k_shift.to(k.dtype)
         if term.rel_table is not None:
             if plan.relative_by_offset:
-                relative = RelativeRows(term.rel_table[None], offsets_of(term.rel_index))
+                relative = RelativeRows(term.rel_table[None], term.rel_offsets)
             else:
                 attn_mask = add_bias(attn_mask, ClippedDistanceScores.apply(self._shaw_products(q, term),
                                                                             term.rel_index))
@@ -110,7 +110,7 @@ class PositionalSelfAttention(nn.Module):
         out, probs = attend(
             plan.path, q, k, v, attn_mask, term.scale, plan.dropout,
             term.rel_table if term.rel_values else None, term.rel_index, plan.backends, term.key_lengths,
-            relative,
+            relative, term.rel_offsets,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None

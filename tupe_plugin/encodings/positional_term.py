@@ -47,6 +47,7 @@ class PositionalTerm:
     bias: Optional[torch.Tensor] = None
     rel_table: Optional[torch.Tensor] = None
     rel_index: Optional[torch.Tensor] = None
+    rel_offsets: Optional[torch.Tensor] = None
     rel_values: bool = False
     disentangled_table: Optional[torch.Tensor] = None
     disentangled_index: Optional[torch.Tensor] = None

@@ -47,9 +47,11 @@ class ShawRelativePosition(nn.Module):
         return clipped_index(seq_len, self.max_distance, device)
 
     def contribute(self, term, seq_len):
-        """Add the table, the (T, T) index into it and whether values take the vectors to ``term``."""
+        """Add the table, the (T, T) index into it, the row by offset j - i and whether values take the
+        vectors to ``term``."""
         term.rel_table = self.table()
         term.rel_index = self.index(seq_len, term.rel_table.device)
+        term.rel_offsets = clipped_offsets(seq_len, self.max_distance, term.rel_table.device)
         term.rel_values = self.values
 
 
@@ -57,6 +59,13 @@ def clipped_index(seq_len, max_distance, device):
     """(T, T) distance index of (query i, key j): clip(j - i, -K, K) + K."""
     positions = torch.arange(seq_len, device=device)
     return (positions[None, :] - positions[:, None]).clamp(-max_distance, max_distance) + max_distance
+
+
+def clipped_offsets(seq_len, max_distance, device):
+    """(2T - 1,) row of the table by offset o = j - i, from -(T - 1) to T - 1: clip(o, -K, K) + K (the kernels
+    that read the table by offset)."""
+    offsets = torch.arange(1 - seq_len, seq_len, device=device)
+    return offsets.clamp(-max_distance, max_distance) + max_distance
 
 
 def build_shaw(config):
