@@ -237,6 +237,10 @@ def _run(cudnn, key, data):
     built.graph.execute(variant_pack, workspace, handle=handle)
 
 
+# The graph tensors the forward keeps for the backward (those the configuration has)
+SAVED = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "seed", "offset", "out", "stats")
+
+
 def _last_stride_one(tensor):
     return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
 
@@ -269,8 +273,7 @@ class CudnnGraphAttention(torch.autograd.Function):
         key = GraphKey(False, tuple(q.shape), (q.stride(), k.stride(), v.stride()), q.dtype, device,
                        bias is not None, False, key_lengths is not None, dropout, scale, keep_mask_out)
         _run(cudnn, key, data)
-        ctx.save_for_backward(*(data.get(name) for name in ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv",
-                                                             "seed", "offset", "out", "stats")))
+        ctx.save_for_backward(*(data.get(name) for name in SAVED))
         ctx.key = key
         ctx.bias_shape, ctx.bias_dtype = (None, None) if bias is None else (bias.shape, bias.dtype)
         if keep_mask_out:
@@ -281,8 +284,7 @@ class CudnnGraphAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, *unused_keep_mask_grad):
         cudnn = _cudnn()
-        names = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "seed", "offset", "out", "stats")
-        data = {name: tensor for name, tensor in zip(names, ctx.saved_tensors) if tensor is not None}
+        data = {name: tensor for name, tensor in zip(SAVED, ctx.saved_tensors) if tensor is not None}
         q = data["q"]
         data["grad_out"] = _last_stride_one(grad_out)
         bias_grad = ctx.bias_shape is not None and ctx.needs_input_grad[3]
