@@ -809,9 +809,9 @@ def measure(args, argv):
 
 def setting_tag(args):
     """``cpu-fp32-medium-ad0.1-T128B8-T512B2``: device, precision, size, attention dropout, shapes."""
-    precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
     shapes = "-".join(f"T{t}B{b}" for t, b in zip(args.seq_lens, args.batch_sizes))
-    return f"{args.device.split(':')[0]}-{precision}-{args.size}-ad{args.attention_dropout}-{shapes}"
+    device, precision = args.device.split(":")[0], results_file.precision(vars(args))
+    return f"{device}-{precision}-{args.size}-ad{args.attention_dropout}-{shapes}"
 
 
 if __name__ == "__main__":

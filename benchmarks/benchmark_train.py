@@ -261,15 +261,10 @@ def main(argv=None):
     return result
 
 
-def precision(args):
-    """fp32, bf16 or fp16: how the runs train."""
-    return "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
-
-
 def setting_tag(args):
     """``cpu-medium-ad0.1-T512B4``, ``cuda-base-bf16-ad0.1-T512B64``: device, size, precision on a GPU,
     attention dropout, tokens per sample and batch size."""
-    kind = f"cpu-{args.size}" if args.device == "cpu" else f"cuda-{args.size}-{precision(args)}"
+    kind = f"cpu-{args.size}" if args.device == "cpu" else f"cuda-{args.size}-{results_file.precision(vars(args))}"
     return f"{kind}-ad{args.attention_dropout}-T{args.tokens_per_sample}B{args.batch_size}"
 
 

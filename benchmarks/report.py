@@ -125,14 +125,9 @@ ATTENTION = [
 def normalised_setting(run):
     """The settings a column matches on, named alike for every benchmark."""
     s = run["settings"]
-    if run["benchmark"] == "benchmark":
-        precision = "bf16" if s["bf16"] else "fp16" if s["fp16"] else "fp32"
-        return {"device": s["device"].split(":")[0], "precision": precision, "size": s["size"],
-                "attention_dropout": s["attention_dropout"]}
-    if run["benchmark"] == "benchmark_train":
-        precision = "bf16" if s.get("bf16") else "fp16" if s.get("fp16") else "fp32"
-        return {"device": s.get("device", "cpu"), "precision": precision, "size": s["size"],
-                "attention_dropout": s["attention_dropout"]}
+    if run["benchmark"] in ("benchmark", "benchmark_train"):  # train runs before --device: on the CPU
+        return {"device": s.get("device", "cpu").split(":")[0], "precision": results_file.precision(s),
+                "size": s["size"], "attention_dropout": s["attention_dropout"]}
     return {key: s[key] for key in ("device", "dtype", "attention_dropout", "tokens", "heads", "head_dim")}
 
 

@@ -76,6 +76,12 @@ def record(benchmark, script, argv, settings, device="cpu"):
             **git_state(), "machine": machine(device), "settings": settings}
 
 
+def precision(settings):
+    """fp32, bf16 or fp16: how a run of ``settings`` (its ``--bf16`` / ``--fp16``; a run without them fp32)
+    computed."""
+    return "bf16" if settings.get("bf16") else "fp16" if settings.get("fp16") else "fp32"
+
+
 def repetitions(setting, unit, baseline, costs):
     """One setting's costs per contender and repetition, with each contender's ratios to ``baseline``
     paired within the repetitions (an entry of a record's ``rounds``)."""
