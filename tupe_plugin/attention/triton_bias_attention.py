@@ -95,15 +95,15 @@ def _table_rows(rows, offsets, q):
     return rows, offsets.to(device=q.device, dtype=torch.int32).contiguous()
 
 
-def _rows_gradient(by_offset, offsets, rows):
-    """The gradient of ``rows`` (H or 1, R, d) from the kernel's gradient by batch row, head and offset
-    (B, H, 2T - 1, d), float32: summed over the batch (and the heads for rows they share), each offset
-    added onto its row."""
+def _rows_gradient(by_offset, offsets, shape, dtype):
+    """The gradient of table rows of ``shape`` (H or 1, R, d) and ``dtype`` from the kernel's gradient by
+    batch row, head and offset (B, H, 2T - 1, d), float32: summed over the batch (and the heads for rows they
+    share), each offset added onto its row."""
     by_offset = by_offset.sum(0)
-    if rows.size(0) == 1:
+    if shape[0] == 1:
         by_offset = by_offset.sum(0, keepdim=True)
-    grad = torch.zeros(rows.shape, dtype=torch.float32, device=by_offset.device)
-    return grad.index_add_(1, offsets.long(), by_offset).to(rows.dtype)
+    grad = torch.zeros(shape, dtype=torch.float32, device=by_offset.device)
+    return grad.index_add_(1, offsets.long(), by_offset).to(dtype)
 
 
 class TritonBiasedAttention(torch.autograd.Function):
@@ -144,8 +144,10 @@ class TritonBiasedAttention(torch.autograd.Function):
             # kept for the table's gradient in the queries' dtype: summed in float32, each sum is one number
             # (in bf16, half the memory of float32 sums, B H T (2K + 1) a layer)
             value_sums = value_sums.to(q.dtype)
-        ctx.save_for_backward(q, k, v, bias_rows, lengths, out, lse, query_rows, query_offsets, key_rows,
+        ctx.save_for_backward(q, k, v, bias_rows, lengths, out, lse, query_window, query_offsets, key_window,
                               key_offsets, value_table, value_offsets, value_sums)
+        ctx.rows_shapes = tuple(None if rows is None else (rows.shape, rows.dtype)
+                                for rows in (query_rows, key_rows))
         ctx.scale, ctx.dropout, ctx.seed = scale, dropout, seed
         ctx.has_lengths, ctx.bias_shape = key_lengths is not None, None if bias is None else bias.shape
         return out
@@ -154,7 +156,7 @@ class TritonBiasedAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         from .triton_bias_kernels import backward_kernel
 
-        (q, k, v, bias_rows, lengths, out, lse, query_rows, query_offsets, key_rows, key_offsets,
+        (q, k, v, bias_rows, lengths, out, lse, query_window, query_offsets, key_window, key_offsets,
          value_table, value_offsets, value_sums) = ctx.saved_tensors
         batch, heads, seq_len, head_dim = q.shape
         grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
@@ -168,8 +170,6 @@ class TritonBiasedAttention(torch.autograd.Function):
         bias_grad = bias_rows is not None and ctx.needs_input_grad[3]
         grad_bias = torch.zeros(heads, seq_len, seq_len, dtype=torch.float32, device=q.device) if bias_grad \
             else lse
-        query_window, _ = _table_rows(query_rows, query_offsets, q)
-        key_window, _ = _table_rows(key_rows, key_offsets, q)
         # the rows' gradients by batch row, head and offset (B, H, 2T - 1, d), float32
         grad_query_rows, grad_key_rows = (
             torch.zeros(batch, heads, 2 * seq_len - 1, window.size(-1), dtype=torch.float32, device=q.device)
@@ -193,9 +193,9 @@ class TritonBiasedAttention(torch.autograd.Function):
         grads = (grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype))
         grad_bias = grad_bias.reshape(ctx.bias_shape).to(bias_rows.dtype) if bias_grad else None
         grad_query_rows, grad_key_rows = (
-            None if by_offset is None else _rows_gradient(by_offset, offsets, rows)
-            for by_offset, offsets, rows in ((grad_query_rows, query_offsets, query_rows),
-                                             (grad_key_rows, key_offsets, key_rows)))
+            None if by_offset is None else _rows_gradient(by_offset, offsets, *shape)
+            for by_offset, offsets, shape in zip((grad_query_rows, grad_key_rows),
+                                                 (query_offsets, key_offsets), ctx.rows_shapes))
         grad_value_table = None
         if value_table is not None and ctx.needs_input_grad[12]:  # sum over b, h, i of S^T dO
             sums = value_sums.reshape(-1, value_sums.size(-1))
