@@ -1,8 +1,10 @@
 """Overrides of a checkpoint's settings (fairseq-validate's --model-overrides, the arg_overrides of
 fairseq's loaders) that cannot take effect are refused naming the override: a key that is no setting, a
-setting whose value a learned tensor of the checkpoint holds, one that changes the model's tensors."""
+value its flag does not take, a setting whose value a learned tensor of the checkpoint holds, one that
+changes the model's tensors or what the trained weights compute. Those meant to change at evaluation load."""
 
 import argparse
+import re
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from conftest import _Task, test_data
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
+from tupe_plugin.fairseq_fixes.model_overrides_syntax import model_overrides_text
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.checkpoint_guards import CheckpointMismatchError
 from tupe_plugin.policies.model_overrides import OverrideError
@@ -70,9 +73,13 @@ def test_the_command_line_settings_and_overrides_that_take_effect_still_load():
     ("{'rotary': 'none'}", "error: --model-overrides \"{'rotary': 'none'}\" cannot apply to this checkpoint"),
     ("{'fire_treshold': 64.0}", "error: --model-overrides \"{'fire_treshold': 64.0}\": 'fire_treshold' is no "
      "setting of"),
+    ("{'activation_fn': 'relu'}", "error: --model-overrides \"{'activation_fn': 'relu'}\" cannot apply to this "
+     "checkpoint, trained with activation_fn = 'gelu'"),
+    ("{'max_positions': 'abc'}", "error: --model-overrides \"{'max_positions': 'abc'}\": 'max_positions' "
+     "(--max-positions) takes an integer"),
 ])
 def test_fairseq_validate_names_the_override_that_cannot_apply_in_one_line(override, message):
-    arch = "bert_lrope" if "rotary" in override else "bert_fire"
+    arch = "bert_lrope" if "rotary" in override or "activation" in override else "bert_fire"
     proc = run_fairseq("validate", FIXTURE, "--user-dir", "tupe_plugin", "--path", f"{FIXTURE}/{arch}.pt",
                        "--task", "masked_lm", "--batch-size", 2, "--cpu", "--model-overrides", override,
                        check=False)
@@ -81,9 +88,10 @@ def test_fairseq_validate_names_the_override_that_cannot_apply_in_one_line(overr
     assert "Traceback" not in proc.stdout and "Unexpected key(s)" not in proc.stdout
 
 
-def test_an_override_of_sandwichs_frequencies_is_refused_as_the_checkpoint_stores_them(tmp_path):
+@pytest.fixture
+def sandwich_checkpoint(tmp_path):
     """A Sandwich checkpoint (made here from the FIRE fixture's config, saved before --sandwich-frequencies:
-    zero-based) stores its frequencies: another --sandwich-frequencies would be undone by its weights."""
+    zero-based)."""
     state = torch.load(f"{FIXTURE}/bert_fire.pt", weights_only=False)
     args = argparse.Namespace(**{key: value for key, value in vars(state["cfg"]["model"]).items()
                                  if not key.startswith("fire_")})
@@ -93,8 +101,86 @@ def test_an_override_of_sandwichs_frequencies_is_refused_as_the_checkpoint_store
     state["model"] = TupeRobertaModel.build_model(args, _Task(dictionary, args.max_positions)).state_dict()
     state["cfg"]["model"] = args
     torch.save(state, tmp_path / "bert_sandwich.pt")
+    return str(tmp_path / "bert_sandwich.pt")
+
+
+def test_an_override_of_sandwichs_frequencies_is_refused_as_the_checkpoint_stores_them(sandwich_checkpoint):
+    """The checkpoint stores its frequencies: another --sandwich-frequencies would be undone by its weights."""
     with pytest.raises(OverrideError, match="Sandwich's frequencies are stored in the checkpoint, "
                        ".*relative_bias.sinusoid.frequencies"):
         checkpoint_utils.load_model_ensemble_and_task(
-            [str(tmp_path / "bert_sandwich.pt")], arg_overrides={"data": FIXTURE,
-                                                                "sandwich_frequencies": "one-based"})
+            [sandwich_checkpoint], arg_overrides={"data": FIXTURE, "sandwich_frequencies": "one-based"})
+
+
+def test_an_override_of_sandwichs_scale_is_refused_as_it_changes_what_the_weights_compute(sandwich_checkpoint):
+    with pytest.raises(CheckpointMismatchError, match=r"arg_overrides \{'sandwich_scale': 5.0\} cannot apply to "
+                       r"this checkpoint, trained with sandwich_scale = 1.0: the same weights would compute other "
+                       "outputs"):
+        checkpoint_utils.load_model_ensemble_and_task(
+            [sandwich_checkpoint], arg_overrides={"data": FIXTURE, "sandwich_scale": 5.0})
+
+
+@pytest.mark.parametrize("arch, override, trained", [
+    ("bert_alibi_asym", {"activation_fn": "relu"}, "activation_fn = 'gelu'"),
+    ("bert_alibi_asym", {"layer_norm_eps": 0.5}, "layer_norm_eps = None"),
+    ("bert_kerple", {"rel_pos": "kerple-power"}, "rel_pos = 'kerple-log'"),
+    # a checkpoint saved before --deberta-p2c was trained with the paper's form
+    ("deberta_emd", {"deberta_p2c": "released"}, "deberta_p2c = 'paper'"),
+    ("bert_lrope", {"pooler_activation_fn": "relu"}, "pooler_activation_fn = 'tanh'"),
+])
+def test_an_override_that_changes_what_the_trained_weights_compute_is_refused_naming_it(arch, override, trained):
+    """Tensors of the same shapes would load: the model would compute other outputs than those trained, as
+    the same flag at fine-tuning would (refused there too)."""
+    with pytest.raises(CheckpointMismatchError) as error:
+        load(arch, **override)
+    assert str(error.value).startswith(f"arg_overrides {override!r} cannot apply to this checkpoint, trained with "
+                                       f"{trained}: the same weights would compute other outputs")
+    assert str(error.value).endswith("drop the override")
+
+
+@pytest.mark.parametrize("override", [
+    dict(attention_backend="math", dropout=0.3, attention_dropout=0.2, activation_dropout=0.1),
+    dict(encoder_layerdrop=0.2, max_positions=256),
+])
+def test_overrides_meant_to_change_at_evaluation_still_load(override):
+    (model,), _, _ = load("bert_alibi_asym", **override)
+    assert all(getattr(model.args, key) == value for key, value in override.items())
+
+
+@pytest.mark.parametrize("override, takes", [
+    ({"max_positions": "abc"}, r"'max_positions' \(--max-positions\) takes an integer, not 'abc'"),
+    ({"activation_fn": "bogus"}, r"'activation_fn' \(--activation-fn\) takes one of 'relu', 'gelu', .*, not 'bogus'"),
+    ({"attention_backend": "bogus"}, r"'attention_backend' \(--attention-backend\) takes one of 'auto', .*'math', .*, not 'bogus'"),
+    ({"fire_signed": "yes"}, r"'fire_signed' \(--fire-signed\) takes True or False, not 'yes'"),
+    ({"rotary_scaling_factor": float("nan")},
+     r"'rotary_scaling_factor' \(--rotary-scaling-factor\) takes a finite number, not nan"),
+    ({"encoder_layers": 2.5}, r"'encoder_layers' \(--encoder-layers\) takes an integer, not 2.5"),
+])
+def test_an_override_value_its_flag_does_not_take_is_refused_naming_what_it_takes(override, takes):
+    with pytest.raises(OverrideError, match=r"^arg_overrides \{.*\}: " + takes + ": correct the value$"):
+        load("bert_fire", **override)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("{'max_positions': }", "is no Python dict"),
+    ("{'max_positions': 128", "is no Python dict"),
+    ("{'max_positions': max}", "is no Python dict (it holds more than literal values)"),
+    ("[('max_positions', 128)]", "is a list, not a dict of settings by name"),
+])
+def test_model_overrides_text_that_is_no_dict_is_refused_as_the_flag_is_read(text, problem):
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(problem)):
+        model_overrides_text(text)
+
+
+def test_model_overrides_text_that_is_a_dict_is_kept_as_text():
+    assert model_overrides_text("{'max_positions': 128}") == "{'max_positions': 128}"
+
+
+def test_fairseq_validate_refuses_model_overrides_that_is_no_dict_in_argparses_line():
+    proc = run_fairseq("validate", FIXTURE, "--user-dir", "tupe_plugin", "--path", f"{FIXTURE}/bert_fire.pt",
+                       "--task", "masked_lm", "--batch-size", 2, "--cpu", "--model-overrides",
+                       "{'max_positions': }", check=False)
+    assert proc.returncode == 2
+    assert proc.stdout.strip().splitlines()[-1].startswith(
+        "fairseq-validate: error: argument --model-overrides: \"{'max_positions': }\" is no Python dict")
+    assert "Traceback" not in proc.stdout

@@ -10,6 +10,7 @@ from . import binarized_data_checks  # noqa: F401  (empty or truncated .idx/.bin
 from . import checkpoint_compat  # noqa: F401  (lets torch>=2.6 load fairseq checkpoints)
 from . import distributed_cpu  # noqa: F401  (--ddp-backend pytorch_ddp on CPU processes)
 from . import known_warnings  # noqa: F401  (fairseq's and torch's known-harmless warnings, one list)
+from . import model_overrides_syntax  # noqa: F401  (--model-overrides that is no dict refused as it is read)
 from . import partial_checkpoint_cleanup  # noqa: F401  (a failed save removes its partial .tmp)
 from . import process_group_teardown  # noqa: F401  (a worker's gloo group ends before the interpreter)
 from . import remainder_batch  # noqa: F401  (the examples after the last multiple of 8 get a batch)

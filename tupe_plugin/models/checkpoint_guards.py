@@ -2,8 +2,7 @@
 
 Every check a checkpoint passes before its weights are loaded into a plugin model lives here:
 learned position tables of another length, the released [CLS] semantics, U^Q/U^K biases, the
-vocabulary, the architecture, and overrides of its settings (``--model-overrides``) that give the model
-other tensors. fairseq wraps any ``load_state_dict`` failure of ``--restore-file`` into "please ensure that the
+vocabulary, the architecture, and overrides of its trained settings (``--model-overrides``). fairseq wraps any ``load_state_dict`` failure of ``--restore-file`` into "please ensure that the
 architectures match", with torch's list of size mismatches underneath. Fine-tuning from a masked-LM
 checkpoint goes wrong in two ways that deserve their own words: a task prepared with another dictionary
 than the pre-training one (embedding rows differ), and an ``--arch`` other than the pre-training one.
@@ -72,7 +71,7 @@ def check_checkpoint(model, saved_state, prefix):
     config = model.encoder.sentence_encoder.config
     _check_position_table_lengths(config, own_state, saved_state, prefix)
     _check_untied_projection_bias(own_state, saved_state, prefix)
-    _check_overridden_tensors(_overridden.get(id(model.args)), own_state, saved_state, prefix)
+    _check_overridden_settings(_overridden.get(id(model.args)), own_state, saved_state, prefix)
 
 
 def _check_position_table_lengths(config, own_state, saved_state, prefix):
@@ -109,10 +108,13 @@ def _check_untied_projection_bias(own_state, saved_state, prefix):
             )
 
 
-def _check_overridden_tensors(changed, own_state, saved_state, prefix):
-    """An override that gives the model other tensors than the checkpoint's is named, with a tensor."""
+def _check_overridden_settings(changed, own_state, saved_state, prefix):
+    """An override of a trained model's setting is refused naming it: with a tensor when it gives the model
+    other tensors than the checkpoint's, otherwise because the same weights would compute other outputs."""
     if not changed:
         return
+    trained = ", ".join(f"{key} = {was!r}" for key, (was, _) in changed.items())
+    overrides = overrides_named({key: new for key, (_, new) in changed.items()})
     own = {key: tuple(value.shape) for key, value in own_state.items() if not key.startswith(HEAD_PREFIXES)}
     saved = {key[len(prefix):]: tuple(value.shape) for key, value in saved_state.items()
              if key.startswith(prefix) and not key[len(prefix):].startswith(HEAD_PREFIXES)}
@@ -121,9 +123,11 @@ def _check_overridden_tensors(changed, own_state, saved_state, prefix):
     differences += [f"its {key} is {own[key]} but {saved[key]} in the checkpoint"
                     for key in sorted(own.keys() & saved.keys()) if own[key] != saved[key]]
     if not differences:
-        return
-    trained = ", ".join(f"{key} = {was!r}" for key, (was, _) in changed.items())
-    overrides = overrides_named({key: new for key, (_, new) in changed.items()})
+        raise CheckpointMismatchError(
+            f"{overrides} cannot apply to this checkpoint, trained with {trained}: the same weights would "
+            "compute other outputs than those trained; a trained model's settings are fixed (at evaluation only "
+            "its lengths, RoPE's scaling, dropout, layerdrop and the attention backend may change): drop the "
+            "override")
     raise CheckpointMismatchError(
         f"{overrides} cannot apply to this checkpoint, trained with {trained}: the model built with it has "
         f"other tensors ({differences[0]}"

@@ -4,14 +4,19 @@ fairseq applies fairseq-validate's ``--model-overrides`` (and the ``arg_override
 ``from_pretrained``'s keyword arguments) to a checkpoint's config as it reads it: a key that is no setting
 of the checkpoint (a typo) was set and never read, and a setting that only gave a tensor stored in the
 checkpoint its starting value (FIRE's learned threshold, RoPE's frequencies) was undone without a word
-when the weights loaded. Both are refused as the checkpoint is read. The settings an override changes are
-handed to the check of the weights (:func:`~tupe_plugin.models.checkpoint_guards.record_overrides`), which
-names an override that changes the model's tensors (``{'rotary': 'none'}`` on a RoPE model) instead of
-torch's "Unexpected key(s) in state_dict".
+when the weights loaded. Both are refused as the checkpoint is read, and so is a value a model flag does not
+take (``{'max_positions': 'abc'}``, an ``attention_backend`` that does not exist), naming what it takes.
+The settings an override changes, other than those meant to change at evaluation
+(:data:`MAY_CHANGE_AT_EVALUATION`), are handed to the check of the weights
+(:func:`~tupe_plugin.models.checkpoint_guards.record_overrides`), which refuses them: naming a tensor when
+the model has other tensors (``{'rotary': 'none'}`` on a RoPE model) instead of torch's "Unexpected key(s)
+in state_dict", and otherwise because the same weights would compute other outputs
+(``{'activation_fn': 'relu'}``), as fine-tuning refuses such a flag.
 """
 
 import argparse
 import difflib
+import math
 from dataclasses import fields
 
 from fairseq import checkpoint_utils
@@ -22,7 +27,7 @@ from ..command_hints import overrides_named
 from ..encodings.position_config import BEFORE_RELEASED_FORMS, option, value_as_trained
 from ..models.checkpoint_guards import record_overrides
 from ..user_errors import UserError
-from .restore_architecture import MAY_CHANGE_AT_FINE_TUNING, model_flags
+from .restore_architecture import model_flag_actions
 from .scope import is_plugin_config
 
 # A setting that only gives a tensor the checkpoint stores its starting value: the tensor's key ends with
@@ -33,6 +38,15 @@ STARTING_VALUES = {
     "sandwich_frequencies": ("relative_bias.sinusoid.frequencies",
                              "Sandwich's frequencies are stored in the checkpoint"),
 }
+
+# The model settings an evaluation may change (the trained weights keep their meaning): the input lengths,
+# RoPE's scaling for longer inputs, dropout and layerdrop (off in evaluation), memory and the attention
+# kernel among its choices.
+MAY_CHANGE_AT_EVALUATION = (
+    "dropout", "attention_dropout", "activation_dropout", "pooler_dropout", "encoder_layerdrop",
+    "encoder_layers_to_keep", "max_positions", "checkpoint_activations", "offload_activations",
+    "min_params_to_wrap", "attention_backend", "rotary_scaling", "rotary_scaling_factor",
+)
 
 _fairseq_overwrite_args_by_name = checkpoint_utils.overwrite_args_by_name
 _fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
@@ -62,10 +76,47 @@ def _chosen_settings(overrides):
             yield from (field.name for field in fields(dataclass))
 
 
+def _taken(action):
+    """What the model flag of argparse ``action`` takes, in words, or None when any text does."""
+    if action.nargs == 0:
+        return "True or False"
+    if action.choices is not None:
+        return "one of " + ", ".join(repr(choice) for choice in action.choices)
+    if action.type is int:
+        return "an integer"
+    if action.type is not None:
+        return "a finite number"
+    return None
+
+
+def _takes(action, value):
+    if action.nargs == 0:
+        return isinstance(value, bool)
+    if action.choices is not None:
+        return value in action.choices
+    if action.type is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if action.type is not None:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value is None or isinstance(value, str)
+
+
+def check_values(overrides, actions):
+    """Refuse an override whose value its model flag (argparse ``actions`` by dest) does not take."""
+    for key, value in overrides.items():
+        action = actions.get(key)
+        if action is not None and not _takes(action, value):
+            raise OverrideError(
+                f"{overrides_named({key: value})}: {key!r} ({action.option_strings[0]}) takes {_taken(action)}, "
+                f"not {value!r}: correct the value")
+
+
 def overwrite_args_by_name(cfg, overrides):
     """fairseq's; for a plugin checkpoint, its settings and what the overridden ones held are kept first."""
     if is_plugin_config(cfg):
-        flags = set(model_flags().values())
+        actions = model_flag_actions()
+        check_values(overrides, actions)
+        flags = set(actions)
         known = set(cfg.keys()) | flags | set(_chosen_settings(overrides))
         for group in cfg.keys():
             known.update(_settings(cfg.get(group)))
@@ -101,7 +152,7 @@ def check_overrides(path, overrides, weights):
                if key in _read["flags"] and _read["saved"].get(key) != value}
     for key in changed.keys() & STARTING_VALUES.keys():
         _check_starting_value(path, key, changed[key], weights)
-    return {key: change for key, change in changed.items() if key not in MAY_CHANGE_AT_FINE_TUNING}
+    return {key: change for key, change in changed.items() if key not in MAY_CHANGE_AT_EVALUATION}
 
 
 def _check_starting_value(path, key, change, weights):

@@ -56,13 +56,18 @@ class ArchitectureMismatchError(UserError, ValueError):
     """A fine-tuning command that would build another architecture than its checkpoint's."""
 
 
-def model_flags():
-    """{option string: dest} of every model flag (RoBERTa's and the plugin's)."""
+def model_flag_actions():
+    """{dest: argparse action} of every model flag (RoBERTa's and the plugin's): its type and choices."""
     from ..models.tupe_roberta import TupeRobertaModel
 
     parser = argparse.ArgumentParser(add_help=False)
     TupeRobertaModel.add_args(parser)
-    return {option: action.dest for action in parser._actions for option in action.option_strings}
+    return {action.dest: action for action in parser._actions if action.option_strings}
+
+
+def model_flags():
+    """{option string: dest} of every model flag (RoBERTa's and the plugin's)."""
+    return {option: dest for dest, action in model_flag_actions().items() for option in action.option_strings}
 
 
 def explicit_settings(argv, flags=None):
