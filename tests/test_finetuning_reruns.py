@@ -12,7 +12,7 @@ from conftest import test_data
 
 from tupe_plugin.finetuning import train_recorded
 from tupe_plugin.glue import finetune as finetune_glue
-from tupe_plugin.run_record import setting_changes
+from tupe_plugin.run_record import data_conflict, data_fingerprint, setting_changes
 from tupe_plugin.squad import finetune as finetune_squad
 
 CHECKPOINT = test_data("checkpoints", "tupe_r.pt")  # a masked_lm run of --arch tupe_r_tiny
@@ -137,3 +137,22 @@ def test_a_resumed_run_keeps_its_record(tmp_path):
     resumed = fake_fairseq_train("Start iterating over samples")
     assert train_recorded(resumed, folder, {"task": "RTE", "arch": "other"}) == 0
     assert (folder / "run.json").read_text() == before
+
+
+def test_the_data_fingerprint_changes_with_any_encoded_file_but_not_with_the_manifest(tmp_path):
+    (tmp_path / "label").mkdir()
+    (tmp_path / "label" / "train.bin").write_bytes(b"\x00\x01")
+    (tmp_path / ".prepared.json").write_text("{}")
+    first = data_fingerprint(tmp_path)
+    (tmp_path / ".prepared.json").write_text('{"summary": 1}')
+    assert data_fingerprint(tmp_path) == first
+    (tmp_path / "label" / "train.bin").write_bytes(b"\x01\x00")
+    assert data_fingerprint(tmp_path) != first
+
+
+def test_a_record_without_data_is_not_compared_on_its_data(tmp_path):
+    """A record older than the fingerprint, or this command's before its data are prepared."""
+    data = {"fingerprint": "0123", "source": "--glue-dir glue"}
+    assert data_conflict(tmp_path, {"task": "RTE"}, {"task": "RTE", "data": data}) is None
+    assert data_conflict(tmp_path, {"task": "RTE", "data": data}, {"task": "RTE"}) is None
+    assert data_conflict(tmp_path, {"task": "RTE", "data": data}, {"task": "RTE", "data": dict(data)}) is None

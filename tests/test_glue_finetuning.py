@@ -18,6 +18,7 @@ from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue.finetune import main as finetune_glue_main
 from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.glue import scores as collect_glue_scores
+from tupe_plugin.run_record import data_fingerprint
 
 GLUE = ("SST-2", "CoLA", "MRPC", "RTE", "STS-B")
 FINETUNED = ("SST-2", "STS-B")
@@ -181,14 +182,15 @@ def refused_rerun(argv, capsys):
     return capsys.readouterr().err
 
 
-def test_the_run_record_names_the_settings_the_model_was_trained_with(finetuned, pretrained_dir):
-    _, save_dir, _ = finetuned["SST-2"]
+def test_the_run_record_names_the_settings_and_the_data_the_model_was_trained_with(finetuned, pretrained_dir):
+    bin_dir, save_dir, _ = finetuned["SST-2"]
     record = json.loads((save_dir / "run.json").read_text(encoding="utf-8"))
     assert record == {
         "task": "SST-2", "arch": "tupe_r_tiny", "seed": 1, "metric": "accuracy", "lr": "2e-5",
         "checkpoint": os.path.realpath(pretrained_dir / "checkpoints" / "checkpoint_last.pt"),
         "batch_size": 16, "max_epoch": 1, "max_examples": 48,
-        "fairseq_args": ["--max-update", "3", "--log-interval", "1", "--num-workers", "0"]}
+        "fairseq_args": ["--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
+        "data": {"fingerprint": data_fingerprint(bin_dir), "source": f"--glue-dir {test_data('glue')}"}}
 
 
 def test_a_rerun_with_a_checkpoint_of_another_arch_is_refused_and_changes_no_file(finetuned, pretrained_dir,
@@ -224,4 +226,35 @@ def test_a_resume_with_other_training_flags_is_refused_listing_them(finetuned, p
         "resumes the run from its checkpoint_last.pt: rerun with its settings, or give another --save-dir " \
         "to start a new run (the learning rate decays to 0 over the epochs a run is given: more cannot be " \
         "added)" in err
+    assert folder_contents(save_dir) == before
+
+
+def glue_with_flipped_labels(root, task, split):
+    """A --glue-dir whose ``task`` holds the first 48 examples of tests/data/glue, with the labels of
+    ``split`` ("train" or "dev") flipped."""
+    root.mkdir()
+    for name in ("train", "dev"):
+        path = glue_slice(root, task, name, 48)
+        if name == split:
+            lines = open(path, encoding="utf-8").read().splitlines()
+            flipped = [line[:-1] + {"0": "1", "1": "0"}[line[-1]] for line in lines[1:]]
+            open(path, "w", encoding="utf-8").write("\n".join(lines[:1] + flipped) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_a_resume_on_other_data_is_refused_naming_both_and_changes_no_file(finetuned, pretrained_dir, split,
+                                                                          tmp_path, capsys):
+    """The run's labels flipped in its training data, or in its dev set (which picks the best checkpoint)."""
+    bin_dir, save_dir, _ = finetuned["SST-2"]
+    before = folder_contents(save_dir)
+    other = glue_with_flipped_labels(tmp_path / "glue2", "SST-2", split)
+    argv = finetune_glue_argv("SST-2", pretrained_dir, save_dir.parent.parent) + [
+        "--glue-dir", str(other), "--bin-dir", str(tmp_path / "SST-2-bin")]
+    err = refused_rerun(argv, capsys)
+    assert err.splitlines()[-1].endswith(
+        f"--save-dir {save_dir} holds a SST-2 run trained on other data than this command's: the run's, from "
+        f"--glue-dir {test_data('glue')}, have fingerprint {data_fingerprint(bin_dir)} (run.json); this "
+        f"command's, from --glue-dir {other}, {data_fingerprint(tmp_path / 'SST-2-bin')}. A rerun resumes the run "
+        "from its checkpoint_last.pt: rerun with the run's data, or give another --save-dir to start a new run")
     assert folder_contents(save_dir) == before

@@ -11,6 +11,7 @@ import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import VENV_BIN, test_data
 
+from tupe_plugin.run_record import data_fingerprint
 from tupe_plugin.squad.metric import evaluate
 
 pytestmark = pytest.mark.slow
@@ -95,3 +96,28 @@ def test_the_run_record_names_the_version_and_the_window_settings(finetuned):
     assert {key: record[key] for key in ("batch_size", "max_epoch", "max_seq_length", "doc_stride",
                                          "max_query_length")} == {
         "batch_size": 16, "max_epoch": 3, "max_seq_length": 64, "doc_stride": 16, "max_query_length": 40}
+
+
+def test_a_resume_with_another_train_file_is_refused_naming_both_and_changes_no_file(finetuned, pretrained_dir):
+    root, _, _ = finetuned
+    before = {path.name: path.read_bytes() for path in (root / "run").iterdir()}
+    squad_slice(root / "other-train.json", 0, 2)
+    proc = subprocess.run(
+        [os.path.join(VENV_BIN, "tupe-finetune-squad"), "1.1",
+         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin", "--cpu",
+         "--batch-size", "16", "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "40",
+         "--train-file", root / "other-train.json", "--valid-file", root / "dev.json",
+         "--bin-dir", root / "other-bin", "--save-dir", root / "run",
+         "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
+        cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout.splitlines()[-1].endswith(
+        f"holds a SQuAD v1.1 run trained on other data than this command's: the run's, from --train-file "
+        f"{root / 'train.json'} --valid-file {root / 'dev.json'}, have fingerprint "
+        f"{data_fingerprint(root / 'squad-bin')} (run.json); this command's, from --train-file "
+        f"{root / 'other-train.json'} --valid-file {root / 'dev.json'}, {data_fingerprint(root / 'other-bin')}. "
+        "A rerun resumes the run from its checkpoint_last.pt: rerun with the run's data, or give another "
+        "--save-dir to start a new run")
+    assert {path.name: path.read_bytes() for path in (root / "run").iterdir()} == before

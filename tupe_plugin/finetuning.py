@@ -8,7 +8,8 @@ loaded (optimizer, schedule, meters and data order fresh) only when ``SAVE_DIR``
 ``checkpoint_last.pt``. A rerun resumes from ``checkpoint_last.pt``: a finished run is left as it is (its
 best checkpoint and best score kept), an interrupted one goes on. The log is appended to, never truncated.
 ``SAVE_DIR/run.json`` records the run (:mod:`tupe_plugin.run_record`): a rerun of another task or with other
-settings is refused before anything is written.
+settings is refused before anything is written, one on other data once the data are prepared, before
+fairseq-train starts.
 """
 
 import argparse
@@ -20,7 +21,7 @@ from .child_processes import ended_with_parent
 from .cli_types import learning_rate
 from .fairseq_tools import PLUGIN_DIR, fairseq_tool
 from .path_checks import path_problem
-from .run_record import holds_run, rerun_conflict, write_record
+from .run_record import holds_run, recorded_data, rerun_conflict, write_record
 
 # fairseq-train's log line as it starts the first batch of an epoch, once every check has passed
 TRAINING_STARTS = "Start iterating over samples"
@@ -100,6 +101,13 @@ def check_rerun(parser, save_dir, record, fairseq_task):
     conflict = rerun_conflict(save_dir, record, fairseq_task)
     if conflict:
         parser.error(conflict)
+
+
+def check_data_rerun(parser, save_dir, record, fairseq_task, bin_dir, source):
+    """Record the encoded task data in ``bin_dir`` (chosen by the flags ``source``) in ``record``; stop
+    ``parser``'s command when ``save_dir`` holds a run trained on other data."""
+    record["data"] = recorded_data(bin_dir, source)
+    check_rerun(parser, save_dir, record, fairseq_task)
 
 
 def train_recorded(command, save_dir, record):

@@ -2,13 +2,17 @@
 
 ``tupe-finetune-glue`` and ``tupe-finetune-squad`` write it once fairseq-train starts training a new run
 (a command refused before that writes none), and read it before a rerun writes anything: a ``--save-dir``
-holding a run (its ``checkpoint_last.pt``) is resumed only by the same task with the same settings, so
-the record always describes the model beside it. A folder without a record is judged by the fairseq task
-its checkpoint was trained on.
+holding a run (its ``checkpoint_last.pt``) is resumed only by the same task with the same settings and
+the same data (a fingerprint of the encoded task data, checked once the data are prepared), so the record
+always describes the model beside it. A folder without a record is judged by the fairseq task its
+checkpoint was trained on.
 """
 
+import hashlib
 import json
 import os
+
+from .prepared_folder import MANIFEST, file_digest
 
 RECORD = "run.json"
 LAST = "checkpoint_last.pt"
@@ -56,6 +60,8 @@ def rerun_conflict(save_dir, record, fairseq_task):
     if saved.get("task") != record["task"]:
         return (f"--save-dir {save_dir} holds a fine-tuning run of {saved.get('task')} ({RECORD}, {LAST}), "
                 f"which this {record['task']} run would resume and relabel: give another --save-dir")
+    if conflict := data_conflict(save_dir, saved, record):
+        return conflict
     changes = setting_changes(saved, record)
     if not changes:
         return None
@@ -72,13 +78,45 @@ def setting_changes(saved, record):
     ``FLAG NEW (the run: OLD)``; a setting an older record lacks is not compared."""
     changes = []
     for key, value in record.items():
-        if key in ("task", "metric") or key not in saved:
+        if key in ("task", "metric", "data") or key not in saved:
             continue
         if key == "fairseq_args":
             changes += [f"fairseq-train {change}" for change in flag_changes(saved[key], value)]
         elif not _same(key, saved[key], value):
             changes.append(f"{_flag(key)} {_shown(value)} (the run: {_shown(saved[key])})")
     return changes
+
+
+def data_fingerprint(folder):
+    """A short hash of the encoded task data in ``folder`` (every file but the preparation's manifest, by
+    relative path and content): other examples, labels or encodings give another."""
+    digest = hashlib.sha256()
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            if name != MANIFEST:
+                digest.update(f"{os.path.relpath(path, folder)}\0{file_digest(path)}\n".encode("utf-8"))
+    return digest.hexdigest()[:16]
+
+
+def recorded_data(folder, source):
+    """What ``record['data']`` holds: the :func:`data_fingerprint` of ``folder`` and the flags that chose the
+    data (``source``, for messages)."""
+    return {"fingerprint": data_fingerprint(folder), "source": source}
+
+
+def data_conflict(save_dir, saved, record):
+    """Why ``record``'s data may not resume the run ``saved`` records (trained on other data); None when
+    they are the run's, or either record has no data yet (before preparing; a record older than the
+    fingerprint)."""
+    run, this = saved.get("data"), record.get("data")
+    if not run or not this or run["fingerprint"] == this["fingerprint"]:
+        return None
+    return (f"--save-dir {save_dir} holds a {record['task']} run trained on other data than this command's: "
+            f"the run's, from {run['source']}, have fingerprint {run['fingerprint']} ({RECORD}); this "
+            f"command's, from {this['source']}, {this['fingerprint']}. A rerun resumes the run from its {LAST}: "
+            "rerun with the run's data, or give another --save-dir to start a new run")
 
 
 def flag_changes(saved_args, args):

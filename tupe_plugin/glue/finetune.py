@@ -23,8 +23,9 @@ import os
 import sys
 
 from ..cli_types import at_least_one
-from ..finetuning import (add_run_args, check_rerun, count_lines, description, fairseq_train_command,
-                          linear_schedule, parse_run_args, pretrained_architecture, train_recorded)
+from ..finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
+                          fairseq_train_command, linear_schedule, parse_run_args, pretrained_architecture,
+                          train_recorded)
 from ..path_checks import path_problem
 from . import prepare
 from .tasks import GLUE_TASKS
@@ -65,6 +66,8 @@ def main(argv=None):
                              *(["--max-examples", str(args.max_examples)] if args.max_examples else [])])
     if prepared:
         return prepared
+    check_data_rerun(parser, args.save_dir, record, "sentence_prediction", args.bin_dir,
+                     f"--glue-dir {args.glue_dir}")
     examples = count_lines(os.path.join(args.bin_dir, "raw", "train.input0"))
     total, warmup = linear_schedule(examples, args.batch_size, args.max_epoch, WARMUP_PERCENT)
     os.makedirs(args.save_dir, exist_ok=True)

@@ -25,9 +25,9 @@ import os
 import sys
 
 from ..cli_types import at_least_one, finite_float
-from ..finetuning import (add_run_args, check_rerun, count_lines, description, fairseq_train_command,
-                          linear_schedule, parse_run_args, pretrained_architecture, run_logged,
-                          train_recorded)
+from ..finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
+                          fairseq_train_command, linear_schedule, parse_run_args, pretrained_architecture,
+                          run_logged, train_recorded)
 from ..path_checks import path_problem
 from . import prepare
 
@@ -86,6 +86,8 @@ def main(argv=None):
     ])
     if prepared:
         return prepared
+    check_data_rerun(parser, args.save_dir, record, "squad_span", args.bin_dir,
+                     f"--train-file {files['train']} --valid-file {files['valid']}")
     features = count_lines(os.path.join(args.bin_dir, "train.features.jsonl"))
     total, warmup = linear_schedule(features, args.batch_size, args.max_epoch, args.warmup_percent)
     os.makedirs(args.save_dir, exist_ok=True)
