@@ -136,6 +136,29 @@ def test_scaling_that_cannot_be_built_is_refused_by_name(flags, message):
         PositionConfig(embed_dim=64, num_heads=4, max_positions=8, **flags).check()
 
 
+@pytest.mark.parametrize("flags, message", [
+    (dict(rotary_scaling="ntk", rotary_scaling_factor=1e300),
+     r"--rotary-scaling ntk with --rotary-scaling-factor 1e\+300 makes RoPE's base --rotary-base 10000 \* "
+     r"F\^\(d_h/\(d_h-2\)\) \(d_h = 16\) larger than float32's largest number .*: they overflow"),
+    (dict(rotary_scaling="ntk", rotary_scaling_factor=1e36), "--rotary-scaling-factor 1e\\+36 makes RoPE's base"),
+    (dict(rotary_scaling="linear", rotary_scaling_factor=1e300),
+     r"--rotary-scaling linear with --rotary-scaling-factor 1e\+300 divides every position by F to 0 in float32"),
+    (dict(rotary_base=1e39), r"--rotary-base 1e\+39 is larger than float32's largest number"),
+])
+def test_a_scaling_whose_angles_leave_float32_is_refused_naming_the_flag(flags, message):
+    with pytest.raises(PositionFlagError, match=message):
+        PositionConfig(embed_dim=64, num_heads=4, max_positions=8, rotary="fixed", **flags).check()
+
+
+def test_an_override_of_a_factor_whose_angles_overflow_is_refused_in_one_line(tmp_path):
+    """What fairseq-validate --model-overrides "{'rotary_scaling': 'ntk', 'rotary_scaling_factor': 1e300}"
+    loads: refused as the model is built (was: OverflowError)."""
+    path, _ = _save_trained_without_scaling(tmp_path)
+    overrides = {"data": str(tmp_path), "rotary_scaling": "ntk", "rotary_scaling_factor": 1e300}
+    with pytest.raises(PositionFlagError, match="--rotary-scaling-factor 1e\\+300 makes RoPE's base"):
+        checkpoint_utils.load_model_ensemble([str(path)], arg_overrides=overrides)
+
+
 def test_ntk_needs_a_head_dimension_above_2():
     with pytest.raises(PositionFlagError, match="--rotary-scaling ntk needs a head dimension > 2"):
         PositionConfig(embed_dim=8, num_heads=4, max_positions=8, rotary="fixed", rotary_scaling="ntk",

@@ -22,6 +22,7 @@ Attention", arXiv 2006.03654.
 import math
 from dataclasses import dataclass, field, fields
 
+import torch
 from fairseq.utils import safe_getattr
 
 from ..cli_types import finite_float
@@ -521,7 +522,26 @@ class PositionConfig:
         elif scaling == "ntk" and self.rotary_applies and self.head_dim == 2:
             errors.append("--rotary-scaling ntk needs a head dimension > 2: base^(d_h/(d_h-2)) is undefined "
                           "at d_h = 2; use --rotary-scaling linear")
+        elif 1 < factor < math.inf and self.rotary_applies:
+            errors += self._overflowing_angles(scaling, factor)
         return errors
+
+    def _overflowing_angles(self, scaling, factor):
+        """A factor whose angles leave float32, in which RoPE computes them (Sinusoid.angles): ntk's base
+        B F^(d_h/(d_h-2)) beyond float32's largest number (every frequency but the first would be 0), or
+        linear's 1/F below its smallest (every position rotated by 0)."""
+        largest = torch.finfo(torch.float32).max
+        if scaling == "ntk" and self.rotary_base > 1 and self.head_dim > 2 and math.log(self.rotary_base) \
+                + self.head_dim / (self.head_dim - 2) * math.log(factor) > math.log(largest):
+            return [f"--rotary-scaling ntk with --rotary-scaling-factor {factor:g} makes RoPE's base --rotary-base "
+                    f"{self.rotary_base:g} * F^(d_h/(d_h-2)) (d_h = {self.head_dim}) larger than float32's "
+                    f"largest number ({largest:.3g}), in which the angles are computed: they overflow; use F "
+                    "near the evaluation length over the training length (e.g. 4)"]
+        if scaling == "linear" and torch.tensor(1 / factor, dtype=torch.float32).item() == 0:
+            return [f"--rotary-scaling linear with --rotary-scaling-factor {factor:g} divides every position "
+                    "by F to 0 in float32, in which the angles are computed: all positions would be rotated "
+                    "alike; use F near the evaluation length over the training length (e.g. 4)"]
+        return []
 
     def _rotary_and_alibi_errors(self):
         errors = []
@@ -531,6 +551,11 @@ class PositionConfig:
                               f"dimension must be even, got {self.head_dim}")
             if self.rotary_base <= 1:
                 errors.append(f"--rotary-base must be > 1, got {self.rotary_base}")
+            elif self.rotary_base > torch.finfo(torch.float32).max:
+                errors.append(f"--rotary-base {self.rotary_base:g} is larger than float32's largest number "
+                              f"({torch.finfo(torch.float32).max:.3g}), in which RoPE's angles are computed: "
+                              "every frequency but the first would be 0; use 10000 (RoFormer's) or another base "
+                              "within float32")
             if self.four_term:
                 errors.append(
                     f"--rotary {self.rotary} with --untied-pos four-term: BERT-A^d adds positions to the "
