@@ -161,6 +161,24 @@ def test_a_deberta_the_plugin_cannot_build_is_refused_naming_the_field(field, va
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("save, field, value, table", [
+    (save_v1, "max_relative_positions", 10**12, "relative table"),
+    (save_v2, "position_buckets", 10**12, "relative table"),
+    (save_v1, "max_position_embeddings", 10**12, "position table"),
+])
+def test_a_deberta_size_past_memory_is_refused_naming_the_field_before_allocating(save, field, value, table,
+                                                                                    tmp_path):
+    """Sizes that would need TiB of table on any machine (was: an allocation of that size, or an abort)."""
+    save(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config[field] = value
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HfCheckpointError, match=f"config.json: {field} = {value} would need a .* GiB {table}.*, "
+                       f"more than the .* GiB of memory of this machine: a typo\\? .*: correct {field}$"):
+        convert_any(str(tmp_path / "hf"), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_deberta_v2_folder_without_spm_model_names_the_file(tmp_path):
     save_v2(tmp_path / "hf", **V2_VARIANTS["v3 (log buckets, shared projections, normalised table)"])
     (tmp_path / "hf" / "spm.model").unlink()

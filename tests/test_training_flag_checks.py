@@ -48,6 +48,22 @@ def test_a_max_positions_typo_beyond_memory_is_refused_before_allocating(max_pos
         build_model("bert_a_tiny", make_dictionary(), max_positions=max_positions)
 
 
+@pytest.mark.parametrize("arch, flag, table", [
+    ("deberta_tiny", "deberta_max_distance", "relative table"),
+    ("deberta_tiny", "deberta_buckets", "relative table"),
+    ("bert_sandwich_tiny", "sandwich_dim", "Sandwich angles"),
+    ("bert_fire_tiny", "fire_hidden", "FIRE hidden layer"),
+    ("bert_rpe_tiny", "shaw_max_distance", "Shaw table"),
+    ("tupe_r_tiny", "rel_pos_buckets", "T5 table"),
+])
+def test_an_encoding_size_typo_beyond_memory_is_refused_before_allocating(arch, flag, table):
+    """Every size flag of the encodings, as --max-positions: 10^12 needs TiB at any shape."""
+    sizes = {flag: 10**12, **({"deberta_max_distance": 10**13} if flag == "deberta_buckets" else {})}
+    with pytest.raises(PositionFlagError, match=f"--{flag.replace('_', '-')} {10**12} would need a .* GiB {table} "
+                                                ".*, more than the .* GiB of memory of this machine: a typo\\?"):
+        build_model(arch, make_dictionary(), **sizes)
+
+
 @pytest.mark.parametrize("content, held", [
     ("state dict", "a dict of 'encoder.sentence_encoder.embed_tokens.weight'"),
     ("tensor", "a Tensor"),

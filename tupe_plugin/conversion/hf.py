@@ -52,6 +52,7 @@ from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_
                                                   move_into_place)
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
+from tupe_plugin.models.model_flags import beyond_memory
 from tupe_plugin.prepared_folder import make_sibling_folder
 from tupe_plugin.user_errors import UserError
 
@@ -149,11 +150,16 @@ def check_config(config, path):
 
 
 def check_sizes(config, path):
-    """Refuse a ``config.json`` whose sizes are not positive integers."""
+    """Refuse a ``config.json`` whose sizes are not positive integers, or whose position table alone would
+    exceed the machine's memory (a typo), before anything is allocated."""
     for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                   "intermediate_size", "max_position_embeddings"):
         if not isinstance(config.get(field), int) or config[field] < 1:
             raise HfCheckpointError(f"{path}: {field} = {config.get(field)!r}, expected a positive integer")
+    positions, dim = config["max_position_embeddings"], config["hidden_size"]
+    if problem := beyond_memory(f"max_position_embeddings = {positions}", "position table",
+                                positions * dim * 4):
+        raise HfCheckpointError(f"{path}: {problem} (512 is BERT's): correct max_position_embeddings")
 
 
 def read_safetensors(path):

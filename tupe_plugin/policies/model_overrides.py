@@ -7,7 +7,8 @@ checkpoint its starting value (FIRE's learned threshold, RoPE's frequencies) was
 when the weights loaded. Both are refused as the checkpoint is read, and so is a value a model flag does not
 take (``{'max_positions': 'abc'}``, an ``attention_backend`` that does not exist), naming what it takes.
 The settings an override changes, other than those meant to change at evaluation
-(:data:`MAY_CHANGE_AT_EVALUATION`), are handed to the check of the weights
+(:data:`MAY_CHANGE_AT_EVALUATION`) and the loaders' own (``load_checkpoint_heads``, which
+``from_pretrained`` sets, and the other flags that only initialise a new model), are handed to the check of the weights
 (:func:`~tupe_plugin.models.checkpoint_guards.record_overrides`), which refuses them: naming a tensor when
 the model has other tensors (``{'rotary': 'none'}`` on a RoPE model) instead of torch's "Unexpected key(s)
 in state_dict", and otherwise because the same weights would compute other outputs
@@ -27,7 +28,7 @@ from ..command_hints import overrides_named
 from ..encodings.position_config import BEFORE_RELEASED_FORMS, option, value_as_trained
 from ..models.checkpoint_guards import record_overrides
 from ..user_errors import UserError
-from .restore_architecture import model_flag_actions
+from .restore_architecture import NOT_CARRIED, model_flag_actions
 from .scope import is_plugin_config
 
 # A setting that only gives a tensor the checkpoint stores its starting value: the tensor's key ends with
@@ -152,7 +153,8 @@ def check_overrides(path, overrides, weights):
                if key in _read["flags"] and _read["saved"].get(key) != value}
     for key in changed.keys() & STARTING_VALUES.keys():
         _check_starting_value(path, key, changed[key], weights)
-    return {key: change for key, change in changed.items() if key not in MAY_CHANGE_AT_EVALUATION}
+    return {key: change for key, change in changed.items()
+            if key not in MAY_CHANGE_AT_EVALUATION and key not in NOT_CARRIED}
 
 
 def _check_starting_value(path, key, change, weights):
