@@ -265,3 +265,18 @@ def test_paper_protocol_configs_pass_the_config_check(name, archs, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     config = load_config(os.path.join(REPO, "examples", f"{name}.yaml"), archs)
     assert config["archs"] and config["pretrain"]["updates"] > 0
+
+
+@pytest.mark.parametrize("text, key, value", [
+    ("report: {plateau_bits: .nan}", "report.plateau_bits", "nan"),
+    ("report: {min_margin_bits: .inf}", "report.min_margin_bits", "inf"),
+    ("pretrain: {lr: -.inf}", "pretrain.lr", "-inf"),
+    ("glue: {dir: glue, lrs: [1.0e-5, .nan]}", "glue.lrs[1]", "nan"),
+    ("extrapolation: {rotary_scalings: [{scaling: linear, factor: .inf}]}",
+     "extrapolation.rotary_scalings[0].factor", "inf"),
+], ids=["plateau-nan", "margin-inf", "lr-minus-inf", "glue-lr-nan", "scaling-factor-inf"])
+def test_a_number_that_is_not_finite_is_refused_naming_its_key(tmp_path, archs, text, key, value):
+    """NaN compares false with every bound: .nan passed the checks of 0, negatives and strings."""
+    message = error_of_text(tmp_path, f"archs: [tupe_r_tiny]\n{text}\n", archs)
+    assert message == (f"{tmp_path / 'study.yaml'}: key '{key}': must be a finite number, got {value}: write a "
+                       "number (YAML's .nan and .inf are none)")

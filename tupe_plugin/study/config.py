@@ -9,6 +9,7 @@ standard library, ``tupe-build-corpus``).
 
 import copy
 import difflib
+import math
 import os
 
 from omegaconf.errors import OmegaConfBaseException
@@ -97,6 +98,7 @@ def check_config(raw, known_archs, source="config"):
     if not isinstance(raw, dict):
         raise StudyConfigError(f"{source}: the top level must be a mapping of keys (archs, pretrain, ...)")
     fail = _failer(source)
+    _check_finite(raw, "", fail)
     config = _merge(raw, DEFAULTS, "", fail)
 
     archs = config["archs"]
@@ -193,6 +195,20 @@ def _merge(raw, defaults, prefix, fail):
         if isinstance(value, Required):
             fail(f"{prefix}{key}", f"is required: {value.hint}")
     return merged
+
+
+def _check_finite(node, name, fail):
+    """Refuse NaN and the infinities (YAML's .nan, .inf) wherever the config holds a number: no setting
+    takes one, and a NaN compares false with every bound (report.plateau_bits: .nan put no run on a plateau
+    and wrote a bare NaN into report.json)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_finite(value, f"{name}.{key}" if name else str(key), fail)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_finite(value, f"{name}[{i}]", fail)
+    elif isinstance(node, float) and not math.isfinite(node):
+        fail(name, f"must be a finite number, got {node!r}: write a number (YAML's .nan and .inf are none)")
 
 
 def _positive_int(section, prefix, key, fail, least=1):
