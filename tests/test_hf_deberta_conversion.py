@@ -136,6 +136,35 @@ def test_deberta_v3_text_is_encoded_with_its_sentencepiece_pieces(tmp_path):
     assert torch.equal(hub.encode(text), expected)
 
 
+TEXT = "The Game began, in 2010 (as planned)."
+
+
+def test_deberta_v3_text_is_encoded_as_transformers_deberta_v2_tokenizer_encodes_it(tmp_path):
+    save_v2(tmp_path / "hf", **V2_VARIANTS["v3 (log buckets, shared projections, normalised table)"])
+    convert_any(str(tmp_path / "hf"), str(tmp_path / "out"))
+    hub = TupeRobertaModel.from_pretrained(str(tmp_path / "out"), bpe="sentencepiece")
+    hf_ids = transformers.DebertaV2Tokenizer.from_pretrained(str(tmp_path / "hf"))(TEXT)["input_ids"]
+    expected, _ = plugin_ids(tmp_path, torch.tensor(hf_ids))
+    assert torch.equal(hub.encode(TEXT), expected)
+
+
+@pytest.mark.parametrize("option, does", [("do_lower_case", "lowercases the text"),
+                                          ("split_by_punct", "splits the text at every punctuation mark")])
+def test_a_deberta_v2_tokenizer_that_changes_the_text_is_refused_naming_the_option(option, does, tmp_path):
+    """transformers' DebertaV2Tokenizer applies the option before the sentencepiece model: the same text
+    gets other ids than the model alone gives (checked here), which the converted model would encode."""
+    save_v2(tmp_path / "hf", **V2_VARIANTS["v3 (log buckets, shared projections, normalised table)"])
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps({option: True}))
+    plain = transformers.DebertaV2Tokenizer.from_pretrained(str(tmp_path / "hf"), **{option: False})(TEXT)
+    changed = transformers.DebertaV2Tokenizer.from_pretrained(str(tmp_path / "hf"))(TEXT)
+    assert changed["input_ids"] != plain["input_ids"]
+    with pytest.raises(HfCheckpointError, match=f"^tokenizer_config.json: {option} = True: DeBERTa-v2's tokenizer "
+                       f"{does} before its sentencepiece model and the converted model's --bpe sentencepiece does "
+                       f"not .* to convert anyway, set {option} to false in tokenizer_config.json"):
+        convert_any(str(tmp_path / "hf"), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_log_says_the_converted_model_clips_distances_as_microsofts_code(tmp_path, caplog):
     save_v2(tmp_path / "hf", **V2_VARIANTS["v3 (log buckets, shared projections, normalised table)"])
     with caplog.at_level(logging.INFO, logger="convert_hf"):

@@ -27,6 +27,9 @@ configurations). The mapping is written from transformers' ``DebertaModel`` and 
   log.
 * The masked-LM head: the legacy ``cls.predictions`` or the current ``lm_predictions.lm_head`` (dense, GELU,
   LayerNorm, the word embeddings tied, a bias).
+* A v2/v3 tokenizer that lowercases the text or splits it at punctuation before its sentencepiece model
+  (``do_lower_case``, ``split_by_punct`` of ``tokenizer_config.json``) is refused naming the option:
+  fairseq's ``--bpe sentencepiece`` applies the model alone.
 * Refused, in one line naming the file and field: no relative attention, position terms other than c2p
   and p2c together, talking heads, an embedding size other than the hidden size, v2's convolution layer,
   another head size, a table normalisation other than a LayerNorm, token types without an input position
@@ -40,8 +43,9 @@ import re
 import torch
 
 from tupe_plugin.conversion.hf import (CONVERSIONS, FAIRSEQ_MASK, FAIRSEQ_SPECIALS, HEAD, LAYER_PARTS, PLUGIN,
-                                       SPECIAL_FIELDS, Conversion, HfCheckpointError, check_ids, check_sizes,
-                                       convert, fairseq_order, parse_json, special_token, tokenizer_files)
+                                       SPECIAL_FIELDS, TOKENIZER_CONFIG, Conversion, HfCheckpointError, check_ids,
+                                       check_sizes, convert, fairseq_order, parse_json, special_token,
+                                       tokenizer_files)
 from tupe_plugin.models.model_flags import beyond_memory
 
 logger = logging.getLogger("convert_hf")
@@ -187,10 +191,33 @@ def v2_tokenizer(hf_dir):
         return {FAIRSEQ_SPM: (f.read(), path)}
 
 
+# What transformers' DebertaV2Tokenizer does to the text before the sentencepiece model when its
+# tokenizer_config.json sets the option, which fairseq's --bpe sentencepiece (the model alone) does not.
+V2_TEXT_OPTIONS = {
+    "do_lower_case": ("lowercases the text", "'The' and 'the' are other pieces", "lowercase the text"),
+    "split_by_punct": ("splits the text at every punctuation mark", "'began,' is 'began' ','",
+                       "put a space around each punctuation mark of the text"),
+}
+
+
+def check_v2_text_options(tokenizer_config):
+    """Refuse a DeBERTa-v2/v3 tokenizer that changes the text before its sentencepiece model, naming the
+    option: the converted model's encoding would give other ids and lengths than transformers'."""
+    for option, (does, example, by_hand) in V2_TEXT_OPTIONS.items():
+        if tokenizer_config.get(option):
+            raise HfCheckpointError(
+                f"{TOKENIZER_CONFIG}: {option} = {tokenizer_config[option]!r}: DeBERTa-v2's tokenizer {does} "
+                f"before its sentencepiece model and the converted model's --bpe sentencepiece does not "
+                f"({example}), so it would encode text into other ids; to convert anyway, set {option} to "
+                f"false in {TOKENIZER_CONFIG} and {by_hand} before encoding it")
+
+
 def v2_vocabulary(files, config, tokenizer_config):
     """(plugin id -> HF id, dict.txt lines of pieces, {}) of v2/v3's sentencepiece model; [MASK] is the
     tokenizer's added token (after the pieces) or a piece."""
     import sentencepiece
+
+    check_v2_text_options(tokenizer_config)
 
     proto, path = files[FAIRSEQ_SPM]
     try:
