@@ -24,15 +24,17 @@ def current_command(argv=None):
 
 
 def model_setting(name, value, argv=None):
-    """How to set model option ``name`` (e.g. ``max_positions``) to ``value`` in the command at hand."""
+    """How to set model option ``name`` (e.g. ``max_positions``) to ``value`` in the command at hand (a
+    string is quoted where Python reads it: ``{'attention_backend': 'triton'}``)."""
+    literal = repr(value) if isinstance(value, str) else value
     flag = f"--{name.replace('_', '-')} {value}"
-    override = f"--model-overrides \"{{'{name}': {value}}}\""
+    override = f"--model-overrides \"{{'{name}': {literal}}}\""
     command = current_command(argv)
     if command == "train":
         return flag
     if command == "validate":
         return override
-    return f"{flag} (fairseq-train), {override} (fairseq-validate) or {name}={value} (from_pretrained)"
+    return f"{flag} (fairseq-train), {override} (fairseq-validate) or {name}={literal} (from_pretrained)"
 
 
 def overrides_named(overrides, argv=None):

@@ -58,6 +58,8 @@ from typing import Optional
 import torch
 from torch.nn.attention import SDPBackend
 
+from ..command_hints import model_setting
+
 # Without dropout, a learned dense bias takes the explicit path up to T = d_h (see above).
 EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 1
 
@@ -166,8 +168,8 @@ def backend_problem(requested, config, attention_dropout):
                 "DeBERTa's terms inside its kernel) or auto")
     if requested == FLEX_BACKEND and attention_dropout > 0:
         return (f"{flag} runs no attention dropout (FlexAttention has none), but --attention-dropout is "
-                f"{attention_dropout}: pass --attention-dropout 0 (evaluation drops nothing anyway), or use "
-                "--attention-backend triton, which applies it")
+                f"{attention_dropout}: pass {model_setting('attention_dropout', 0.0)} (evaluation drops nothing "
+                f"anyway), or use {model_setting('attention_backend', TRITON_BACKEND)}, which applies it")
     if not torch.cuda.is_available():  # the CPU paths run in the kernel's place: no package needed
         return None
     if requested == TRITON_BACKEND and find_spec("triton") is None:
