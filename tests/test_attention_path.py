@@ -202,6 +202,31 @@ def test_a_plan_carries_its_path_dropout_kernels_and_whether_the_untied_term_is_
     assert plan.fold_untied == fold_untied_term(plan.path, config)
 
 
+def test_the_triton_backend_under_triton_interpret_on_a_cpu_says_the_interpreter_runs_its_kernel(
+        dictionary, monkeypatch, caplog):
+    """TRITON_INTERPRET=1 fairseq-train --attention-backend triton --cpu: the kernel runs, interpreted."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        model = build_model("tupe_r_tiny", dictionary, attention_backend="triton", attention_dropout=0.0)
+    assert "--attention-backend triton with TRITON_INTERPRET=1 and no CUDA device: Triton's interpreter runs the " \
+        "kernel on the CPU" in caplog.text
+    assert "the CPU attention paths run in its place" not in caplog.text
+    assert model.encoder.sentence_encoder.attention_plan("cpu", False, 64).path is AttentionPath.TRITON
+
+
+@pytest.mark.parametrize("backend", ["flex", "cudnn-graph"])
+def test_another_kernel_backend_under_triton_interpret_still_says_the_cpu_paths_run(backend, dictionary,
+                                                                                    monkeypatch, caplog):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(paths, "cudnn_frontend_installed", lambda: False)
+    monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        build_model("tupe_r_tiny", dictionary, attention_backend=backend, attention_dropout=0.0)
+    assert f"--attention-backend {backend} names a CUDA kernel and torch sees no CUDA device: the CPU attention " \
+        "paths run in its place" in caplog.text
+
+
 @pytest.mark.parametrize("backend", ["triton", "flex", "cudnn-graph"])
 def test_a_kernel_backend_without_a_cuda_device_runs_the_cpu_paths_in_its_place_with_a_warning(
         backend, dictionary, monkeypatch, caplog):

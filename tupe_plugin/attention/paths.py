@@ -141,8 +141,13 @@ def sdpa_backends(device, config, requested="auto"):
 
 def backend_note(requested):
     """What a user of ``--attention-backend requested`` should know where torch sees no CUDA device (the
-    CPU paths run in the kernel's place, :func:`kernel_runs_on`), or None."""
+    CPU paths run in the kernel's place, or Triton's interpreter runs its kernel: :func:`kernel_runs_on`),
+    or None."""
     if requested in KERNEL_BACKENDS and not torch.cuda.is_available():
+        if kernel_runs_on(requested, "cpu") and requested == TRITON_BACKEND:
+            return (f"--attention-backend {requested} with TRITON_INTERPRET=1 and no CUDA device: Triton's "
+                    "interpreter runs the kernel on the CPU, step by step (many times slower than the CPU "
+                    "attention paths, for testing the kernel); unset TRITON_INTERPRET to run those instead")
         return (f"--attention-backend {requested} names a CUDA kernel and torch sees no CUDA device: the CPU "
                 "attention paths run in its place (the same attention)")
     return None
