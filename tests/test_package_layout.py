@@ -17,7 +17,7 @@ MAY_IMPORT = {
                               "tupe_plugin.cli_types"),
     "tupe_plugin.attention": (),
     "tupe_plugin.encoder": ("tupe_plugin.encodings", "tupe_plugin.attention", "tupe_plugin.fairseq_fixes",
-                            "tupe_plugin.path_checks"),
+                            "tupe_plugin.path_checks", "tupe_plugin.command_hints"),
 }
 
 

@@ -58,8 +58,6 @@ from typing import Optional
 import torch
 from torch.nn.attention import SDPBackend
 
-from ..command_hints import model_setting
-
 # Without dropout, a learned dense bias takes the explicit path up to T = d_h (see above).
 EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 1
 
@@ -158,11 +156,16 @@ def cudnn_frontend_installed():
     return find_spec("cudnn") is not None
 
 
-def backend_problem(requested, config, attention_dropout):
+def _flag_setting(name, value):
+    return f"--{name.replace('_', '-')} {value}"
+
+
+def backend_problem(requested, config, attention_dropout, setting=_flag_setting):
     """Why ``--attention-backend requested`` cannot run a model of ``config`` with ``attention_dropout``
     (``--attention-dropout``), or None: FlexAttention adds no Shaw value vectors,
     cuDNN's graph no term that depends on the content (Shaw, DeBERTa), FlexAttention has no attention
-    dropout, and each kernel needs its package where CUDA is (elsewhere the CPU paths run in its place)."""
+    dropout, and each kernel needs its package where CUDA is (elsewhere the CPU paths run in its place).
+    ``setting(name, value)`` says how the command at hand sets a model option (a flag by default)."""
     flag = f"--attention-backend {requested}"
     if requested == FLEX_BACKEND and config.shaw_values:
         return (f"{flag} does not add Shaw value vectors, which need the attention probabilities: add "
@@ -173,8 +176,8 @@ def backend_problem(requested, config, attention_dropout):
                 "DeBERTa's terms inside its kernel) or auto")
     if requested == FLEX_BACKEND and attention_dropout > 0:
         return (f"{flag} runs no attention dropout (FlexAttention has none), but --attention-dropout is "
-                f"{attention_dropout}: pass {model_setting('attention_dropout', 0.0)} (evaluation drops nothing "
-                f"anyway), or use {model_setting('attention_backend', TRITON_BACKEND)}, which applies it")
+                f"{attention_dropout}: pass {setting('attention_dropout', 0.0)} (evaluation drops nothing "
+                f"anyway), or use {setting('attention_backend', TRITON_BACKEND)}, which applies it")
     if not torch.cuda.is_available():  # the CPU paths run in the kernel's place: no package needed
         return None
     if requested == TRITON_BACKEND and find_spec("triton") is None:

@@ -6,6 +6,7 @@ from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
 from ..attention.paths import backend_note, backend_problem, plan_attention
+from ..command_hints import model_setting
 from ..encodings.absolute_position import build_absolute_position
 from ..encodings.position_config import PositionConfig, PositionFlagError
 from ..encodings.positional_term import SharedPositionalTerm
@@ -35,7 +36,7 @@ class PositionalTransformerEncoder(nn.Module):
         self.max_positions = args.max_positions
         self.attention_dropout = args.attention_dropout
         self.attention_backend = getattr(args, "attention_backend", "auto")
-        problem = backend_problem(self.attention_backend, self.config, self.attention_dropout)
+        problem = backend_problem(self.attention_backend, self.config, self.attention_dropout, model_setting)
         if problem:
             raise PositionFlagError(problem)
         note = backend_note(self.attention_backend)
