@@ -26,6 +26,18 @@ VENV_BIN = os.path.dirname(sys.executable)
 PRESETS = sorted(POSITION_PRESETS)
 
 
+def load_benchmark(name):
+    """The module of ``benchmarks/NAME.py``, loaded from its file (benchmarks/ is a folder of scripts, which
+    find the repository's packages themselves)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "benchmarks", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_data(*parts):
     """Path of a file or folder under tests/data, the excerpts of real data (tests/data/SOURCES.md)."""
     return os.path.join(TEST_DATA, *parts)

@@ -3,26 +3,13 @@ structure (tiny size, one repetition; the times themselves are not checked)."""
 
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import statistics
-import sys
 
 import pytest
 import torch
-from conftest import REPO, assert_gradients_close, build_model, features_and_grads, random_tokens
-
-
-
-def load_benchmark(name):
-    """The module of ``benchmarks/NAME.py``, loaded from its file (benchmarks/ is a folder of scripts)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "benchmarks", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
+from conftest import assert_gradients_close, build_model, features_and_grads, load_benchmark, random_tokens
 
 benchmark = load_benchmark("benchmark")
 benchmark_attention = load_benchmark("benchmark_attention")

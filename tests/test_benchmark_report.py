@@ -6,13 +6,12 @@ import json
 import os
 import re
 import shlex
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_benchmark
 
-sys.path.insert(0, REPO)
-from benchmarks import benchmark, benchmark_attention, report, results_file  # noqa: E402
+report = load_benchmark("report")
+benchmark, benchmark_attention, results_file = report.benchmark, report.benchmark_attention, report.results_file
 
 BENCHMARKS_PAGE = os.path.join(REPO, "docs", "benchmarks.md")
 MACHINE = {"cpu": "Test CPU", "cores": 2, "torch": "2.13.0+cpu", "threads": 2, "python": "3.11", "gpu": None}
