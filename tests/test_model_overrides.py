@@ -122,7 +122,7 @@ def test_an_override_of_sandwichs_scale_is_refused_as_it_changes_what_the_weight
 
 @pytest.mark.parametrize("arch, override, trained", [
     ("bert_alibi_asym", {"activation_fn": "relu"}, "activation_fn = 'gelu'"),
-    ("bert_alibi_asym", {"layer_norm_eps": 0.5}, "layer_norm_eps = None"),
+    ("bert_alibi_asym", {"layer_norm_eps": 0.5}, "layer_norm_eps unset (its default)"),
     ("bert_kerple", {"rel_pos": "kerple-power"}, "rel_pos = 'kerple-log'"),
     # a checkpoint saved before --deberta-p2c was trained with the paper's form
     ("deberta_emd", {"deberta_p2c": "released"}, "deberta_p2c = 'paper'"),

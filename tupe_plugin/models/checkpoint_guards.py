@@ -113,7 +113,8 @@ def _check_overridden_settings(changed, own_state, saved_state, prefix):
     other tensors than the checkpoint's, otherwise because the same weights would compute other outputs."""
     if not changed:
         return
-    trained = ", ".join(f"{key} = {was!r}" for key, (was, _) in changed.items())
+    trained = ", ".join(f"{key} = {was!r}" if was is not None else f"{key} unset (its default)"
+                        for key, (was, _) in changed.items())
     overrides = overrides_named({key: new for key, (_, new) in changed.items()})
     own = {key: tuple(value.shape) for key, value in own_state.items() if not key.startswith(HEAD_PREFIXES)}
     saved = {key[len(prefix):]: tuple(value.shape) for key, value in saved_state.items()
