@@ -209,8 +209,8 @@ def test_the_triton_backend_under_triton_interpret_on_a_cpu_says_the_interpreter
     monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: False)
     with caplog.at_level(logging.WARNING):
         model = build_model("tupe_r_tiny", dictionary, attention_backend="triton", attention_dropout=0.0)
-    assert "--attention-backend triton with TRITON_INTERPRET=1 and no CUDA device: Triton's interpreter runs the " \
-        "kernel on the CPU" in caplog.text
+    assert "--attention-backend triton with TRITON_INTERPRET=1 and no CUDA device: Triton's interpreter " \
+        "runs the kernel on the CPU" in caplog.text
     assert "the CPU attention paths run in its place" not in caplog.text
     assert model.encoder.sentence_encoder.attention_plan("cpu", False, 64).path is AttentionPath.TRITON
 
@@ -223,8 +223,8 @@ def test_another_kernel_backend_under_triton_interpret_still_says_the_cpu_paths_
     monkeypatch.setattr(paths.torch.cuda, "is_available", lambda: False)
     with caplog.at_level(logging.WARNING):
         build_model("tupe_r_tiny", dictionary, attention_backend=backend, attention_dropout=0.0)
-    assert f"--attention-backend {backend} names a CUDA kernel and torch sees no CUDA device: the CPU attention " \
-        "paths run in its place" in caplog.text
+    assert f"--attention-backend {backend} names a CUDA kernel and torch sees no CUDA device: the CPU " \
+        "attention paths run in its place" in caplog.text
 
 
 @pytest.mark.parametrize("backend", ["triton", "flex", "cudnn-graph"])

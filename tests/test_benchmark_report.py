@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO, load_benchmark
 
 report = load_benchmark("report")
-benchmark, benchmark_attention, results_file = report.benchmark, report.benchmark_attention, report.results_file
+benchmark, benchmark_attention = report.benchmark, report.benchmark_attention
+results_file = report.results_file
 
 BENCHMARKS_PAGE = os.path.join(REPO, "docs", "benchmarks.md")
 MACHINE = {"cpu": "Test CPU", "cores": 2, "torch": "2.13.0+cpu", "threads": 2, "python": "3.11", "gpu": None}

@@ -68,18 +68,19 @@ def test_a_string_setting_is_quoted_where_python_reads_it():
     assert model_setting("attention_backend", "triton", ["fairseq-validate"]) == \
         "--model-overrides \"{'attention_backend': 'triton'}\""
     assert model_setting("attention_backend", "triton", ["fairseq-train"]) == "--attention-backend triton"
-    assert "attention_backend='triton' (from_pretrained)" in model_setting("attention_backend", "triton", ["x.py"])
+    hint = model_setting("attention_backend", "triton", ["x.py"])
+    assert "attention_backend='triton' (from_pretrained)" in hint
 
 
 @pytest.mark.parametrize("program, expected, unexpected", [
-    ("fairseq-validate", "pass --model-overrides \"{'attention_dropout': 0.0}\" (evaluation drops nothing anyway), "
-     "or use --model-overrides \"{'attention_backend': 'triton'}\"", "--attention-dropout 0"),
+    ("fairseq-validate", "pass --model-overrides \"{'attention_dropout': 0.0}\" (evaluation drops nothing "
+     "anyway), or use --model-overrides \"{'attention_backend': 'triton'}\"", "--attention-dropout 0"),
     ("fairseq-eval-lm", "pass --model-overrides \"{'attention_dropout': 0.0}\"", "--attention-dropout 0"),
     ("fairseq-train", "pass --attention-dropout 0.0 (evaluation drops nothing anyway), or use "
      "--attention-backend triton", "--model-overrides"),
 ])
-def test_the_flex_dropout_refusal_names_the_fix_of_the_running_command(monkeypatch, dictionary, program, expected,
-                                                                       unexpected):
+def test_the_flex_dropout_refusal_names_the_fix_of_the_running_command(monkeypatch, dictionary, program,
+                                                                       expected, unexpected):
     """fairseq-validate takes no --attention-dropout ("unrecognized arguments"): it is told the override."""
     monkeypatch.setattr("sys.argv", [program])
     with pytest.raises(ValueError) as error:

@@ -255,6 +255,7 @@ def test_a_resume_on_other_data_is_refused_naming_both_and_changes_no_file(finet
     assert err.splitlines()[-1].endswith(
         f"--save-dir {save_dir} holds a SST-2 run trained on other data than this command's: the run's, from "
         f"--glue-dir {test_data('glue')}, have fingerprint {data_fingerprint(bin_dir)} (run.json); this "
-        f"command's, from --glue-dir {other}, {data_fingerprint(tmp_path / 'SST-2-bin')}. A rerun resumes the run "
-        "from its checkpoint_last.pt: rerun with the run's data, or give another --save-dir to start a new run")
+        f"command's, from --glue-dir {other}, {data_fingerprint(tmp_path / 'SST-2-bin')}. A rerun resumes "
+        "the run from its checkpoint_last.pt: rerun with the run's data, or give another --save-dir to start "
+        "a new run")
     assert folder_contents(save_dir) == before

@@ -158,9 +158,10 @@ def test_a_deberta_v2_tokenizer_that_changes_the_text_is_refused_naming_the_opti
     plain = transformers.DebertaV2Tokenizer.from_pretrained(str(tmp_path / "hf"), **{option: False})(TEXT)
     changed = transformers.DebertaV2Tokenizer.from_pretrained(str(tmp_path / "hf"))(TEXT)
     assert changed["input_ids"] != plain["input_ids"]
-    with pytest.raises(HfCheckpointError, match=f"^tokenizer_config.json: {option} = True: DeBERTa-v2's tokenizer "
-                       f"{does} before its sentencepiece model and the converted model's --bpe sentencepiece does "
-                       f"not .* to convert anyway, set {option} to false in tokenizer_config.json"):
+    with pytest.raises(HfCheckpointError, match=f"^tokenizer_config.json: {option} = True: DeBERTa-v2's "
+                       f"tokenizer {does} before its sentencepiece model and the converted model's --bpe "
+                       f"sentencepiece does not .* to convert anyway, set {option} to false in "
+                       "tokenizer_config.json"):
         convert_any(str(tmp_path / "hf"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 
@@ -202,8 +203,9 @@ def test_a_deberta_size_past_memory_is_refused_naming_the_field_before_allocatin
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     config[field] = value
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HfCheckpointError, match=f"config.json: {field} = {value} would need a .* GiB {table}.*, "
-                       f"more than the .* GiB of memory of this machine: a typo\\? .*: correct {field}$"):
+    with pytest.raises(HfCheckpointError, match=f"config.json: {field} = {value} would need a .* GiB "
+                       f"{table}.*, more than the .* GiB of memory of this machine: a typo\\? .*: "
+                       f"correct {field}$"):
         convert_any(str(tmp_path / "hf"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 

@@ -73,8 +73,8 @@ def test_the_command_line_settings_and_overrides_that_take_effect_still_load():
     ("{'rotary': 'none'}", "error: --model-overrides \"{'rotary': 'none'}\" cannot apply to this checkpoint"),
     ("{'fire_treshold': 64.0}", "error: --model-overrides \"{'fire_treshold': 64.0}\": 'fire_treshold' is no "
      "setting of"),
-    ("{'activation_fn': 'relu'}", "error: --model-overrides \"{'activation_fn': 'relu'}\" cannot apply to this "
-     "checkpoint, trained with activation_fn = 'gelu'"),
+    ("{'activation_fn': 'relu'}", "error: --model-overrides \"{'activation_fn': 'relu'}\" cannot apply to "
+     "this checkpoint, trained with activation_fn = 'gelu'"),
     ("{'max_positions': 'abc'}", "error: --model-overrides \"{'max_positions': 'abc'}\": 'max_positions' "
      "(--max-positions) takes an integer"),
 ])
@@ -105,17 +105,19 @@ def sandwich_checkpoint(tmp_path):
 
 
 def test_an_override_of_sandwichs_frequencies_is_refused_as_the_checkpoint_stores_them(sandwich_checkpoint):
-    """The checkpoint stores its frequencies: another --sandwich-frequencies would be undone by its weights."""
+    """The checkpoint stores its frequencies: another --sandwich-frequencies would be undone by its
+    weights."""
     with pytest.raises(OverrideError, match="Sandwich's frequencies are stored in the checkpoint, "
                        ".*relative_bias.sinusoid.frequencies"):
         checkpoint_utils.load_model_ensemble_and_task(
             [sandwich_checkpoint], arg_overrides={"data": FIXTURE, "sandwich_frequencies": "one-based"})
 
 
-def test_an_override_of_sandwichs_scale_is_refused_as_it_changes_what_the_weights_compute(sandwich_checkpoint):
-    with pytest.raises(CheckpointMismatchError, match=r"arg_overrides \{'sandwich_scale': 5.0\} cannot apply to "
-                       r"this checkpoint, trained with sandwich_scale = 1.0: the same weights would compute other "
-                       "outputs"):
+def test_an_override_of_sandwichs_scale_is_refused_as_it_changes_what_the_weights_compute(
+        sandwich_checkpoint):
+    with pytest.raises(CheckpointMismatchError, match=r"arg_overrides \{'sandwich_scale': 5.0\} cannot "
+                       r"apply to this checkpoint, trained with sandwich_scale = 1.0: the same weights would "
+                       "compute other outputs"):
         checkpoint_utils.load_model_ensemble_and_task(
             [sandwich_checkpoint], arg_overrides={"data": FIXTURE, "sandwich_scale": 5.0})
 
@@ -128,13 +130,14 @@ def test_an_override_of_sandwichs_scale_is_refused_as_it_changes_what_the_weight
     ("deberta_emd", {"deberta_p2c": "released"}, "deberta_p2c = 'paper'"),
     ("bert_lrope", {"pooler_activation_fn": "relu"}, "pooler_activation_fn = 'tanh'"),
 ])
-def test_an_override_that_changes_what_the_trained_weights_compute_is_refused_naming_it(arch, override, trained):
+def test_an_override_that_changes_what_the_trained_weights_compute_is_refused_naming_it(arch, override,
+                                                                                         trained):
     """Tensors of the same shapes would load: the model would compute other outputs than those trained, as
     the same flag at fine-tuning would (refused there too)."""
     with pytest.raises(CheckpointMismatchError) as error:
         load(arch, **override)
-    assert str(error.value).startswith(f"arg_overrides {override!r} cannot apply to this checkpoint, trained with "
-                                       f"{trained}: the same weights would compute other outputs")
+    assert str(error.value).startswith(f"arg_overrides {override!r} cannot apply to this checkpoint, trained "
+                                       f"with {trained}: the same weights would compute other outputs")
     assert str(error.value).endswith("drop the override")
 
 
@@ -149,8 +152,10 @@ def test_overrides_meant_to_change_at_evaluation_still_load(override):
 
 @pytest.mark.parametrize("override, takes", [
     ({"max_positions": "abc"}, r"'max_positions' \(--max-positions\) takes an integer, not 'abc'"),
-    ({"activation_fn": "bogus"}, r"'activation_fn' \(--activation-fn\) takes one of 'relu', 'gelu', .*, not 'bogus'"),
-    ({"attention_backend": "bogus"}, r"'attention_backend' \(--attention-backend\) takes one of 'auto', .*'math', .*, not 'bogus'"),
+    ({"activation_fn": "bogus"},
+     r"'activation_fn' \(--activation-fn\) takes one of 'relu', 'gelu', .*, not 'bogus'"),
+    ({"attention_backend": "bogus"},
+     r"'attention_backend' \(--attention-backend\) takes one of 'auto', .*'math', .*, not 'bogus'"),
     ({"fire_signed": "yes"}, r"'fire_signed' \(--fire-signed\) takes True or False, not 'yes'"),
     ({"rotary_scaling_factor": float("nan")},
      r"'rotary_scaling_factor' \(--rotary-scaling-factor\) takes a finite number, not nan"),

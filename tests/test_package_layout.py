@@ -14,7 +14,7 @@ GRAPH = import_graph(package_sources())
 # what each room may import of the plugin, besides itself
 MAY_IMPORT = {
     "tupe_plugin.encodings": ("tupe_plugin.user_errors", "tupe_plugin.command_hints",
-                              "tupe_plugin.cli_types"),
+                              "tupe_plugin.cli_types", "tupe_plugin.memory_limits"),
     "tupe_plugin.attention": (),
     "tupe_plugin.encoder": ("tupe_plugin.encodings", "tupe_plugin.attention", "tupe_plugin.fairseq_fixes",
                             "tupe_plugin.path_checks", "tupe_plugin.command_hints"),

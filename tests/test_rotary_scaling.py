@@ -140,9 +140,10 @@ def test_scaling_that_cannot_be_built_is_refused_by_name(flags, message):
     (dict(rotary_scaling="ntk", rotary_scaling_factor=1e300),
      r"--rotary-scaling ntk with --rotary-scaling-factor 1e\+300 makes RoPE's base --rotary-base 10000 \* "
      r"F\^\(d_h/\(d_h-2\)\) \(d_h = 16\) larger than float32's largest number .*: they overflow"),
-    (dict(rotary_scaling="ntk", rotary_scaling_factor=1e36), "--rotary-scaling-factor 1e\\+36 makes RoPE's base"),
+    (dict(rotary_scaling="ntk", rotary_scaling_factor=1e36),
+     "--rotary-scaling-factor 1e\\+36 makes RoPE's base"),
     (dict(rotary_scaling="linear", rotary_scaling_factor=1e300),
-     r"--rotary-scaling linear with --rotary-scaling-factor 1e\+300 divides every position by F to 0 in float32"),
+     r"--rotary-scaling linear with --rotary-scaling-factor 1e\+300 divides every position by F to 0"),
     (dict(rotary_base=1e39), r"--rotary-base 1e\+39 is larger than float32's largest number"),
 ])
 def test_a_scaling_whose_angles_leave_float32_is_refused_naming_the_flag(flags, message):

@@ -98,7 +98,8 @@ def test_the_run_record_names_the_version_and_the_window_settings(finetuned):
         "batch_size": 16, "max_epoch": 3, "max_seq_length": 64, "doc_stride": 16, "max_query_length": 40}
 
 
-def test_a_resume_with_another_train_file_is_refused_naming_both_and_changes_no_file(finetuned, pretrained_dir):
+def test_a_resume_with_another_train_file_is_refused_naming_both_and_changes_no_file(finetuned,
+                                                                                     pretrained_dir):
     root, _, _ = finetuned
     before = {path.name: path.read_bytes() for path in (root / "run").iterdir()}
     squad_slice(root / "other-train.json", 0, 2)
@@ -117,7 +118,8 @@ def test_a_resume_with_another_train_file_is_refused_naming_both_and_changes_no_
         f"holds a SQuAD v1.1 run trained on other data than this command's: the run's, from --train-file "
         f"{root / 'train.json'} --valid-file {root / 'dev.json'}, have fingerprint "
         f"{data_fingerprint(root / 'squad-bin')} (run.json); this command's, from --train-file "
-        f"{root / 'other-train.json'} --valid-file {root / 'dev.json'}, {data_fingerprint(root / 'other-bin')}. "
+        f"{root / 'other-train.json'} --valid-file {root / 'dev.json'}, "
+        f"{data_fingerprint(root / 'other-bin')}. "
         "A rerun resumes the run from its checkpoint_last.pt: rerun with the run's data, or give another "
         "--save-dir to start a new run")
     assert {path.name: path.read_bytes() for path in (root / "run").iterdir()} == before

@@ -278,5 +278,5 @@ def test_paper_protocol_configs_pass_the_config_check(name, archs, tmp_path, mon
 def test_a_number_that_is_not_finite_is_refused_naming_its_key(tmp_path, archs, text, key, value):
     """NaN compares false with every bound: .nan passed the checks of 0, negatives and strings."""
     message = error_of_text(tmp_path, f"archs: [tupe_r_tiny]\n{text}\n", archs)
-    assert message == (f"{tmp_path / 'study.yaml'}: key '{key}': must be a finite number, got {value}: write a "
-                       "number (YAML's .nan and .inf are none)")
+    assert message == (f"{tmp_path / 'study.yaml'}: key '{key}': must be a finite number, got {value}: "
+                       "write a number (YAML's .nan and .inf are none)")

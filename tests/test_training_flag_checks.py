@@ -59,8 +59,9 @@ def test_a_max_positions_typo_beyond_memory_is_refused_before_allocating(max_pos
 def test_an_encoding_size_typo_beyond_memory_is_refused_before_allocating(arch, flag, table):
     """Every size flag of the encodings, as --max-positions: 10^12 needs TiB at any shape."""
     sizes = {flag: 10**12, **({"deberta_max_distance": 10**13} if flag == "deberta_buckets" else {})}
-    with pytest.raises(PositionFlagError, match=f"--{flag.replace('_', '-')} {10**12} would need a .* GiB {table} "
-                                                ".*, more than the .* GiB of memory of this machine: a typo\\?"):
+    option = "--" + flag.replace("_", "-")
+    with pytest.raises(PositionFlagError, match=f"{option} {10**12} would need a .* GiB {table} .*, more "
+                                                "than the .* GiB of memory of this machine: a typo\\?"):
         build_model(arch, make_dictionary(), **sizes)
 
 

@@ -115,8 +115,8 @@ def data_conflict(save_dir, saved, record):
         return None
     return (f"--save-dir {save_dir} holds a {record['task']} run trained on other data than this command's: "
             f"the run's, from {run['source']}, have fingerprint {run['fingerprint']} ({RECORD}); this "
-            f"command's, from {this['source']}, {this['fingerprint']}. A rerun resumes the run from its {LAST}: "
-            "rerun with the run's data, or give another --save-dir to start a new run")
+            f"command's, from {this['source']}, {this['fingerprint']}. A rerun resumes the run from its "
+            f"{LAST}: rerun with the run's data, or give another --save-dir to start a new run")
 
 
 def flag_changes(saved_args, args):

@@ -51,8 +51,8 @@ from tupe_plugin.conversion import hf_import
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
+from tupe_plugin.memory_limits import beyond_memory
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
-from tupe_plugin.models.model_flags import beyond_memory
 from tupe_plugin.prepared_folder import make_sibling_folder
 from tupe_plugin.user_errors import UserError
 

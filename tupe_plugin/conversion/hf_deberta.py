@@ -43,10 +43,10 @@ import re
 import torch
 
 from tupe_plugin.conversion.hf import (CONVERSIONS, FAIRSEQ_MASK, FAIRSEQ_SPECIALS, HEAD, LAYER_PARTS, PLUGIN,
-                                       SPECIAL_FIELDS, TOKENIZER_CONFIG, Conversion, HfCheckpointError, check_ids,
-                                       check_sizes, convert, fairseq_order, parse_json, special_token,
-                                       tokenizer_files)
-from tupe_plugin.models.model_flags import beyond_memory
+                                       SPECIAL_FIELDS, TOKENIZER_CONFIG, Conversion, HfCheckpointError,
+                                       check_ids, check_sizes, convert, fairseq_order, parse_json,
+                                       special_token, tokenizer_files)
+from tupe_plugin.memory_limits import beyond_memory
 
 logger = logging.getLogger("convert_hf")
 
@@ -115,8 +115,9 @@ def check_deberta_config(config, path):
                                 "position table, and this model has none")
     field, rows = ("position_buckets", buckets(config)) if buckets(config) else \
         ("max_relative_positions", max_distance(config))
-    if problem := beyond_memory(f"{field} = {rows}", f"relative table (2 x {rows} rows of {config['hidden_size']})",
-                                2 * rows * config["hidden_size"] * 4):
+    dim = config["hidden_size"]
+    if problem := beyond_memory(f"{field} = {rows}", f"relative table (2 x {rows} rows of {dim})",
+                                2 * rows * dim * 4):
         raise HfCheckpointError(f"{path}: {problem} (512, as released): correct {field}")
     half = buckets(config) // 2
     if buckets(config) and (buckets(config) % 2 or max_distance(config) - 1 <= half):

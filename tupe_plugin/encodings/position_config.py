@@ -26,6 +26,7 @@ import torch
 from fairseq.utils import safe_getattr
 
 from ..cli_types import finite_float
+from ..memory_limits import beyond_memory
 from ..user_errors import UserError
 
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
@@ -90,6 +91,14 @@ BEFORE_RELEASED_FORMS = dict(
     fire_normaliser=("fire", "length"),
     sandwich_frequencies=("sandwich", "zero-based"),
 )
+
+
+# What each size flag checked against the machine's memory usually is, for the message of a typo.
+USUAL_SIZES = {
+    "deberta_max_distance": "512, as released", "deberta_buckets": "256 in the released v2/v3",
+    "shaw_max_distance": "64 is the default", "sandwich_dim": "128 is the default",
+    "fire_hidden": "32, the paper's", "rel_pos_buckets": "32, T5's",
+}
 
 
 class PositionFlagError(UserError, ValueError):
@@ -453,12 +462,50 @@ class PositionConfig:
         if self.sandwich and self.sandwich_scale <= 0:
             errors.append(f"--sandwich-scale must be > 0, got {self.sandwich_scale}")
         errors += self._deberta_errors()
+        errors += self._sizes_beyond_memory()
         errors += self._rotary_and_alibi_errors()
         errors += self._rotary_scaling_errors()
         if self.absolute is not None and not self.learned_absolute_table and self.embed_dim % 2:
             errors.append(f"--abs-pos {self.abs_pos} needs an even --encoder-embed-dim, got {self.embed_dim}")
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
+
+    def sized_tensors(self):
+        """(flag, its value, the tensor it sizes, that tensor's float32 bytes) of each size flag of this
+        encoding, at the model's shape: the relative tables (rows x D for DeBERTa, x d_h for Shaw, x H for
+        T5), Sandwich's angles and FIRE's hidden layer over the 2P - 1 offsets of P = max_positions."""
+        offsets, sizes = 2 * self.max_positions - 1, []
+        if self.deberta:
+            flag = "deberta_buckets" if self.deberta_buckets else "deberta_max_distance"
+            rows = 2 * getattr(self, flag)
+            sizes.append((flag, getattr(self, flag), f"relative table ({rows} rows of {self.embed_dim})",
+                          rows * self.embed_dim * 4))
+        if self.shaw_table is not None:
+            rows = 2 * self.shaw_max_distance + 1
+            sizes.append(("shaw_max_distance", self.shaw_max_distance,
+                          f"Shaw table ({rows} rows of {self.head_dim})", rows * self.head_dim * 4))
+        if self.sandwich:
+            half = self.sandwich_dim // 2
+            sizes.append(("sandwich_dim", self.sandwich_dim, f"Sandwich angles ({offsets} offsets x {half})",
+                          offsets * half * 4))
+        if self.fire:
+            sizes.append(("fire_hidden", self.fire_hidden,
+                          f"FIRE hidden layer ({offsets} offsets x {self.fire_hidden})",
+                          offsets * self.fire_hidden * 4))
+        if self.t5_bias:
+            sizes.append(("rel_pos_buckets", self.rel_pos_buckets,
+                          f"T5 table ({self.rel_pos_buckets} rows of {self.num_heads})",
+                          self.rel_pos_buckets * self.num_heads * 4))
+        return sizes
+
+    def _sizes_beyond_memory(self):
+        """A size flag whose tensor alone exceeds the machine's memory is a typo, refused before anything
+        is allocated (as --max-positions is)."""
+        errors = []
+        for flag, value, tensor, nbytes in self.sized_tensors():
+            if problem := beyond_memory(f"{option(flag)} {value}", tensor, nbytes):
+                errors.append(f"{problem} ({USUAL_SIZES[flag]})")
+        return errors
 
     def _deberta_errors(self):
         if not self.deberta:
@@ -533,10 +580,10 @@ class PositionConfig:
         largest = torch.finfo(torch.float32).max
         if scaling == "ntk" and self.rotary_base > 1 and self.head_dim > 2 and math.log(self.rotary_base) \
                 + self.head_dim / (self.head_dim - 2) * math.log(factor) > math.log(largest):
-            return [f"--rotary-scaling ntk with --rotary-scaling-factor {factor:g} makes RoPE's base --rotary-base "
-                    f"{self.rotary_base:g} * F^(d_h/(d_h-2)) (d_h = {self.head_dim}) larger than float32's "
-                    f"largest number ({largest:.3g}), in which the angles are computed: they overflow; use F "
-                    "near the evaluation length over the training length (e.g. 4)"]
+            return [f"--rotary-scaling ntk with --rotary-scaling-factor {factor:g} makes RoPE's base "
+                    f"--rotary-base {self.rotary_base:g} * F^(d_h/(d_h-2)) (d_h = {self.head_dim}) larger "
+                    f"than float32's largest number ({largest:.3g}), in which the angles are computed: they "
+                    "overflow; use F near the evaluation length over the training length (e.g. 4)"]
         if scaling == "linear" and torch.tensor(1 / factor, dtype=torch.float32).item() == 0:
             return [f"--rotary-scaling linear with --rotary-scaling-factor {factor:g} divides every position "
                     "by F to 0 in float32, in which the angles are computed: all positions would be rotated "
@@ -554,8 +601,8 @@ class PositionConfig:
             elif self.rotary_base > torch.finfo(torch.float32).max:
                 errors.append(f"--rotary-base {self.rotary_base:g} is larger than float32's largest number "
                               f"({torch.finfo(torch.float32).max:.3g}), in which RoPE's angles are computed: "
-                              "every frequency but the first would be 0; use 10000 (RoFormer's) or another base "
-                              "within float32")
+                              "every frequency but the first would be 0; use 10000 (RoFormer's) or another "
+                              "base within float32")
             if self.four_term:
                 errors.append(
                     f"--rotary {self.rotary} with --untied-pos four-term: BERT-A^d adds positions to the "

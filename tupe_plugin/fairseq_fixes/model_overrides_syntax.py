@@ -1,4 +1,4 @@
-"""``--model-overrides`` that is no Python dict is refused as the command line is read, in argparse's one line.
+"""``--model-overrides`` that is no Python dict is refused as the command line is read, in argparse's line.
 
 fairseq-validate, fairseq-eval-lm and fairseq-generate take ``--model-overrides`` as text and turn it into
 a dict only once the run has started (``eval`` / ``ast.literal_eval``): ``"{'max_positions': }"`` ended in

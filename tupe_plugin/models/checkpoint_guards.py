@@ -2,7 +2,8 @@
 
 Every check a checkpoint passes before its weights are loaded into a plugin model lives here:
 learned position tables of another length, the released [CLS] semantics, U^Q/U^K biases, the
-vocabulary, the architecture, and overrides of its trained settings (``--model-overrides``). fairseq wraps any ``load_state_dict`` failure of ``--restore-file`` into "please ensure that the
+vocabulary, the architecture, and overrides of its trained settings (``--model-overrides``). fairseq wraps
+any ``load_state_dict`` failure of ``--restore-file`` into "please ensure that the
 architectures match", with torch's list of size mismatches underneath. Fine-tuning from a masked-LM
 checkpoint goes wrong in two ways that deserve their own words: a task prepared with another dictionary
 than the pre-training one (embedding rows differ), and an ``--arch`` other than the pre-training one.
@@ -126,9 +127,9 @@ def _check_overridden_settings(changed, own_state, saved_state, prefix):
     if not differences:
         raise CheckpointMismatchError(
             f"{overrides} cannot apply to this checkpoint, trained with {trained}: the same weights would "
-            "compute other outputs than those trained; a trained model's settings are fixed (at evaluation only "
-            "its lengths, RoPE's scaling, dropout, layerdrop and the attention backend may change): drop the "
-            "override")
+            "compute other outputs than those trained; a trained model's settings are fixed (at evaluation "
+            "only its lengths, RoPE's scaling, dropout, layerdrop and the attention backend may change): "
+            "drop the override")
     raise CheckpointMismatchError(
         f"{overrides} cannot apply to this checkpoint, trained with {trained}: the model built with it has "
         f"other tensors ({differences[0]}"

@@ -1,9 +1,10 @@
 """The model flags that are not position encodings, checked once before a model is built.
 
 RoBERTa's flags the plugin's encoder does not implement are refused by name instead of being accepted
-and ignored; sizes and probabilities are checked for range, and a size flag of the encodings
-(``--max-positions``, ``--deberta-max-distance``, ``--sandwich-dim``, ...) whose tensor alone would not fit
-in memory at the model's shape (a typo) is refused before anything is allocated.
+and ignored; sizes and probabilities are checked for range, and a ``--max-positions`` whose position
+table alone would not fit in memory (a typo) is refused before anything is allocated (the size flags of
+the encodings are checked by their config,
+:meth:`~tupe_plugin.encodings.position_config.PositionConfig.check`).
 
 ``--layer-norm-eps`` sets the epsilon of every LayerNorm of the model (encoder and LM head): fairseq's
 1e-5 unless given, or carried from an ``--init-from-checkpoint`` model; Google's BERT checkpoints were
@@ -15,22 +16,14 @@ fine-tuning's restore of the pre-training architecture (:data:`SETTING_OF_FLAG`,
 :func:`carry_setting`).
 """
 
-import os
-
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..attention.paths import ATTENTION_BACKENDS
 from ..cli_types import finite_float
 from ..encodings.position_config import PositionFlagError, option
+from ..memory_limits import beyond_memory
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
-
-# What each size flag whose tensor :func:`_sizes_beyond_memory` checks usually is, for its message.
-DEFAULT_SIZES = {
-    "max_positions": "512 is BERT's", "deberta_max_distance": "512, as released",
-    "deberta_buckets": "256 in the released v2/v3", "shaw_max_distance": "64 is the default",
-    "sandwich_dim": "128 is the default", "fire_hidden": "32, the paper's", "rel_pos_buckets": "32, T5's",
-}
 
 # A flag and the setting it decides (--no-layernorm-embedding sets layernorm_embedding).
 SETTING_OF_FLAG = {"no_layernorm_embedding": LAYERNORM_EMBEDDING}
@@ -150,68 +143,16 @@ def check_model_flags(args):
     if eps is not None and not 0 < eps < 1:
         errors.append(f"--layer-norm-eps is a small positive number (1e-5 is fairseq's, 1e-12 BERT's), "
                       f"got {eps}")
-    errors += _sizes_beyond_memory(args)
+    errors += _position_table_memory(args)
     if errors:
         raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
 
 
-def _tensors_of_sizes(args):
-    """(flag, its value, the tensor it sizes, its float32 bytes) of every size flag of the model's encodings,
-    at the model's shape: positions P = --max-positions, dimension D, head dimension d_h."""
-    positions, dim = args.max_positions, max(args.encoder_embed_dim, 1)
-    head_dim = max(dim // max(args.encoder_attention_heads, 1), 1)
-    heads, rel_pos = max(args.encoder_attention_heads, 1), safe_getattr(args, "rel_pos", None) or ""
-    yield "max_positions", positions, "position table", positions * dim * 4
-    if rel_pos == "deberta":
-        buckets = safe_getattr(args, "deberta_buckets", 0) or 0
-        flag = "deberta_buckets" if buckets else "deberta_max_distance"
-        value = buckets or safe_getattr(args, "deberta_max_distance", 0)
-        yield flag, value, f"relative table (2 x {value} rows of {dim})", 2 * value * dim * 4
-    if rel_pos.startswith("shaw-"):
-        distance = safe_getattr(args, "shaw_max_distance", 0)
-        yield "shaw_max_distance", distance, f"Shaw table ({2 * distance + 1} rows of {head_dim})", \
-            (2 * distance + 1) * head_dim * 4
-    if rel_pos == "sandwich":
-        half = safe_getattr(args, "sandwich_dim", 0) // 2
-        yield "sandwich_dim", 2 * half, f"Sandwich angles ({2 * positions - 1} offsets x {half})", \
-            (2 * positions - 1) * half * 4
-    if rel_pos == "fire":
-        hidden = safe_getattr(args, "fire_hidden", 0)
-        yield "fire_hidden", hidden, f"FIRE hidden layer ({2 * positions - 1} offsets x {hidden})", \
-            (2 * positions - 1) * max(hidden, heads) * 4
-    if rel_pos == "t5":
-        buckets = safe_getattr(args, "rel_pos_buckets", 0)
-        yield "rel_pos_buckets", buckets, f"T5 table ({buckets} rows of {heads})", buckets * heads * 4
-
-
-def machine_memory():
-    """The bytes of memory of this machine, or None when the system does not say."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def beyond_memory(size, tensor, nbytes):
-    """Why the ``tensor`` of ``nbytes`` that ``size`` (a flag or config field and its value) asks for cannot
-    be allocated on this machine, or None when it fits: a size past the machine's memory is a typo, refused
-    before anything is allocated."""
-    memory = machine_memory()
-    if memory is None or nbytes <= memory:
-        return None
-    return (f"{size} would need a {nbytes / 2**30:,.1f} GiB {tensor}, more than the {memory / 2**30:,.1f} GiB "
-            "of memory of this machine: a typo?")
-
-
-def _sizes_beyond_memory(args):
-    """The size flags of the encodings (--max-positions among them) whose tensor alone exceeds the
-    machine's memory."""
-    errors = []
-    for flag, value, tensor, nbytes in _tensors_of_sizes(args):
-        problem = beyond_memory(f"{option(flag)} {value}", tensor, nbytes)
-        if problem:
-            errors.append(f"{problem} ({DEFAULT_SIZES[flag]})")
-    return errors
+def _position_table_memory(args):
+    """A --max-positions whose position table alone exceeds the machine's memory (a typo) is refused."""
+    problem = beyond_memory(f"--max-positions {args.max_positions}", "position table",
+                            args.max_positions * max(args.encoder_embed_dim, 1) * 4)
+    return [f"{problem} (512 is BERT's)"] if problem else []
 
 
 def show_setting(setting, value):

@@ -8,10 +8,10 @@ when the weights loaded. Both are refused as the checkpoint is read, and so is a
 take (``{'max_positions': 'abc'}``, an ``attention_backend`` that does not exist), naming what it takes.
 The settings an override changes, other than those meant to change at evaluation
 (:data:`MAY_CHANGE_AT_EVALUATION`) and the loaders' own (``load_checkpoint_heads``, which
-``from_pretrained`` sets, and the other flags that only initialise a new model), are handed to the check of the weights
-(:func:`~tupe_plugin.models.checkpoint_guards.record_overrides`), which refuses them: naming a tensor when
-the model has other tensors (``{'rotary': 'none'}`` on a RoPE model) instead of torch's "Unexpected key(s)
-in state_dict", and otherwise because the same weights would compute other outputs
+``from_pretrained`` sets, and the other flags that only initialise a new model), are handed to the check of
+the weights (:func:`~tupe_plugin.models.checkpoint_guards.record_overrides`), which refuses them: naming a
+tensor when the model has other tensors (``{'rotary': 'none'}`` on a RoPE model) instead of torch's
+"Unexpected key(s) in state_dict", and otherwise because the same weights would compute other outputs
 (``{'activation_fn': 'relu'}``), as fine-tuning refuses such a flag.
 """
 
@@ -108,8 +108,8 @@ def check_values(overrides, actions):
         action = actions.get(key)
         if action is not None and not _takes(action, value):
             raise OverrideError(
-                f"{overrides_named({key: value})}: {key!r} ({action.option_strings[0]}) takes {_taken(action)}, "
-                f"not {value!r}: correct the value")
+                f"{overrides_named({key: value})}: {key!r} ({action.option_strings[0]}) takes "
+                f"{_taken(action)}, not {value!r}: correct the value")
 
 
 def overwrite_args_by_name(cfg, overrides):
