@@ -124,7 +124,7 @@ def test_an_override_of_sandwichs_scale_is_refused_as_it_changes_what_the_weight
 
 @pytest.mark.parametrize("arch, override, trained", [
     ("bert_alibi_asym", {"activation_fn": "relu"}, "activation_fn = 'gelu'"),
-    ("bert_alibi_asym", {"layer_norm_eps": 0.5}, "layer_norm_eps unset (its default)"),
+    ("bert_alibi_asym", {"layer_norm_eps": 0.5}, "layer_norm_eps unset (so the default 1e-05)"),
     ("bert_kerple", {"rel_pos": "kerple-power"}, "rel_pos = 'kerple-log'"),
     # a checkpoint saved before --deberta-p2c was trained with the paper's form
     ("deberta_emd", {"deberta_p2c": "released"}, "deberta_p2c = 'paper'"),
@@ -139,6 +139,27 @@ def test_an_override_that_changes_what_the_trained_weights_compute_is_refused_na
     assert str(error.value).startswith(f"arg_overrides {override!r} cannot apply to this checkpoint, trained "
                                        f"with {trained}: the same weights would compute other outputs")
     assert str(error.value).endswith("drop the override")
+
+
+def test_an_override_giving_the_default_of_a_setting_the_checkpoint_left_unset_loads():
+    """The checkpoint's config holds layer_norm_eps None: its LayerNorms use fairseq's epsilon, 1e-5."""
+    (model,), _, _ = load("bert_alibi_asym", layer_norm_eps=1e-5)
+    epsilons = {module.eps for module in model.modules() if isinstance(module, torch.nn.LayerNorm)}
+    assert epsilons == {1e-5}
+
+
+def test_an_override_giving_the_default_of_an_option_the_checkpoint_predates_loads():
+    """deberta_emd.pt was saved before --deberta-table-norm: the architecture fills in False."""
+    (model,), _, _ = load("deberta_emd", deberta_table_norm=False)
+    assert model.args.deberta_table_norm is False
+
+
+def test_an_override_of_an_option_the_checkpoint_predates_is_refused_naming_the_default_it_used():
+    with pytest.raises(CheckpointMismatchError, match=r"^arg_overrides \{'deberta_table_norm': True\} cannot "
+                       r"apply to this checkpoint, trained with deberta_table_norm unset \(so the default "
+                       r"False\): the model built with it has other tensors \(its .*disentangled.norm.bias "
+                       "is not in the checkpoint"):
+        load("deberta_emd", deberta_table_norm=True)
 
 
 @pytest.mark.parametrize("override", [

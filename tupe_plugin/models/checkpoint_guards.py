@@ -16,8 +16,9 @@ from ..user_errors import UserError
 
 HEAD_PREFIXES = ("classification_heads.", "span_heads.")
 
-# The model settings that overrides changed in the checkpoint config read last ({name: (saved, new)}), by
-# id of that config, which the model is built from (tupe_plugin.policies.model_overrides records them).
+# The model settings that overrides changed in the checkpoint config read last ({name: (how the checkpoint
+# set it, in words; new)}), by id of that config, which the model is built from
+# (tupe_plugin.policies.model_overrides records them).
 _overridden = {}
 
 
@@ -114,8 +115,7 @@ def _check_overridden_settings(changed, own_state, saved_state, prefix):
     other tensors than the checkpoint's, otherwise because the same weights would compute other outputs."""
     if not changed:
         return
-    trained = ", ".join(f"{key} = {was!r}" if was is not None else f"{key} unset (its default)"
-                        for key, (was, _) in changed.items())
+    trained = ", ".join(was for was, _ in changed.values())
     overrides = overrides_named({key: new for key, (_, new) in changed.items()})
     own = {key: tuple(value.shape) for key, value in own_state.items() if not key.startswith(HEAD_PREFIXES)}
     saved = {key[len(prefix):]: tuple(value.shape) for key, value in saved_state.items()

@@ -8,7 +8,8 @@ the encodings are checked by their config,
 
 ``--layer-norm-eps`` sets the epsilon of every LayerNorm of the model (encoder and LM head): fairseq's
 1e-5 unless given, or carried from an ``--init-from-checkpoint`` model; Google's BERT checkpoints were
-trained with 1e-12, which a converted checkpoint records (:mod:`tupe_plugin.conversion.hf`).
+trained with 1e-12, which a converted checkpoint records (:mod:`tupe_plugin.conversion.hf`). A model whose
+config leaves it unset uses fairseq's (:func:`value_in_use`).
 
 The plugin's own ``--no-layernorm-embedding`` is owned here: declared (:func:`add_args`), reconciled with
 RoBERTa's ``--layernorm-embedding`` (:func:`set_defaults`), and mapped to the setting it decides for
@@ -16,6 +17,9 @@ fine-tuning's restore of the pre-training architecture (:data:`SETTING_OF_FLAG`,
 :func:`carry_setting`).
 """
 
+import inspect
+
+from fairseq.modules import LayerNorm
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..attention.paths import ATTENTION_BACKENDS
@@ -27,6 +31,10 @@ LAYERNORM_EMBEDDING = "layernorm_embedding"
 
 # A flag and the setting it decides (--no-layernorm-embedding sets layernorm_embedding).
 SETTING_OF_FLAG = {"no_layernorm_embedding": LAYERNORM_EMBEDDING}
+
+# What a built model uses for a setting its config leaves None: --layer-norm-eps, fairseq's LayerNorm epsilon
+# (:func:`apply_layer_norm_eps` keeps it)
+UNSET_IN_USE = {"layer_norm_eps": inspect.signature(LayerNorm).parameters["eps"].default}
 
 # RoBERTa flags the plugin's encoder does not implement: (flag, value that means "off", why).
 UNSUPPORTED_ROBERTA_FLAGS = (
@@ -102,6 +110,12 @@ def apply_layer_norm_eps(model, eps):
     for module in model.modules():
         if hasattr(module, "normalized_shape") and hasattr(module, "eps"):
             module.eps = eps
+
+
+def value_in_use(setting, value):
+    """What a model built with ``setting`` = ``value`` uses: ``value``, or for None what the model uses in
+    its place (:data:`UNSET_IN_USE`)."""
+    return UNSET_IN_USE.get(setting) if value is None else value
 
 
 def set_max_positions(args, task):

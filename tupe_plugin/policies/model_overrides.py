@@ -12,7 +12,9 @@ The settings an override changes, other than those meant to change at evaluation
 the weights (:func:`~tupe_plugin.models.checkpoint_guards.record_overrides`), which refuses them: naming a
 tensor when the model has other tensors (``{'rotary': 'none'}`` on a RoPE model) instead of torch's
 "Unexpected key(s) in state_dict", and otherwise because the same weights would compute other outputs
-(``{'activation_fn': 'relu'}``), as fine-tuning refuses such a flag.
+(``{'activation_fn': 'relu'}``), as fine-tuning refuses such a flag. An override is compared with the value
+the checkpoint's model uses (:func:`settings_in_use`): for a setting its config leaves unset, the default the
+architecture fills in, so an override giving that default loads and another is refused naming it.
 """
 
 import argparse
@@ -25,8 +27,9 @@ from fairseq.registry import REGISTRIES
 
 from ..checkpoint_config import model_config
 from ..command_hints import overrides_named
-from ..encodings.position_config import BEFORE_RELEASED_FORMS, option, value_as_trained
+from ..encodings.position_config import BEFORE_RELEASED_FORMS, option
 from ..models.checkpoint_guards import record_overrides
+from ..models.model_flags import value_in_use
 from ..user_errors import UserError
 from .restore_architecture import NOT_CARRIED, model_flag_actions
 from .scope import is_plugin_config
@@ -53,7 +56,7 @@ _fairseq_overwrite_args_by_name = checkpoint_utils.overwrite_args_by_name
 _fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
 
 # What the checkpoint being read held before fairseq applied the overrides: its settings (and the model
-# flags), and the saved value of each overridden one.
+# flags), the value its model uses for each overridden one, and those of them its config leaves unset.
 _read = {}
 
 
@@ -112,6 +115,18 @@ def check_values(overrides, actions):
                 f"{_taken(action)}, not {value!r}: correct the value")
 
 
+def settings_in_use(model):
+    """{setting: the value a model built from the checkpoint's model config ``model`` uses}: those it records,
+    and for those it leaves unset what the architecture fills in (as the checkpoint's: an option added since
+    takes the value the checkpoint was trained with) or the model uses in place of None."""
+    from ..models.tupe_roberta import base_architecture
+
+    args = argparse.Namespace(**model)
+    args.embed_init_applied = True  # a checkpoint's config: the model it describes was built
+    base_architecture(args)
+    return {setting: value_in_use(setting, value) for setting, value in vars(args).items()}
+
+
 def overwrite_args_by_name(cfg, overrides):
     """fairseq's; for a plugin checkpoint, its settings and what the overridden ones held are kept first."""
     if is_plugin_config(cfg):
@@ -122,11 +137,10 @@ def overwrite_args_by_name(cfg, overrides):
         for group in cfg.keys():
             known.update(_settings(cfg.get(group)))
         model = _settings(cfg.get("model"))
-        saved = {key: model[key] for key in overrides if key in model}
-        for key in overrides.keys() & BEFORE_RELEASED_FORMS.keys() - model.keys():  # saved before the option
-            saved[key] = value_as_trained(key, model.get("rel_pos"),
-                                          model.get("deberta_share_att_key") is True)
-        _read.update(known=known, flags=flags, saved=saved)
+        in_use = settings_in_use(model)
+        _read.update(known=known, flags=flags, saved={key: in_use.get(key) for key in overrides},
+                     unset={key for key in overrides  # an option added since has its value as trained
+                            if model.get(key) is None and key not in BEFORE_RELEASED_FORMS})
     _fairseq_overwrite_args_by_name(cfg, overrides)
 
 
@@ -141,7 +155,8 @@ def load_checkpoint_to_cpu(path, arg_overrides=None, load_on_all_ranks=False):
 
 def check_overrides(path, overrides, weights):
     """Refuse an unknown key or a learned setting among ``overrides`` of the checkpoint ``path``; return
-    the model settings they change that the check of its weights is to name: {name: (saved, new)}."""
+    the model settings they change that the check of its weights is to name: {name: (how the checkpoint
+    set it, in words; new)}."""
     for key, value in overrides.items():
         if key not in _read["known"]:
             close = difflib.get_close_matches(key, _read["known"], n=1)
@@ -153,8 +168,15 @@ def check_overrides(path, overrides, weights):
                if key in _read["flags"] and _read["saved"].get(key) != value}
     for key in changed.keys() & STARTING_VALUES.keys():
         _check_starting_value(path, key, changed[key], weights)
-    return {key: change for key, change in changed.items()
+    return {key: (_trained(key, saved), value) for key, (saved, value) in changed.items()
             if key not in MAY_CHANGE_AT_EVALUATION and key not in NOT_CARRIED}
+
+
+def _trained(key, saved):
+    """How the checkpoint set ``key`` (its model uses ``saved``), for messages."""
+    if key not in _read["unset"]:
+        return f"{key} = {saved!r}"
+    return f"{key} unset (so the default {saved!r})" if saved is not None else f"{key} unset"
 
 
 def _check_starting_value(path, key, change, weights):
