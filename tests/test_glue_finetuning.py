@@ -242,20 +242,55 @@ def glue_with_flipped_labels(root, task, split):
     return root
 
 
+def tree_contents(folder):
+    """{path relative to ``folder``: sha256 of its bytes} of every file under ``folder``."""
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def prepared_fingerprint(pretrained_dir, glue_dir, out):
+    """The data fingerprint of the first 48 examples of SST-2 in ``glue_dir`` prepared into ``out``."""
+    data_bin = pretrained_dir / "data-bin"
+    prepare_glue.prepare("SST-2", str(glue_dir), str(data_bin / "sentencepiece.bpe.model"),
+                         str(data_bin / "dict.txt"), str(out), max_examples=48)
+    return data_fingerprint(out)
+
+
+def test_the_same_data_prepared_into_another_folder_have_the_same_fingerprint(finetuned, pretrained_dir,
+                                                                               tmp_path):
+    """fairseq-preprocess's log, which names the folder it wrote, is no data."""
+    bin_dir, _, _ = finetuned["SST-2"]
+    assert prepared_fingerprint(pretrained_dir, test_data("glue"), tmp_path / "again") == \
+        data_fingerprint(bin_dir)
+
+
 @pytest.mark.parametrize("split", ["train", "dev"])
 def test_a_resume_on_other_data_is_refused_naming_both_and_changes_no_file(finetuned, pretrained_dir, split,
                                                                           tmp_path, capsys):
-    """The run's labels flipped in its training data, or in its dev set (which picks the best checkpoint)."""
+    """The run's labels flipped in its training data, or in its dev set (which picks the best checkpoint),
+    prepared into the run's --bin-dir: the refusal leaves its encoded data as they were."""
     bin_dir, save_dir, _ = finetuned["SST-2"]
-    before = folder_contents(save_dir)
+    before, data_before = folder_contents(save_dir), tree_contents(bin_dir)
     other = glue_with_flipped_labels(tmp_path / "glue2", "SST-2", split)
-    argv = finetune_glue_argv("SST-2", pretrained_dir, save_dir.parent.parent) + [
-        "--glue-dir", str(other), "--bin-dir", str(tmp_path / "SST-2-bin")]
+    argv = finetune_glue_argv("SST-2", pretrained_dir, save_dir.parent.parent) + ["--glue-dir", str(other)]
     err = refused_rerun(argv, capsys)
     assert err.splitlines()[-1].endswith(
         f"--save-dir {save_dir} holds a SST-2 run trained on other data than this command's: the run's, from "
         f"--glue-dir {test_data('glue')}, have fingerprint {data_fingerprint(bin_dir)} (run.json); this "
-        f"command's, from --glue-dir {other}, {data_fingerprint(tmp_path / 'SST-2-bin')}. A rerun resumes "
-        "the run from its checkpoint_last.pt: rerun with the run's data, or give another --save-dir to start "
-        "a new run")
+        f"command's, from --glue-dir {other}, "
+        f"{prepared_fingerprint(pretrained_dir, other, tmp_path / 'other-bin')}. A rerun resumes the run "
+        "from its checkpoint_last.pt: rerun with the run's data, or give another --save-dir to start a new "
+        "run")
     assert folder_contents(save_dir) == before
+    assert tree_contents(bin_dir) == data_before
+    assert sorted(path.name for path in bin_dir.parent.iterdir() if path.name.startswith(bin_dir.name)) == \
+        [bin_dir.name]  # the preparation made aside is removed
+
+
+def test_a_refused_resume_on_other_data_leaves_no_new_bin_dir(finetuned, pretrained_dir, tmp_path, capsys):
+    _, save_dir, _ = finetuned["SST-2"]
+    other = glue_with_flipped_labels(tmp_path / "glue2", "SST-2", "train")
+    argv = finetune_glue_argv("SST-2", pretrained_dir, save_dir.parent.parent) + [
+        "--glue-dir", str(other), "--bin-dir", str(tmp_path / "new-bin")]
+    assert "trained on other data than this command's" in refused_rerun(argv, capsys)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["glue2"]

@@ -146,6 +146,47 @@ def test_glue_preparation_failing_keeps_the_previous_complete_preparation(tmp_pa
     assert json.loads((out / MANIFEST).read_text())["summary"]["train"] == 20
 
 
+class Refused(Exception):
+    pass
+
+
+def refuse(folder):
+    """An ``accept`` that refuses every preparation (fine-tuning's check of a resume on other data)."""
+    raise Refused(folder)
+
+
+def test_a_preparation_its_caller_refuses_leaves_the_previous_one_as_it_was(tmp_path, spm_files,
+                                                                           fast_binarize):
+    out = tmp_path / "SST-2-bin"
+    prepare(tmp_path, spm_files, out, max_examples=20)
+    before = {path: path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
+    with pytest.raises(Refused) as refused:
+        prepare(tmp_path, spm_files, out, max_examples=25, accept=refuse)
+    assert refused.value.args[0] != str(out)  # it saw the preparation built aside, complete
+    assert {path: path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()} == before
+    assert siblings(out) == ["SST-2-bin"]
+
+
+def test_a_preparation_its_caller_refuses_leaves_no_output_folder(tmp_path, spm_files, fast_binarize):
+    out = tmp_path / "SST-2-bin"
+    seen = []
+
+    def refuse_after_looking(folder):
+        seen.append(sorted(os.listdir(folder)))
+        refuse(folder)
+    with pytest.raises(Refused):
+        prepare(tmp_path, spm_files, out, accept=refuse_after_looking)
+    assert seen == [[MANIFEST, "input0", "label", "raw"]] and siblings(out) == []
+
+
+def test_a_reused_preparation_is_shown_to_its_caller_as_it_is(tmp_path, spm_files, fast_binarize):
+    out = tmp_path / "SST-2-bin"
+    prepare(tmp_path, spm_files, out)
+    seen = []
+    assert prepare(tmp_path, spm_files, out, accept=seen.append)["reused"]
+    assert seen == [str(out)]
+
+
 @pytest.mark.parametrize("existing", ["user file", "half-written by an older version", "a file"])
 def test_glue_preparation_never_writes_into_a_folder_it_did_not_write(tmp_path, spm_files, fast_binarize,
                                                                      existing, capsys):

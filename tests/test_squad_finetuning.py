@@ -12,6 +12,7 @@ from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import VENV_BIN, test_data
 
 from tupe_plugin.run_record import data_fingerprint
+from tupe_plugin.squad import prepare as prepare_squad
 from tupe_plugin.squad.metric import evaluate
 
 pytestmark = pytest.mark.slow
@@ -98,17 +99,28 @@ def test_the_run_record_names_the_version_and_the_window_settings(finetuned):
         "batch_size": 16, "max_epoch": 3, "max_seq_length": 64, "doc_stride": 16, "max_query_length": 40}
 
 
+def tree_contents(folder):
+    """{path relative to ``folder``: its bytes} of every file under ``folder``."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file()}
+
+
 def test_a_resume_with_another_train_file_is_refused_naming_both_and_changes_no_file(finetuned,
-                                                                                     pretrained_dir):
+                                                                                      pretrained_dir):
+    """The other questions are prepared aside: the run's --bin-dir keeps its encoded data."""
     root, _, _ = finetuned
-    before = {path.name: path.read_bytes() for path in (root / "run").iterdir()}
+    before, data_before = tree_contents(root / "run"), tree_contents(root / "squad-bin")
     squad_slice(root / "other-train.json", 0, 2)
+    prepare_squad.prepare({"train": str(root / "other-train.json"), "valid": str(root / "dev.json")},
+                          str(pretrained_dir / "data-bin" / "sentencepiece.bpe.model"),
+                          str(pretrained_dir / "data-bin" / "dict.txt"), str(root / "other-bin"),
+                          max_seq_length=64, doc_stride=16, max_query_length=40)
     proc = subprocess.run(
         [os.path.join(VENV_BIN, "tupe-finetune-squad"), "1.1",
          pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin", "--cpu",
          "--batch-size", "16", "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "40",
          "--train-file", root / "other-train.json", "--valid-file", root / "dev.json",
-         "--bin-dir", root / "other-bin", "--save-dir", root / "run",
+         "--bin-dir", root / "squad-bin", "--save-dir", root / "run",
          "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
         cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -122,4 +134,6 @@ def test_a_resume_with_another_train_file_is_refused_naming_both_and_changes_no_
         f"{data_fingerprint(root / 'other-bin')}. "
         "A rerun resumes the run from its checkpoint_last.pt: rerun with the run's data, or give another "
         "--save-dir to start a new run")
-    assert {path.name: path.read_bytes() for path in (root / "run").iterdir()} == before
+    assert tree_contents(root / "run") == before
+    assert tree_contents(root / "squad-bin") == data_before
+    assert not [path for path in root.iterdir() if path.name.startswith("squad-bin.")]

@@ -8,8 +8,8 @@ loaded (optimizer, schedule, meters and data order fresh) only when ``SAVE_DIR``
 ``checkpoint_last.pt``. A rerun resumes from ``checkpoint_last.pt``: a finished run is left as it is (its
 best checkpoint and best score kept), an interrupted one goes on. The log is appended to, never truncated.
 ``SAVE_DIR/run.json`` records the run (:mod:`tupe_plugin.run_record`): a rerun of another task or with other
-settings is refused before anything is written, one on other data once the data are prepared, before
-fairseq-train starts.
+settings is refused before anything is written, one on other data once the data are prepared aside, before
+they replace ``--bin-dir`` (:func:`check_data_rerun`).
 """
 
 import argparse
@@ -103,10 +103,11 @@ def check_rerun(parser, save_dir, record, fairseq_task):
         parser.error(conflict)
 
 
-def check_data_rerun(parser, save_dir, record, fairseq_task, bin_dir, source):
-    """Record the encoded task data in ``bin_dir`` (chosen by the flags ``source``) in ``record``; stop
-    ``parser``'s command when ``save_dir`` holds a run trained on other data."""
-    record["data"] = recorded_data(bin_dir, source)
+def check_data_rerun(parser, save_dir, record, fairseq_task, folder, source):
+    """Record the encoded task data in ``folder`` (chosen by the flags ``source``) in ``record``; stop
+    ``parser``'s command when ``save_dir`` holds a run trained on other data. The preparation calls it on
+    its complete folder before that is put in ``--bin-dir``, which a refusal leaves as it was."""
+    record["data"] = recorded_data(folder, source)
     check_rerun(parser, save_dir, record, fairseq_task)
 
 

@@ -8,7 +8,9 @@ Data preparation (``tupe-prepare-glue``, ``tupe-prepare-squad``) writes its fold
 - ``OUT/.prepared.json`` records a fingerprint of the inputs (content hashes of the files) and settings;
   a later run with the same fingerprint reuses the folder as it is, a run with other inputs or settings
   says what changed, rebuilds it and replaces it;
-- a folder without that record (not written by the tool) is never touched: the run stops instead.
+- a folder without that record (not written by the tool) is never touched: the run stops instead;
+- a caller may look at the complete preparation before it is put in place (``accept``; fine-tuning compares
+  its data with those of the run it resumes): what that raises leaves ``OUT`` as it was.
 
 :func:`replace_folder_atomically` is the last step on its own, for tools that check what they are about
 to replace themselves (the checkpoint converter's ``--force``).
@@ -100,11 +102,13 @@ def make_sibling_folder(out, suffix=".tmp-"):
     return tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(out)) + suffix, dir=parent)
 
 
-def write_prepared_folder(out, expected, build, tool, out_flag="--out"):
+def write_prepared_folder(out, expected, build, tool, out_flag="--out", accept=None):
     """Build ``out`` with ``build(folder) -> summary`` unless a finished, matching preparation is there.
 
     Returns ``(summary, reused)``. ``expected`` is the :func:`fingerprint` of this run. Raises
     :class:`PreparedFolderError` when ``out`` exists and was not written by a preparation.
+    ``accept(folder)``, when given, is called on the complete preparation (the one reused, or the one built
+    aside) before it is put in place: what it raises leaves ``out`` as it was.
     """
     out = os.path.abspath(out)
     if os.path.lexists(out):
@@ -116,6 +120,8 @@ def write_prepared_folder(out, expected, build, tool, out_flag="--out"):
                     f"choose another {out_flag} or move that folder away"
                 )
         elif manifest.get("fingerprint") == expected:
+            if accept is not None:
+                accept(out)
             return manifest.get("summary"), True
         else:
             changes = fingerprint_changes(manifest.get("fingerprint") or {}, expected)
@@ -126,6 +132,8 @@ def write_prepared_folder(out, expected, build, tool, out_flag="--out"):
         summary = build(folder)
         with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as f:
             json.dump({"tool": tool, "fingerprint": expected, "summary": summary}, f, indent=1)
+        if accept is not None:
+            accept(folder)
         current = read_manifest(out) if os.path.isdir(out) else None
         if current is not None and current.get("fingerprint") == expected:
             shutil.rmtree(folder)  # a concurrent run finished the same preparation first

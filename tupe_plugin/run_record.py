@@ -3,9 +3,9 @@
 ``tupe-finetune-glue`` and ``tupe-finetune-squad`` write it once fairseq-train starts training a new run
 (a command refused before that writes none), and read it before a rerun writes anything: a ``--save-dir``
 holding a run (its ``checkpoint_last.pt``) is resumed only by the same task with the same settings and
-the same data (a fingerprint of the encoded task data, checked once the data are prepared), so the record
-always describes the model beside it. A folder without a record is judged by the fairseq task its
-checkpoint was trained on.
+the same data (a fingerprint of the encoded task data, checked on the data prepared aside, before they
+replace ``--bin-dir``), so the record always describes the model beside it. A folder without a record is
+judged by the fairseq task its checkpoint was trained on.
 """
 
 import hashlib
@@ -16,6 +16,10 @@ from .prepared_folder import MANIFEST, file_digest
 
 RECORD = "run.json"
 LAST = "checkpoint_last.pt"
+
+# Files of a prepared folder that are no task data: the preparation's manifest, and fairseq-preprocess's log
+# (it names the folder it wrote, so the same data prepared again elsewhere would give another fingerprint)
+NOT_DATA = (MANIFEST, "preprocess.log")
 
 # fairseq-train flags that change what is logged or how batches are loaded, not what is trained
 MAY_CHANGE_ON_RESUME = ("--log-interval", "--log-format", "--log-file", "--num-workers",
@@ -88,14 +92,14 @@ def setting_changes(saved, record):
 
 
 def data_fingerprint(folder):
-    """A short hash of the encoded task data in ``folder`` (every file but the preparation's manifest, by
-    relative path and content): other examples, labels or encodings give another."""
+    """A short hash of the encoded task data in ``folder`` (every file but :data:`NOT_DATA`, by relative path
+    and content): other examples, labels or encodings give another, the same prepared again the same."""
     digest = hashlib.sha256()
     for root, dirs, names in os.walk(folder):
         dirs.sort()
         for name in sorted(names):
             path = os.path.join(root, name)
-            if name != MANIFEST:
+            if name not in NOT_DATA:
                 digest.update(f"{os.path.relpath(path, folder)}\0{file_digest(path)}\n".encode("utf-8"))
     return digest.hexdigest()[:16]
 

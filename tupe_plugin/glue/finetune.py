@@ -12,8 +12,8 @@ Flags this tool does not know go last to fairseq-train and override its settings
 SAVE_DIR/train.log is fairseq-train's log and SAVE_DIR/run.json names the task, arch, metric and the
 settings the run trained with, for tupe-collect-glue; it is written once training starts. The run starts
 from CKPT once: a rerun with the same SAVE_DIR resumes from its checkpoint_last.pt (a finished run stays as
-it is), and is refused, before anything is written, when it names another task or other settings. Validate
-the result with
+it is), and is refused, before anything is written, when it names another task, other settings or other
+data (checked on the data prepared aside: --bin-dir is left as it was). Validate the result with
 
     fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \\
         --task sentence_prediction --criterion sentence_prediction --batch-size 32
@@ -63,11 +63,12 @@ def main(argv=None):
     prepared = prepare.main(["--task", task.name, "--glue-dir", args.glue_dir, "--out", args.bin_dir,
                              "--sentencepiece-model", os.path.join(args.data_bin, "sentencepiece.bpe.model"),
                              "--dict", os.path.join(args.data_bin, "dict.txt"),
-                             *(["--max-examples", str(args.max_examples)] if args.max_examples else [])])
+                             *(["--max-examples", str(args.max_examples)] if args.max_examples else [])],
+                            accept=lambda folder: check_data_rerun(parser, args.save_dir, record,
+                                                                   "sentence_prediction", folder,
+                                                                   f"--glue-dir {args.glue_dir}"))
     if prepared:
         return prepared
-    check_data_rerun(parser, args.save_dir, record, "sentence_prediction", args.bin_dir,
-                     f"--glue-dir {args.glue_dir}")
     examples = count_lines(os.path.join(args.bin_dir, "raw", "train.input0"))
     total, warmup = linear_schedule(examples, args.batch_size, args.max_epoch, WARMUP_PERCENT)
     os.makedirs(args.save_dir, exist_ok=True)

@@ -213,11 +213,12 @@ def task_files(task, glue_dir, sentencepiece_model, dictionary):
 
 
 def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=None,
-            skip_malformed=False, workers=1):
+            skip_malformed=False, workers=1, accept=None):
     """Prepare ``task`` into ``out``; return ``{split: number of examples}`` plus ``skipped`` and ``reused``.
 
     ``out`` is written aside and renamed into place when complete; a finished preparation of the same
-    files and settings is reused as it is, one of other files or settings is replaced.
+    files and settings is reused as it is, one of other files or settings is replaced. ``accept(folder)``
+    sees the complete preparation first (:func:`~tupe_plugin.prepared_folder.write_prepared_folder`).
     """
     files = task_files(task, glue_dir, sentencepiece_model, dictionary)
     expected = fingerprint(
@@ -227,7 +228,7 @@ def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=N
     counts, reused = write_prepared_folder(
         out, expected, lambda folder: _prepare_into(task, glue_dir, sentencepiece_model, dictionary,
                                                     folder, max_examples, skip_malformed, workers),
-        "tupe-prepare-glue")
+        "tupe-prepare-glue", accept=accept)
     return {**counts, "reused": reused}
 
 
@@ -278,7 +279,8 @@ def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_exam
     return counts
 
 
-def main(argv=None):
+def main(argv=None, accept=None):
+    """The command; ``accept``: see :func:`prepare` (tupe-finetune-glue's check of its data)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -298,7 +300,7 @@ def main(argv=None):
     logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
     try:
         counts = prepare(args.task, args.glue_dir, args.sentencepiece_model, args.dict, args.out,
-                         args.max_examples, args.skip_malformed, args.workers)
+                         args.max_examples, args.skip_malformed, args.workers, accept)
     except (GlueFormatError, FileNotFoundError, RuntimeError, ValueError) as e:  # PreparedFolderError included
         sys.exit(f"tupe-prepare-glue: error: {e}")
     labels = counts.get("labels")

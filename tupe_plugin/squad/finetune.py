@@ -15,7 +15,8 @@ Flags this tool does not know go last to fairseq-train and override its settings
 the SQuAD version, arch and the settings the run trained with; it is written once training starts. The run
 starts from CKPT once: a rerun with the same SAVE_DIR resumes from its checkpoint_last.pt (a finished run
 stays as it is), and is refused, before anything is written, when it names another task (a GLUE task,
-another SQuAD version) or other settings. Validate the result with
+another SQuAD version), other settings or other data (checked on the data prepared aside: --bin-dir is left
+as it was). Validate the result with
 
     fairseq-validate BIN_DIR --user-dir tupe_plugin --path SAVE_DIR/checkpoint_best.pt \\
         --task squad_span --criterion squad_span --batch-size 32
@@ -83,11 +84,10 @@ def main(argv=None):
         "--dict", os.path.join(args.data_bin, "dict.txt"), "--max-seq-length", str(args.max_seq_length),
         *(["--doc-stride", str(args.doc_stride)] if args.doc_stride else []),
         *(["--max-query-length", str(args.max_query_length)] if args.max_query_length else []), *articles,
-    ])
+    ], accept=lambda folder: check_data_rerun(parser, args.save_dir, record, "squad_span", folder,
+                                              f"--train-file {files['train']} --valid-file {files['valid']}"))
     if prepared:
         return prepared
-    check_data_rerun(parser, args.save_dir, record, "squad_span", args.bin_dir,
-                     f"--train-file {files['train']} --valid-file {files['valid']}")
     features = count_lines(os.path.join(args.bin_dir, "train.features.jsonl"))
     total, warmup = linear_schedule(features, args.batch_size, args.max_epoch, args.warmup_percent)
     os.makedirs(args.save_dir, exist_ok=True)

@@ -228,12 +228,13 @@ def window_defaults(max_seq_length, doc_stride=None, max_query_length=None):
 
 
 def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384, doc_stride=None,
-            max_query_length=None, max_articles=None):
+            max_query_length=None, max_articles=None, accept=None):
     """Prepare ``files`` ({split: SQuAD JSON}); return ``({split: counts}, reused)``.
 
     ``doc_stride`` and ``max_query_length`` default to :func:`window_defaults`. ``out`` is written aside
     and renamed into place when complete; a finished preparation of the same files and settings is
-    reused as it is (``reused`` True), one of other files or settings is replaced.
+    reused as it is (``reused`` True), one of other files or settings is replaced. ``accept(folder)``
+    sees the complete preparation first (:func:`~tupe_plugin.prepared_folder.write_prepared_folder`).
     """
     doc_stride, max_query_length = window_defaults(max_seq_length, doc_stride, max_query_length)
     for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary_path, "--dict"),
@@ -252,7 +253,7 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
         out, expected, lambda folder: _prepare_into(files, sentencepiece_model, dictionary_path, folder,
                                                     max_seq_length, doc_stride, max_query_length,
                                                     max_articles),
-        "tupe-prepare-squad")
+        "tupe-prepare-squad", accept=accept)
     return {split: Counter(counts) for split, counts in summary.items()}, reused
 
 
@@ -281,7 +282,8 @@ def _prepare_into(files, sentencepiece_model, dictionary_path, out, max_seq_leng
     return summary
 
 
-def main(argv=None):
+def main(argv=None, accept=None):
+    """The command; ``accept``: see :func:`prepare` (tupe-finetune-squad's check of its data)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -312,7 +314,7 @@ def main(argv=None):
     try:
         summary, reused = prepare(files, args.sentencepiece_model, args.dict, args.out,
                                   args.max_seq_length, args.doc_stride, args.max_query_length,
-                                  args.max_articles)
+                                  args.max_articles, accept)
     except (SquadFormatError, FileNotFoundError, ValueError, PreparedFolderError) as e:
         sys.exit(f"tupe-prepare-squad: error: {e}")
     if reused:
