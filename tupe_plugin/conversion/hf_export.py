@@ -78,13 +78,10 @@ def load_checkpoint(path):
     """(model flags as a Namespace with the plugin's defaults filled in, state dict, checkpoint dict)."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
+    from tupe_plugin.checkpoint_config import saved_state
     from tupe_plugin.models.tupe_roberta import base_architecture
 
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError) as error:
-        raise ExportError(f"{path} is not a readable fairseq checkpoint ({str(error).splitlines()[0]}); "
-                          "pass a checkpoint written by fairseq-train or a tupe-* command") from error
+    state = saved_state(path)
     cfg = state.get("cfg") if isinstance(state, dict) else None
     if not cfg or "model" not in cfg or not isinstance(state.get("model"), dict):
         raise ExportError(f"{path} has no model configuration (cfg.model) and state dict: pass a checkpoint "
