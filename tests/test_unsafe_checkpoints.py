@@ -57,8 +57,8 @@ def test_the_loader_reads_a_checkpoint_of_tensors_and_fairseqs_config(tmp_path):
 
 def commands(data, path, tmp_path):
     """{reader: its command line on the crafted checkpoint ``path``}."""
-    train = [os.path.join(VENV_BIN, "fairseq-train"), data, "--user-dir", "tupe_plugin", "--task", "masked_lm",
-             "--criterion", "masked_lm", "--arch", "tupe_r_tiny", "--encoder-layers", "1",
+    train = [os.path.join(VENV_BIN, "fairseq-train"), data, "--user-dir", "tupe_plugin", "--task",
+             "masked_lm", "--criterion", "masked_lm", "--arch", "tupe_r_tiny", "--encoder-layers", "1",
              "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
              "--max-positions", "32", "--tokens-per-sample", "32", "--batch-size", "4", "--max-update", "1",
              "--optimizer", "adam", "--lr", "1e-3", "--save-dir", tmp_path / "save", "--cpu",
@@ -78,7 +78,8 @@ def commands(data, path, tmp_path):
         "fairseq-train --restore-file": train + ["--restore-file", path],
         "fairseq-train --init-from-checkpoint": train + ["--init-from-checkpoint", path],
         "fairseq-train --embed-init-path": train + ["--embed-init-path", path],
-        "tupe-analyze": [tool("tupe-analyze"), "--path", path, "--data", data, "--out", tmp_path / "analysis"],
+        "tupe-analyze": [tool("tupe-analyze"), "--path", path, "--data", data, "--out",
+                         tmp_path / "analysis"],
         "tupe-export-hf": [tool("tupe-export-hf"), path, data, "--out", tmp_path / "export"],
         "tupe-export-embeddings": [tool("tupe-export-embeddings"), path, "--out", tmp_path / "vectors.txt"],
         "tupe-convert-official": [tool("tupe-convert-official"), "--checkpoint", path, "--dict",
