@@ -151,15 +151,17 @@ def data_bin(tmp_path_factory):
     return data
 
 
-def make_checkpoint(data, path, arch, flags, heads=True, seed=0):
+MASKED_LM = ["--task", "masked_lm", "--criterion", "masked_lm", "--tokens-per-sample", str(MAX_POSITIONS)]
+
+
+def make_checkpoint(data, path, arch, flags, heads=True, seed=0, task=MASKED_LM, max_positions=MAX_POSITIONS):
     """A plugin checkpoint of ``arch`` with random weights far from their initialisation and, with
-    ``heads``, a 3-class classification head and a span head."""
+    ``heads``, a 3-class classification head and a span head; ``task``: the fairseq task's flags (a
+    fine-tuning task builds its own head)."""
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
-        str(data), "--user-dir", PLUGIN_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
-        "--arch", arch, "--max-positions", str(MAX_POSITIONS), "--tokens-per-sample", str(MAX_POSITIONS),
-        *SIZE,
-        "--dropout", "0.1", *flags])
+        str(data), "--user-dir", PLUGIN_DIR, *task, "--arch", arch, "--max-positions", str(max_positions),
+        *SIZE, "--dropout", "0.1", *flags])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
@@ -712,3 +714,12 @@ def test_paths_of_the_wrong_kind_are_refused_naming_them(run, tmp_path, argv, ex
     message = refusal(argv(checkpoint, data, tmp_path))
     assert message.startswith("tupe-export-hf: error: " + expected.format(t=tmp_path))
     assert not list((tmp_path / "target").iterdir())
+
+
+def test_without_tokenizers_the_export_names_its_extra(run, tmp_path, monkeypatch):
+    checkpoint, data, _ = run
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    assert refusal([checkpoint, data, "--out", tmp_path / "export"]) == (
+        "tupe-export-hf: error: tupe-export-hf needs tokenizers, which is not installed: pip install "
+        "'tupe-plugin[export]'")
+    assert not (tmp_path / "export").exists()
