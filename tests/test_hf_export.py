@@ -723,3 +723,11 @@ def test_without_tokenizers_the_export_names_its_extra(run, tmp_path, monkeypatc
         "tupe-export-hf: error: tupe-export-hf needs tokenizers, which is not installed: pip install "
         "'tupe-plugin[export]'")
     assert not (tmp_path / "export").exists()
+
+
+def test_convert_hf_on_an_export_with_the_fast_tokenizer_gives_the_checkpoint_back(fast_export, tmp_path):
+    root, *_ = fast_export
+    convert(str(root / "export"), str(tmp_path / "back"))
+    original = torch.load(root / "tupe_r.pt", weights_only=False)["model"]
+    back = torch.load(tmp_path / "back" / "model.pt", weights_only=False)["model"]
+    assert back.keys() == original.keys() and all(torch.equal(back[key], original[key]) for key in original)
