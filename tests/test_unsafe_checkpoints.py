@@ -16,7 +16,9 @@ import torch
 from conftest import REPO, VENV_BIN, test_data
 
 from tupe_plugin.fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load
+from tupe_plugin.squad import prepare as prepare_squad
 
+SQUAD = test_data("squad", "dev-v1.1.head.json")
 REFUSAL = "holds objects a checkpoint does not hold (getattr); it was not loaded: "
 
 
@@ -87,12 +89,19 @@ def commands(data, path, tmp_path):
         "tupe-convert-hf": [tool("tupe-convert-hf"), "--hf-model", hf_model, "--out", tmp_path / "converted"],
         "tupe-finetune-glue": [tool("tupe-finetune-glue"), "RTE", path, data, "--glue-dir", test_data("glue"),
                                "--cpu", "--bin-dir", tmp_path / "rte-bin", "--save-dir", tmp_path / "rte"],
+        "tupe-finetune-squad": [tool("tupe-finetune-squad"), "1.1", path, data, "--train-file", SQUAD,
+                                "--valid-file", SQUAD, "--cpu", "--bin-dir", tmp_path / "squad-bin",
+                                "--save-dir", tmp_path / "squad"],
+        "tupe-evaluate-squad --path": [tool("tupe-evaluate-squad"), "--path", path, "--data",
+                                       tmp_path / "squad-bin", "--gold-file", SQUAD, "--max-articles", "1",
+                                       "--output", tmp_path / "predictions.json", "--cpu"],
     }
 
 
 READERS = ["fairseq-validate --path", "fairseq-train --restore-file", "fairseq-train --init-from-checkpoint",
            "fairseq-train --embed-init-path", "tupe-analyze", "tupe-export-hf", "tupe-export-embeddings",
-           "tupe-convert-official", "tupe-convert-hf", "tupe-finetune-glue"]
+           "tupe-convert-official", "tupe-convert-hf", "tupe-finetune-glue", "tupe-finetune-squad",
+           "tupe-evaluate-squad --path"]
 
 
 @pytest.mark.parametrize("reader", READERS)
@@ -106,6 +115,14 @@ def test_a_crafted_checkpoint_is_refused_in_one_line(wikitext_bin, tmp_path, rea
     spm.SentencePieceTrainer.train(input=test_data("wikitext-2", "wiki.valid.head.tokens"),
                                    model_prefix=str(tmp_path / "spm"), vocab_size=100, minloglevel=2)
     shutil.copy(tmp_path / "spm.model", data / "sentencepiece.bpe.model")
+    if reader == "tupe-evaluate-squad --path":  # a prepared SQuAD folder, with the pieces' dictionary
+        processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+        (tmp_path / "pieces.txt").write_text("".join(f"{processor.id_to_piece(i)} 1\n"
+                                                     for i in range(3, processor.get_piece_size())))
+        prepare_squad.main(["--valid-file", SQUAD, "--max-articles", "1", "--sentencepiece-model",
+                            str(tmp_path / "spm.model"), "--dict", str(tmp_path / "pieces.txt"),
+                            "--out", str(tmp_path / "squad-bin"), "--max-seq-length", "512",
+                            "--max-query-length", "200"])
     command = commands(data, path, tmp_path)[reader]
     result = subprocess.run(list(map(str, command)), capture_output=True, text=True, cwd=REPO,
                             env=dict(os.environ, PYTHONWARNINGS="ignore"))
