@@ -140,3 +140,9 @@ def test_the_model_file_is_read_as_sentencepiece_reads_it(tmp_path):
     assert [kind == hf_tokenizer.BYTE for _, _, kind in read.pieces] == [
         processor.is_byte(i) for i in range(processor.get_piece_size())]
     assert read.byte_fallback and not read.add_dummy_prefix and read.model_type == hf_tokenizer.UNIGRAM
+
+
+def test_user_defined_symbols_keep_the_custom_tokenizer(tmp_path):
+    model = sentencepiece_model(tmp_path, user_defined_symbols=["<url>"])
+    assert hf_tokenizer.fast_tokenizer(model, dictionary(tmp_path, model)) == (
+        None, "its sentencepiece model has user-defined symbols")
