@@ -27,7 +27,9 @@ torch.serialization.add_safe_globals([
     *(getattr(numpy.dtypes, name) for name in dir(numpy.dtypes) if name.endswith("DType")),
 ])
 
-REFUSED_BY_TORCH = "Weights only load failed"
+# torch's weights-only unpickler, refusing the callable or class a pickle names (a text file or damaged bytes
+# fail otherwise, and are left to the readers' own messages)
+REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
 CHECKPOINT_FIX = ("pass a checkpoint written by fairseq-train or a tupe-* command (tensors and plain values "
                   "only): a file from elsewhere may run code when it is unpickled")
 
@@ -39,12 +41,11 @@ class UnsafeCheckpointError(UserError):
 def unsafe_checkpoint_error(name, error, fix=CHECKPOINT_FIX):
     """The :class:`UnsafeCheckpointError` for the file ``name`` when ``error`` is torch's weights-only
     refusal, else None; ``fix`` says what to do instead."""
-    if not isinstance(error, pickle.UnpicklingError) or REFUSED_BY_TORCH not in str(error):
+    found = REFUSED_GLOBAL.search(str(error)) if isinstance(error, pickle.UnpicklingError) else None
+    if found is None:
         return None
-    found = re.search(r"GLOBAL (\S+)", str(error))
-    held = f" ({found.group(1)})" if found else ""
-    return UnsafeCheckpointError(f"{name} holds objects a checkpoint does not hold{held}; it was not loaded: "
-                                 f"{fix}")
+    return UnsafeCheckpointError(f"{name} holds objects a checkpoint does not hold ({found.group(1)}); it "
+                                 f"was not loaded: {fix}")
 
 
 def load(path, flag=None, fix=CHECKPOINT_FIX, **kwargs):
