@@ -22,7 +22,6 @@ Last, the built tokenizer is compared with fairseq's encoding on :data:`PROBES`;
 import struct
 from typing import NamedTuple
 
-UNK = 3
 # fairseq's framing of one sentence and of a pair (RobertaHubInterface.encode, sentence_prediction)
 SINGLE = "<s> $A </s>"
 PAIR = "<s> $A </s> </s> $B </s>"
@@ -134,7 +133,8 @@ def build(model, vocabulary):
 
     scores = {piece: score for piece, score, kind in model.pieces if kind in (NORMAL, BYTE)}
     pieces = [(symbol, scores.get(symbol, FOREIGN_SCORE)) for symbol in vocabulary]
-    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=UNK, byte_fallback=model.byte_fallback))
+    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=vocabulary.index("<unk>"),
+                                         byte_fallback=model.byte_fallback))
     steps = [normalizers.Precompiled(model.charsmap)] if model.charsmap else []
     if model.remove_extra_whitespaces:
         steps += [normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(Regex(r"\A | \z"), "")]
@@ -156,7 +156,7 @@ def fairseq_ids(processor, index, text):
     """fairseq's ids of ``text``: sentencepiece's pieces joined by spaces and split at whitespace (a piece
     of whitespace alone is dropped), looked up in the dictionary ``index``, framed."""
     words = " ".join(processor.encode(text, out_type=str)).split()
-    return [index["<s>"], *(index.get(word, UNK) for word in words), index["</s>"]]
+    return [index["<s>"], *(index.get(word, index["<unk>"]) for word in words), index["</s>"]]
 
 
 def first_difference(tokenizer, model_path, vocabulary, texts=PROBES):
