@@ -16,7 +16,8 @@ It cannot be exact for every model: a piece of the sentencepiece model missing f
 gives it ``<unk>``; tokenizers' ids are its vocabulary's places), a BPE or word model, user-defined
 symbols, byte fallback whose byte pieces are not all in dict.txt, whitespace kept as a suffix or not
 escaped. :func:`fast_tokenizer` names the reason; the export then keeps the custom sentencepiece tokenizer.
-Last, the built tokenizer is compared with fairseq's encoding on :data:`PROBES`; a difference is a reason.
+Last, the built tokenizer is compared with fairseq's encoding on :data:`PROBES` and on the dictionary's
+symbols that sentencepiece does not hold (fairseq's ``madeupword`` padding); a difference is a reason.
 """
 
 import struct
