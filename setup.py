@@ -46,11 +46,13 @@ setup(
         "analysis": ["matplotlib"],
         # tupe-study: the analysis and report figures, fairseq-train's tensorboard logs, the submitit launcher
         "study": ["matplotlib", "tensorboard", "submitit"],
+        # tupe-export-hf builds the export's tokenizer.json with Hugging Face tokenizers
+        "export": ["tokenizers"],
         # the tests of tupe-convert-hf compare with transformers' BERT and RoBERTa; transformers is also
         # what fairseq's --bpe bert imports to encode text for a converted BERT; the Triton attention
         # kernel's tests run its kernels through Triton's CPU interpreter; the tests of tupe-export-hf
         # fine-tune an export with transformers' Trainer, which needs accelerate
-        "test": ["pytest", "hypothesis", "transformers>=5,<6", "accelerate", "triton"],
+        "test": ["pytest", "hypothesis", "transformers>=5,<6", "accelerate", "triton", "tokenizers"],
     },
     entry_points={
         "console_scripts": [f"{name} = {module}:main" for name, module in COMMANDS.items()],

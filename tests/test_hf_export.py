@@ -5,8 +5,11 @@ ids against the plugin's hub; the way back through tupe-convert-hf; the refusals
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import unicodedata
 
 import pytest
 import sentencepiece as spm
@@ -148,15 +151,17 @@ def data_bin(tmp_path_factory):
     return data
 
 
-def make_checkpoint(data, path, arch, flags, heads=True, seed=0):
+MASKED_LM = ["--task", "masked_lm", "--criterion", "masked_lm", "--tokens-per-sample", str(MAX_POSITIONS)]
+
+
+def make_checkpoint(data, path, arch, flags, heads=True, seed=0, task=MASKED_LM, max_positions=MAX_POSITIONS):
     """A plugin checkpoint of ``arch`` with random weights far from their initialisation and, with
-    ``heads``, a 3-class classification head and a span head."""
+    ``heads``, a 3-class classification head and a span head; ``task``: the fairseq task's flags (a
+    fine-tuning task builds its own head)."""
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
-        str(data), "--user-dir", PLUGIN_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
-        "--arch", arch, "--max-positions", str(MAX_POSITIONS), "--tokens-per-sample", str(MAX_POSITIONS),
-        *SIZE,
-        "--dropout", "0.1", *flags])
+        str(data), "--user-dir", PLUGIN_DIR, *task, "--arch", arch, "--max-positions", str(max_positions),
+        *SIZE, "--dropout", "0.1", *flags])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
@@ -424,3 +429,305 @@ def test_a_head_of_one_output_is_exported_as_regression(data_bin, tmp_path):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert (config["num_labels"], config["problem_type"]) == (1, "regression")
     assert "id2label" not in config or len(config["id2label"]) == 1
+
+
+@pytest.fixture(scope="module")
+def whole_data_bin(tmp_path_factory):
+    """A sentencepiece model of WikiText-2 lines and the dict.txt fairseq writes for their pieces: every
+    piece by count, padded with fairseq's madeupword lines."""
+    from fairseq.data import Dictionary
+
+    root = tmp_path_factory.mktemp("whole_data")
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()][:300]
+    (root / "raw.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(root / "raw.txt"), model_prefix=str(root / "spm"),
+                                   vocab_size=251, model_type="unigram", minloglevel=2)
+    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    dictionary = Dictionary()
+    for i in range(3, processor.get_piece_size()):
+        dictionary.add_symbol(processor.id_to_piece(i), n=0)
+    for line in lines:
+        for piece in processor.encode(line, out_type=str):
+            dictionary.add_symbol(piece)
+    dictionary.finalize(padding_factor=8)
+    data = root / "data-bin"
+    data.mkdir()
+    dictionary.save(str(data / "dict.txt"))
+    (data / "sentencepiece.bpe.model").write_bytes((root / "spm.model").read_bytes())
+    return data
+
+
+with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as _f:
+    REAL_LINES = [line.strip() for line in _f if line.strip() and "<unk>" not in line]
+# the hard cases of a tokenizer; the plugin's hub.encode gives their ids
+HARD_TEXTS = {
+    "accents": "Café déjà vu: naïve façades, über Ångström and e\u0301 combined",
+    "digits": "1,234 and 56 % in 2011 ; 3.14159 and １２３",
+    "emoji": "a 😀 b 👍🏽 and 🇫🇷 !",
+    "outside the vocabulary": "ℵ₀ ⊂ 𝔘 «тест» 漢字 ﬁne",
+    "spaces and tabs": "  two  spaces\tand\t\ttabs   and a\nnew line  ",
+    "empty": "",
+    # lines of real text; those with WikiText's "<unk>" placeholders aside (a special token written in a
+    # text is that token, test_a_special_token_written_in_a_text_is_that_token)
+    **{f"real {i}": line for i, line in enumerate(REAL_LINES[:40])},
+}
+LONG_TEXT = " ".join(REAL_LINES[:20])
+FAST_CHILD = r"""
+import sys, json
+sys.modules["fairseq"] = None
+sys.modules["tupe_plugin"] = None
+from transformers import AutoTokenizer
+request = json.load(open(sys.argv[1]))
+tokenizer = AutoTokenizer.from_pretrained(request["folder"])
+texts = request["texts"]
+results = dict(
+    is_fast=tokenizer.is_fast, name=type(tokenizer).__name__, max_length=tokenizer.model_max_length,
+    ids={name: tokenizer(text)["input_ids"] for name, text in texts.items()},
+    offsets={name: tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
+             for name, text in texts.items()},
+    long=tokenizer(request["long"], truncation=True)["input_ids"],
+    pair=tokenizer(request["pair"][0], request["pair"][1])["input_ids"],
+    special=tokenizer(request["special"])["input_ids"],
+    tokens={name: tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+            for name, text in texts.items()},
+)
+json.dump(results, open(request["out"], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def fast_export(whole_data_bin, tmp_path_factory):
+    """tupe_r exported with every piece in its dict.txt; the transformers-only child's tokenizer results;
+    the plugin's hub."""
+    root = tmp_path_factory.mktemp("fast_export")
+    checkpoint = make_checkpoint(whole_data_bin, root / "tupe_r.pt", "tupe_r_tiny", [])
+    folder = export(str(checkpoint), str(whole_data_bin), str(root / "export"))
+    request = dict(folder=folder, texts=HARD_TEXTS, long=LONG_TEXT,
+                   pair=[HARD_TEXTS["real 0"], HARD_TEXTS["accents"]], special="a <mask> b <unk> c </s>",
+                   out=str(root / "results.json"))
+    (root / "request.json").write_text(json.dumps(request))
+    transformers_only(FAST_CHILD, root / "request.json", modules=root / "modules")
+    hub = TupeRobertaModel.from_pretrained(
+        str(root), "tupe_r.pt", str(whole_data_bin),
+        sentencepiece_model=str(whole_data_bin / "sentencepiece.bpe.model"))
+    return root, json.loads((root / "results.json").read_text()), hub
+
+
+def test_an_export_loads_its_tokenizer_as_a_fast_one_without_remote_code(fast_export):
+    root, results, _ = fast_export
+    assert results["is_fast"] and results["name"] in ("TokenizersBackend", "PreTrainedTokenizerFast")
+    config = json.loads((root / "export" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and "auto_map" not in config
+    assert "AutoTokenizer" not in json.loads((root / "export" / "config.json").read_text())["auto_map"]
+    assert not (root / "export" / hf_export.TOKENIZER_CODE).exists()
+
+
+@pytest.mark.parametrize("case", sorted(HARD_TEXTS))
+def test_the_fast_tokenizer_gives_the_plugins_ids(fast_export, case):
+    _, results, hub = fast_export
+    assert results["ids"][case] == hub.encode(HARD_TEXTS[case]).tolist()
+
+
+def test_the_cases_reach_unknown_characters_and_the_dictionarys_padding_lines(fast_export, whole_data_bin):
+    _, results, _ = fast_export
+    assert 3 in results["ids"]["outside the vocabulary"] and 3 in results["ids"]["emoji"]
+    assert "madeupword0000" in (whole_data_bin / "dict.txt").read_text()
+
+
+def test_the_fast_tokenizer_gives_the_plugins_ids_for_a_sentence_pair(fast_export):
+    _, results, hub = fast_export
+    assert results["pair"] == hub.encode(HARD_TEXTS["real 0"], HARD_TEXTS["accents"]).tolist()
+
+
+def test_the_fast_tokenizer_truncates_a_text_longer_than_the_model_to_its_positions(fast_export):
+    _, results, hub = fast_export
+    whole = hub.encode(LONG_TEXT).tolist()
+    assert len(whole) > MAX_POSITIONS == results["max_length"]
+    assert results["long"] == whole[:MAX_POSITIONS - 1] + [2]
+
+
+@pytest.mark.parametrize("case", sorted(HARD_TEXTS))
+def test_the_offsets_of_the_fast_tokenizer_point_into_the_original_text(fast_export, case):
+    """A piece's span is the characters it stands for: its word's letters, after the whitespace its "▁"
+    stands for; the "▁" sentencepiece puts in front of a text has the text's first character (the
+    convention of transformers' sentencepiece tokenizers)."""
+    _, results, _ = fast_export
+    text = HARD_TEXTS[case]
+    tokens, offsets = results["tokens"][case], results["offsets"][case]
+    assert offsets[0] == offsets[-1] == [0, 0]  # <s> and </s>
+    for i, (token, (start, end)) in enumerate(zip(tokens[1:-1], offsets[1:-1])):
+        assert 0 <= start <= end <= len(text)
+        span, surface = text[start:end], token.lstrip("▁")
+        if token == "<unk>":
+            assert span.strip()
+        elif token == "▁" and i == 0:
+            assert end == start + 1 and not text[:start].strip()
+        elif unicodedata.normalize("NFKC", span) != span:  # "１" is "1", "ﬁ" the span of "f" and of "i"
+            assert surface in unicodedata.normalize("NFKC", span), (token, span)
+        else:
+            assert span.lstrip() == surface and not span[:len(span) - len(surface)].strip(), (token, span)
+    ends = [end for _, end in offsets[1:-1]]
+    assert ends == sorted(ends)
+
+
+def test_a_special_token_written_in_a_text_is_that_token(fast_export):
+    _, results, hub = fast_export
+    words = [hub.encode(word).tolist()[1:-1] for word in "abc"]
+    mask = hub.task.source_dictionary.index("<mask>")
+    assert results["special"] == [0, *words[0], mask, *words[1], 3, *words[2], 2, 2]
+
+
+def test_a_dictionary_missing_a_sentencepiece_piece_keeps_the_custom_tokenizer_and_says_why(exported):
+    root, *_ = exported
+    folder = root / "tupe_r"
+    assert not (folder / "tokenizer.json").exists() and (folder / hf_export.TOKENIZER_CODE).is_file()
+    assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] == "TupeTokenizer"
+    card = (folder / "README.md").read_text()
+    assert "pieces of its sentencepiece model are not in dict.txt" in card
+    assert "AutoTokenizer.from_pretrained(FOLDER, trust_remote_code=True)" in card
+
+
+def test_the_model_card_names_files_never_paths_of_the_machine(fast_export):
+    root, *_ = fast_export
+    card = (root / "export" / "README.md").read_text()
+    assert "exported from `tupe_r.pt`" in card and "updates on `data-bin`" in card
+    assert str(root) not in card and str(root.parent) not in card and "/tmp" not in card
+
+
+def refusal(argv):
+    """tupe-export-hf's error line for ``argv``."""
+    with pytest.raises(SystemExit) as stop:
+        hf_export.main(list(map(str, argv)))
+    message = str(stop.value.code)
+    assert message.startswith("tupe-export-hf: error: ") and "\n" not in message
+    return message
+
+
+@pytest.fixture
+def run(data_bin, tmp_path):
+    """A run folder (run/model.pt) and a copy of the data-bin, in tmp_path; the files every refusal leaves."""
+    data = tmp_path / "data-bin"
+    shutil.copytree(data_bin, data)
+    (tmp_path / "run").mkdir()
+    checkpoint = make_checkpoint(data, tmp_path / "run" / "model.pt", "bert_a_tiny", [])
+    return checkpoint, data, lambda: sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["", "--force"])
+@pytest.mark.parametrize("out, meeting", [
+    ("data-bin", "is DATA_BIN"), ("data-bin/export", "lies inside DATA_BIN"), ("run", "holds CKPT"),
+    (".", "holds CKPT"),
+])
+def test_an_out_that_is_holds_or_lies_inside_an_input_is_refused_before_anything_is_written(
+        run, tmp_path, out, meeting, force):
+    checkpoint, data, files = run
+    before = files()
+    message = refusal([checkpoint, data, "--out", tmp_path / out, *(["--force"] if force else [])])
+    assert f"--out {tmp_path / out} {meeting} " in message
+    assert message.endswith("which the export would replace (--force or not): give another --out")
+    assert files() == before
+
+
+def test_force_replaces_only_a_previous_export(run, tmp_path):
+    checkpoint, data, _ = run
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    assert refusal([checkpoint, data, "--out", tmp_path / "notes", "--force"]).endswith(
+        "holds files but no previous export (no config.json of a tupe model): --force replaces only a "
+        "previous export; choose another --out")
+    assert (tmp_path / "notes" / "notes.txt").read_text() == "mine"
+    export(str(checkpoint), str(data), str(tmp_path / "export"))
+    (tmp_path / "export" / "stale.txt").write_text("of the previous export")
+    export(str(checkpoint), str(data), str(tmp_path / "export"), force=True)
+    assert not (tmp_path / "export" / "stale.txt").exists()
+    assert (tmp_path / "export" / "config.json").is_file()
+
+
+def test_a_shuffled_dictionary_of_the_same_size_is_refused_by_its_fingerprint(run):
+    checkpoint, data, files = run
+    lines = (data / "dict.txt").read_text().splitlines(keepends=True)
+    (data / "dict.txt").write_text("".join(lines[1:] + lines[:1]))
+    before = files()
+    message = refusal([checkpoint, data, "--out", data.parent / "export"])
+    assert re.fullmatch(r"tupe-export-hf: error: \S+dict.txt \(fingerprint \w+\) is not the dictionary "
+                        r"the checkpoint was trained with \(fingerprint \w+\): .*pass the DATA_BIN the "
+                        r"checkpoint was trained with", message)
+    assert files() == before
+
+
+def test_another_sentencepiece_model_is_refused(run, tmp_path):
+    checkpoint, data, files = run
+    with open(test_data("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+        (tmp_path / "other.txt").write_text(f.read(), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "other.txt"), model_prefix=str(tmp_path / "other"),
+                                   vocab_size=60, model_type="char", minloglevel=2)
+    shutil.copy(tmp_path / "other.model", data / "sentencepiece.bpe.model")
+    before = files()
+    message = refusal([checkpoint, data, "--out", tmp_path / "export"])
+    assert f"symbols of DATA_BIN {data / 'dict.txt'} (e.g. " in message
+    assert message.endswith(f"are not pieces of DATA_BIN {data / 'sentencepiece.bpe.model'}: the dictionary "
+                            "was built for another sentencepiece model; pass the pair of the pre-training "
+                            "data-bin (its sentencepiece.bpe.model and dict.txt)")
+    assert files() == before
+
+
+def test_a_checkpoint_whose_record_fails_its_checksum_is_refused_naming_it(run, tmp_path):
+    from test_checkpoint_integrity import damaged_copy
+
+    checkpoint, data, _ = run
+    damaged_copy(checkpoint, checkpoint)
+    message = refusal([checkpoint, data, "--out", tmp_path / "export"])
+    assert f"{checkpoint} is corrupted: " in message and not (tmp_path / "export").exists()
+
+
+def test_a_head_the_checkpoint_does_not_have_is_refused(run, tmp_path):
+    checkpoint, data, _ = run
+    assert refusal([checkpoint, data, "--out", tmp_path / "export", "--head", "nosuch"]).endswith(
+        f"--head nosuch: {checkpoint} has no such head (its heads: sst (classification), squad (span)): give "
+        "one of them, or no --head")
+
+
+def test_labels_are_named_without_the_padding_lines_of_the_label_dictionary(data_bin, tmp_path):
+    padding = [f"madeupword{i:04d}" for i in range(5)]
+    path = labelled_checkpoint(data_bin, tmp_path, labels=["negative", "neutral", "positive", *padding])
+    export(str(path), str(data_bin), str(tmp_path / "out"))
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "neutral", "2": "positive"}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (lambda c, d, t: [c, t / "file.txt", "--out", t / "o"], "DATA_BIN {t}/file.txt: a file, not a folder"),
+    (lambda c, d, t: [t, d, "--out", t / "o"], "CKPT {t}: a folder, not a file"),
+    (lambda c, d, t: [c, d, "--out", t / "file.txt"], "--out {t}/file.txt: a file, not a folder: give a new "
+                                                      "folder"),
+    (lambda c, d, t: [c, d, "--out", t / "link"], "--out {t}/link is a symbolic link: give the folder itself "
+                                                  "(the export replaces --out whole)"),
+    (lambda c, d, t: [c, d, "--out", "/proc/tupe-export"], "--out /proc/tupe-export: cannot write beside it "
+                                                           "in /proc ("),
+], ids=["DATA_BIN a file", "CKPT a folder", "--out a file", "--out a link", "--out unwritable"])
+def test_paths_of_the_wrong_kind_are_refused_naming_them(run, tmp_path, argv, expected):
+    checkpoint, data, _ = run
+    (tmp_path / "file.txt").write_text("")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    message = refusal(argv(checkpoint, data, tmp_path))
+    assert message.startswith("tupe-export-hf: error: " + expected.format(t=tmp_path))
+    assert not list((tmp_path / "target").iterdir())
+
+
+def test_without_tokenizers_the_export_names_its_extra(run, tmp_path, monkeypatch):
+    checkpoint, data, _ = run
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    assert refusal([checkpoint, data, "--out", tmp_path / "export"]) == (
+        "tupe-export-hf: error: tupe-export-hf needs tokenizers, which is not installed: pip install "
+        "'tupe-plugin[export]'")
+    assert not (tmp_path / "export").exists()
+
+
+def test_convert_hf_on_an_export_with_the_fast_tokenizer_gives_the_checkpoint_back(fast_export, tmp_path):
+    root, *_ = fast_export
+    convert(str(root / "export"), str(tmp_path / "back"))
+    original = torch.load(root / "tupe_r.pt", weights_only=False)["model"]
+    back = torch.load(tmp_path / "back" / "model.pt", weights_only=False)["model"]
+    assert back.keys() == original.keys() and all(torch.equal(back[key], original[key]) for key in original)

@@ -3,8 +3,7 @@ tensors."""
 
 import zipfile
 
-import torch
-
+from .fairseq_fixes.checkpoint_compat import load
 from .fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from .fairseq_fixes.unreadable_checkpoints import check_fairseq_checkpoint, raise_if_unreadable
 
@@ -24,11 +23,11 @@ def saved_model_config(path):
 
 def saved_state(path):
     """The fairseq checkpoint ``path``, its tensors memory-mapped where torch can; refused as
-    :func:`saved_model_config` says."""
+    :func:`saved_model_config` says, and when it holds objects besides a checkpoint's."""
     verify_checkpoint(path)
     try:
         # mmap needs torch's zip format; the released fairseq RoBERTa files are in the legacy one
-        state = torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path))
+        state = load(path, mmap=zipfile.is_zipfile(path))
     except Exception as err:
         raise_if_unreadable(path, err)
         raise

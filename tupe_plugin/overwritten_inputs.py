@@ -1,4 +1,5 @@
-"""An output file of a command-line tool that is one of its inputs, refused before anything is written."""
+"""An output file of a command-line tool that is one of its inputs, or an output folder that is, holds or
+lies inside one, refused before anything is written."""
 
 import os
 
@@ -17,4 +18,22 @@ def overwritten_input(output, inputs):
             return f"the {flag} file"
         if os.path.isdir(real) and os.path.dirname(target) == real and os.path.exists(target):
             return f"a file of {flag} {path}"
+    return None
+
+
+def folder_meeting_input(folder, inputs):
+    """How the output ``folder``, which a command replaces whole, meets one of ``inputs`` ((name, path)
+    pairs, a path None when absent), in words: ``"is DATA_BIN data"``, ``"holds CKPT run/model.pt"``,
+    ``"lies inside DATA_BIN data"``; None when they are apart. Paths are compared as real paths."""
+    target = os.path.realpath(folder)
+    for name, path in inputs:
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if real == target:
+            return f"is {name} {path}"
+        if real.startswith(os.path.join(target, "")):
+            return f"holds {name} {path}"
+        if target.startswith(os.path.join(real, "")):
+            return f"lies inside {name} {path}"
     return None

@@ -51,14 +51,16 @@ def check_unknown_pieces(unknown, total, dictionary_path, sentencepiece_model, e
                        "piece")
 
 
-def check_dictionary_symbols(dictionary, processor, dictionary_path, sentencepiece_model):
-    """Refuse a dictionary whose symbols are mostly not pieces of the sentencepiece model ``processor``."""
+def check_dictionary_symbols(dictionary, processor, dictionary_path, sentencepiece_model,
+                             flags=("--dict", "--sentencepiece-model")):
+    """Refuse a dictionary whose symbols are mostly not pieces of the sentencepiece model ``processor``;
+    ``flags`` name the two paths in the message."""
     symbols = [dictionary[index] for index in word_indices(dictionary)]
     foreign = [s for s in symbols if processor.piece_to_id(s) == processor.unk_id()]
     if symbols and len(foreign) > MAX_FOREIGN_FRACTION * len(symbols):
         raise DictionaryFitError(
-            f"{len(foreign)} of the {len(symbols)} symbols of --dict {dictionary_path} (e.g. "
-            f"{', '.join(repr(s) for s in foreign[:3])}) are not pieces of --sentencepiece-model "
+            f"{len(foreign)} of the {len(symbols)} symbols of {flags[0]} {dictionary_path} (e.g. "
+            f"{', '.join(repr(s) for s in foreign[:3])}) are not pieces of {flags[1]} "
             f"{sentencepiece_model}: the dictionary was built for another sentencepiece model; pass the "
             "pair of the pre-training data-bin (its sentencepiece.bpe.model and dict.txt)"
         )

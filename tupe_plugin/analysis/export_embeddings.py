@@ -14,6 +14,7 @@ import sys
 from tupe_plugin.cli_types import finite_float
 from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors
 from tupe_plugin.overwritten_inputs import overwritten_input
+from tupe_plugin.user_errors import UserError
 
 
 def own_flags(message, checkpoint):
@@ -43,7 +44,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         vectors = read_checkpoint_vectors(args.checkpoint, args.dict)
-    except (ValueError, RuntimeError, FileNotFoundError) as error:
+    except (UserError, ValueError, RuntimeError, FileNotFoundError) as error:
         sys.exit(f"tupe-export-embeddings: error: {own_flags(str(error), args.checkpoint)}")
     partial = args.out + ".tmp"
     with open(partial, "w", encoding="utf-8") as f:

@@ -19,8 +19,9 @@ import argparse
 import logging
 import sys
 
-from tupe_plugin.conversion.official_tupe import ReleaseCheckpointError, convert
+from tupe_plugin.conversion.official_tupe import convert
 from tupe_plugin.path_checks import path_problem
+from tupe_plugin.user_errors import UserError
 
 
 def main(argv=None):
@@ -40,7 +41,7 @@ def main(argv=None):
             parser.error(f"{flag} {path}: {problem}")
     try:
         convert(args.checkpoint, args.dict, args.out, args.allow_pickle, args.force)
-    except ReleaseCheckpointError as error:
+    except UserError as error:
         sys.exit(f"tupe-convert-official: error: {error}")
     return 0
 

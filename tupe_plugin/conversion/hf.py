@@ -50,6 +50,7 @@ import torch
 from tupe_plugin.conversion import hf_import
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
+from tupe_plugin.fairseq_fixes.checkpoint_compat import load
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.memory_limits import beyond_memory
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
@@ -205,7 +206,8 @@ def load_weights(hf_dir):
         state = read_safetensors(path)
     else:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = load(path, "--hf-model", fix="save the model with save_pretrained (model.safetensors, or "
+                         "a pytorch_model.bin of tensors)")
         except (pickle.UnpicklingError, EOFError, RuntimeError) as error:
             raise HfCheckpointError(f"{path} is not a complete PyTorch state dict of tensors "
                                     f"({str(error).splitlines()[0]}): download it again") from error

@@ -4,15 +4,20 @@
 
 DATA_BIN is the folder with the checkpoint's ``dict.txt`` and ``sentencepiece.bpe.model`` (as
 ``tupe-finetune-glue`` takes it). DIR receives ``config.json`` (every model flag of the checkpoint, its
-``auto_map``), ``model.safetensors`` (the names of :mod:`.hf_names`), the modeling, configuration and
-tokenizer code of ``hf_remote/`` (transformers' ``trust_remote_code``), the tokenizer's ``vocab.txt``
-(fairseq's ids in order) and sentencepiece model, and a model card (``README.md``).
+``auto_map``), ``model.safetensors`` (the names of :mod:`.hf_names`), the modeling and configuration code of
+``hf_remote/`` (transformers' ``trust_remote_code``), the tokenizer, the dictionary's ``vocab.txt`` (fairseq's
+ids in order) and sentencepiece model, and a model card (``README.md``, with file names, never paths).
+The tokenizer is a standard ``tokenizer.json`` (:mod:`.hf_tokenizer`): ``AutoTokenizer.from_pretrained(DIR)``
+loads it without remote code as a fast tokenizer; a model whose ids it cannot give keeps the custom
+sentencepiece tokenizer of ``hf_remote/`` (``trust_remote_code=True``), and the export says why.
 ``AutoModel``/``AutoModelForMaskedLM``/``AutoModelForSequenceClassification``/
-``AutoModelForQuestionAnswering``/``AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)`` load it with
-torch, transformers and sentencepiece only. A fine-tuned checkpoint's classification head (its number of
-classes, a regression head, the labels of its data's ``label/dict.txt``) and span head are exported; a
-checkpoint with several of one kind needs ``--head``. A checkpoint the export cannot represent is refused
-by name before anything is written; the folder is written aside and moved into place.
+``AutoModelForQuestionAnswering.from_pretrained(DIR, trust_remote_code=True)`` load the model with torch and
+transformers only. A fine-tuned checkpoint's classification head (its number of classes, a regression head,
+the labels of its data's ``label/dict.txt``) and span head are exported; a checkpoint with several of one
+kind needs ``--head``. Every input is checked before anything is written, as fairseq-validate and the
+fine-tuning tools check it (the dictionary's fingerprint, the sentencepiece model, the checkpoint's
+checksums; an ``--out`` that is, holds or lies inside an input is refused, ``--force`` replaces only a
+previous export); the folder is written aside and moved into place.
 """
 
 import argparse
@@ -24,14 +29,19 @@ import sys
 
 import torch
 
+from tupe_plugin.conversion import hf_tokenizer
 from tupe_plugin.conversion.hf_names import TIED, rename, write_safetensors
+from tupe_plugin.extras import MissingExtraError, require
+from tupe_plugin.overwritten_inputs import folder_meeting_input
+from tupe_plugin.path_checks import path_problem
 from tupe_plugin.prepared_folder import make_sibling_folder
 from tupe_plugin.user_errors import UserError
 
 logger = logging.getLogger("export_hf")
 
 REMOTE_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_remote")
-CODE_FILES = ("configuration_tupe.py", "modeling_tupe.py", "tokenization_tupe.py")
+CODE_FILES = ("configuration_tupe.py", "modeling_tupe.py")
+TOKENIZER_CODE = "tokenization_tupe.py"
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 AUTO_MAP = {
     "AutoConfig": "configuration_tupe.TupeConfig",
@@ -78,13 +88,10 @@ def load_checkpoint(path):
     """(model flags as a Namespace with the plugin's defaults filled in, state dict, checkpoint dict)."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
+    from tupe_plugin.checkpoint_config import saved_state
     from tupe_plugin.models.tupe_roberta import base_architecture
 
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError) as error:
-        raise ExportError(f"{path} is not a readable fairseq checkpoint ({str(error).splitlines()[0]}); "
-                          "pass a checkpoint written by fairseq-train or a tupe-* command") from error
+    state = saved_state(path)
     cfg = state.get("cfg") if isinstance(state, dict) else None
     if not cfg or "model" not in cfg or not isinstance(state.get("model"), dict):
         raise ExportError(f"{path} has no model configuration (cfg.model) and state dict: pass a checkpoint "
@@ -120,34 +127,62 @@ def check_exportable(args, path):
     return config
 
 
-def read_vocabulary(data_bin, rows):
+def read_vocabulary(data_bin, rows, args):
     """fairseq's symbols in id order: <s> <pad> </s> <unk>, dict.txt's, <mask>; checked against the
-    embedding's ``rows``."""
+    embedding's ``rows``, the dictionary fingerprint the checkpoint's ``args`` record, and the
+    sentencepiece model beside it (most of the dictionary's symbols are pieces of it)."""
+    import sentencepiece
     from fairseq.data import Dictionary
 
+    from tupe_plugin.models.checkpoint_guards import dictionary_fingerprint
+    from tupe_plugin.vocabulary import DictionaryFitError, check_dictionary_symbols
+
     path = os.path.join(data_bin, "dict.txt")
-    for name in ("dict.txt", SENTENCEPIECE_MODEL):
-        if not os.path.isfile(os.path.join(data_bin, name)):
-            raise ExportError(f"DATA_BIN {data_bin} has no {name}: pass the folder with the checkpoint's "
-                              "dict.txt and sentencepiece.bpe.model (the pre-training data-bin)")
+    model = os.path.join(data_bin, SENTENCEPIECE_MODEL)
+    for name in (path, model):
+        if problem := path_problem(name):
+            raise ExportError(f"DATA_BIN {name}: {problem}: pass the folder with the checkpoint's dict.txt "
+                              "and sentencepiece.bpe.model (the pre-training data-bin)")
     dictionary = Dictionary.load(path)
     dictionary.add_symbol("<mask>")
     if len(dictionary) != rows:
         raise ExportError(f"{path} gives {len(dictionary)} symbols (with <mask>) but the checkpoint's "
                           f"embeddings have {rows} rows: pass the DATA_BIN the checkpoint was trained with")
+    fingerprint = dictionary_fingerprint(dictionary)
+    recorded = getattr(args, "dictionary_fingerprint", None)
+    if recorded is not None and recorded != fingerprint:
+        raise ExportError(f"{path} (fingerprint {fingerprint}) is not the dictionary the checkpoint was "
+                          f"trained with (fingerprint {recorded}): same size, other symbols or another "
+                          "order, so the export would predict other words; pass the DATA_BIN the checkpoint "
+                          "was trained with")
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_file=model)
+    except (OSError, RuntimeError) as error:
+        raise ExportError(f"DATA_BIN {model} is not a sentencepiece model ({str(error).splitlines()[0]}): "
+                          "pass the DATA_BIN the checkpoint was trained with") from None
+    try:
+        check_dictionary_symbols(dictionary, processor, path, model, ("DATA_BIN", "DATA_BIN"))
+    except DictionaryFitError as error:
+        raise ExportError(str(error)) from None
     return list(dictionary.symbols)
 
 
 def head_names(state_dict, requested, path):
-    """{"classification": name or None, "span": name or None}: the checkpoint's heads to export."""
-    names = {}
+    """{"classification": name or None, "span": name or None}: the checkpoint's heads to export; a
+    ``requested`` head the checkpoint does not have is refused."""
+    names, every = {}, {}
     for kind, prefix in (("classification", "classification_heads."), ("span", "span_heads.")):
         found = sorted({key[len(prefix):].split(".")[0] for key in state_dict if key.startswith(prefix)})
+        every.update((name, kind) for name in found)
         if requested in found:
             found = [requested]
         if len(found) > 1:
             raise ExportError(f"{path} has the {kind} heads {', '.join(found)}: choose one with --head NAME")
         names[kind] = found[0] if found else None
+    if requested is not None and requested not in every:
+        held = ", ".join(f"{name} ({kind})" for name, kind in every.items()) or "none"
+        raise ExportError(f"--head {requested}: {path} has no such head (its heads: {held}): give one of "
+                          "them, or no --head")
     return names
 
 
@@ -174,7 +209,8 @@ def exported_tensors(state_dict, heads, path):
 
 
 def labels(state, heads, rows):
-    """id2label from the fine-tuning data's label/dict.txt (fairseq's label ids: its lines), or None."""
+    """id2label from the fine-tuning data's label/dict.txt (fairseq's label ids: its lines, without the
+    ``madeupwordNNNN`` lines fairseq pads it with), or None."""
     if heads["classification"] is None or rows < 2:
         return None
     data = state["cfg"].get("task", {}).get("data") if state.get("cfg") else None
@@ -182,15 +218,18 @@ def labels(state, heads, rows):
     if not path or not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
-        names = [line.split()[0] for line in f if line.strip()]
+        names = [line.split()[0] for line in f if line.strip() and not line.startswith("madeupword")]
     return {i: name for i, name in enumerate(names)} if len(names) == rows else None
 
 
-def hf_config(args, state, tensors, heads, vocabulary):
+def hf_config(args, state, tensors, heads, vocabulary, fast):
+    """config.json: the model's sizes and flags, its heads and labels; ``fast``: the tokenizer is
+    tokenizer.json (else transformers' ``auto_map`` names the custom one)."""
     model_flags = {key: value for key, value in vars(args).items()
                    if isinstance(value, (str, int, float, bool, type(None)))}
     config = dict(
-        model_type="tupe", architectures=["TupeForMaskedLM"], auto_map=dict(AUTO_MAP, **TOKENIZER_AUTO_MAP),
+        model_type="tupe", architectures=["TupeForMaskedLM"],
+        auto_map=AUTO_MAP if fast else dict(AUTO_MAP, **TOKENIZER_AUTO_MAP),
         vocab_size=len(vocabulary), hidden_size=args.encoder_embed_dim,
         num_hidden_layers=args.encoder_layers, num_attention_heads=args.encoder_attention_heads,
         intermediate_size=args.encoder_ffn_embed_dim, max_position_embeddings=args.max_positions,
@@ -215,11 +254,13 @@ def hf_config(args, state, tensors, heads, vocabulary):
     return config
 
 
-def model_card(args, state, config, position, checkpoint):
-    """README.md of the export: architecture, encoding and papers, sizes, training, how it was exported;
-    ``position``: the checkpoint's :class:`~tupe_plugin.encodings.position_config.PositionConfig`."""
+def model_card(args, state, config, position, checkpoint, slow_reason):
+    """README.md of the export: architecture, encoding and papers, sizes, training, how it was exported and
+    is loaded; file and folder names only, never this machine's paths. ``position``: the checkpoint's
+    :class:`~tupe_plugin.encodings.position_config.PositionConfig`; ``slow_reason``: why the tokenizer is the
+    custom one, or None for tokenizer.json."""
     updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", "unknown")
-    data = (state.get("cfg") or {}).get("task", {}).get("data", "unknown")
+    data = (state.get("cfg") or {}).get("task", {}).get("data")
     encodings = [f"--{flag.replace('_', '-')} {config[flag]}" for flag in POSITION_FLAGS[:4]]
     encodings.append(f"--rotary {config['rotary']}")
     family = config["rel_pos"].split("-")[0] + "_"  # the options of the --rel-pos family (kerple_param, ...)
@@ -231,6 +272,7 @@ def model_card(args, state, config, position, checkpoint):
         ("rotary", position.rotary_applies), ("kerple", position.kerple), ("sandwich", position.sandwich),
         ("fire", position.fire), ("deberta", position.deberta), ("absolute", position.absolute is not None))
         if applies})
+    tokenizer_code = "" if slow_reason is None else ", trust_remote_code=True"
     lines = [
         f"# {getattr(args, 'arch', 'tupe_roberta')}", "",
         "A BERT-style encoder pre-trained with the tupe-plugin for fairseq, exported by `tupe-export-hf`.",
@@ -241,45 +283,102 @@ def model_card(args, state, config, position, checkpoint):
         "positions",
         f"- position encoding: {', '.join(encodings)}",
         *(f"- paper: {paper}" for paper in papers),
-        f"- pre-training: {updates} updates on `{data}` (as the checkpoint records them)",
-        f"- exported from `{os.path.abspath(checkpoint)}`",
-        "", "Load it with transformers (torch, transformers and sentencepiece only):", "",
+        f"- pre-training: {updates} updates"
+        + (f" on `{os.path.basename(os.path.normpath(str(data)))}`" if data else "")
+        + " (as the checkpoint records them)",
+        f"- exported from `{os.path.basename(checkpoint)}`",
+        "- tokenizer: " + ("`tokenizer.json` (a standard fast tokenizer with the model's ids)"
+                           if slow_reason is None else
+                           f"the custom sentencepiece tokenizer of `{TOKENIZER_CODE}`: a tokenizer.json "
+                           f"cannot give the model's ids ({slow_reason})"),
+        "", "Load it with transformers (the model's code is in this folder: `trust_remote_code=True`):", "",
         "```python",
         "from transformers import AutoModelForMaskedLM, AutoTokenizer",
-        "tokenizer = AutoTokenizer.from_pretrained(FOLDER, trust_remote_code=True)",
+        f"tokenizer = AutoTokenizer.from_pretrained(FOLDER{tokenizer_code})",
         "model = AutoModelForMaskedLM.from_pretrained(FOLDER, trust_remote_code=True)",
         "```", "",
     ]
     return "\n".join(lines)
 
 
-def check_output(out, force):
+def is_export(folder):
+    """Whether ``folder`` is a previous export (its config.json names the model type ``tupe``)."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            return json.load(f).get("model_type") == "tupe"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_output(out, force, inputs):
+    """Refuse an ``out`` the export may not replace: a link or a file, a folder that is, holds or lies inside
+    one of ``inputs`` ((name, path) pairs), a non-empty folder without ``force`` or, with it, one that is no
+    previous export."""
+    if os.path.islink(out):
+        raise ExportError(f"--out {out} is a symbolic link: give the folder itself (the export replaces "
+                          "--out whole)")
     if os.path.lexists(out) and not os.path.isdir(out):
-        raise ExportError(f"--out {out} is a file; give a folder")
-    if os.path.isdir(out) and os.listdir(out) and not force:
-        raise ExportError(f"--out {out} is not empty; nothing is overwritten: choose another --out, or add "
-                          "--force to replace it once the export has succeeded")
+        raise ExportError(f"--out {out}: {path_problem(out, 'folder')}: give a new folder")
+    if meeting := folder_meeting_input(out, inputs):
+        raise ExportError(f"--out {out} {meeting}, which the export would replace (--force or not): give "
+                          "another --out")
+    if os.path.isdir(out) and os.listdir(out):
+        if not force:
+            raise ExportError(f"--out {out} is not empty; nothing is overwritten: choose another --out, or "
+                              "add --force to replace a previous export once the export has succeeded")
+        if not is_export(out):
+            raise ExportError(f"--out {out} holds files but no previous export (no config.json of a tupe "
+                              "model): --force replaces only a previous export; choose another --out")
+
+
+def sibling_folder(out):
+    """The folder the export is written into before it is moved to ``out``; refused when ``out``'s parent
+    does not take it."""
+    try:
+        return make_sibling_folder(out)
+    except OSError as error:
+        raise ExportError(f"--out {out}: cannot write beside it in {os.path.dirname(out)} "
+                          f"({error.strerror}): give a folder you can write") from None
 
 
 def export(checkpoint, data_bin, out, head=None, force=False):
-    """Write the transformers folder ``out`` of ``checkpoint``; return ``out``."""
+    """Write the transformers folder ``out`` of ``checkpoint``; return ``out``. Every input is checked
+    before anything is written."""
     out = os.path.abspath(out)
-    check_output(out, force)
+    for name, path, expected in (("CKPT", checkpoint, "file"), ("DATA_BIN", data_bin, "folder")):
+        if problem := path_problem(path, expected):
+            raise ExportError(f"{name} {path}: {problem}")
+    inputs = [("CKPT", checkpoint), ("DATA_BIN", data_bin)]
+    check_output(out, force, inputs)
+    require("tokenizers", "export", "tupe-export-hf")
     args, state_dict, state = load_checkpoint(checkpoint)
+    task_data = (state.get("cfg") or {}).get("task", {}).get("data")
+    check_output(out, force, [("the checkpoint's data", str(task_data) if task_data else None)])
     position = check_exportable(args, checkpoint)
     rows = state_dict["encoder.sentence_encoder.embed_tokens.weight"].size(0)
-    vocabulary = read_vocabulary(data_bin, rows)
+    vocabulary = read_vocabulary(data_bin, rows, args)
     heads = head_names(state_dict, head, checkpoint)
     tensors = exported_tensors(state_dict, heads, checkpoint)
-    config = hf_config(args, state, tensors, heads, vocabulary)
-    folder = make_sibling_folder(out)
+    fast, slow_reason = hf_tokenizer.fast_tokenizer(os.path.join(data_bin, SENTENCEPIECE_MODEL), vocabulary)
+    if slow_reason is not None:
+        logger.warning("tokenizer: a tokenizer.json cannot give the model's ids (%s); the export keeps the "
+                       "custom sentencepiece tokenizer: load it with AutoTokenizer.from_pretrained(DIR, "
+                       "trust_remote_code=True)", slow_reason)
+    config = hf_config(args, state, tensors, heads, vocabulary, fast is not None)
+    folder = sibling_folder(out)
     try:
         write_safetensors(os.path.join(folder, "model.safetensors"), tensors)
         with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2, sort_keys=True)
+        if fast is not None:
+            fast.save(os.path.join(folder, "tokenizer.json"))
+            tokenizer_config = hf_tokenizer.tokenizer_config(args.max_positions)
+        else:
+            shutil.copyfile(os.path.join(REMOTE_CODE, TOKENIZER_CODE), os.path.join(folder, TOKENIZER_CODE))
+            tokenizer_config = {"tokenizer_class": "TupeTokenizer", "auto_map": TOKENIZER_AUTO_MAP,
+                                "model_max_length": args.max_positions}
         with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-            json.dump({"tokenizer_class": "TupeTokenizer", "auto_map": TOKENIZER_AUTO_MAP,
-                       "model_max_length": args.max_positions}, f, indent=2)
+            json.dump(tokenizer_config, f, indent=2)
         with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
             f.writelines(symbol + "\n" for symbol in vocabulary)
         shutil.copyfile(os.path.join(data_bin, SENTENCEPIECE_MODEL),
@@ -287,7 +386,7 @@ def export(checkpoint, data_bin, out, head=None, force=False):
         for name in CODE_FILES:
             shutil.copyfile(os.path.join(REMOTE_CODE, name), os.path.join(folder, name))
         with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card(args, state, config, position, checkpoint))
+            f.write(model_card(args, state, config, position, checkpoint, slow_reason))
         if os.path.isdir(out):
             shutil.rmtree(out)
         os.rename(folder, out)
@@ -308,14 +407,12 @@ def main(argv=None):
     parser.add_argument("--head", help="the classification or span head to export when the checkpoint has "
                         "several")
     parser.add_argument("--force", action="store_true",
-                        help="replace a non-empty --out once the export succeeded")
+                        help="replace a previous export in --out once the export succeeded")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    if not os.path.isfile(args.checkpoint):
-        parser.error(f"CKPT {args.checkpoint}: no such file")
     try:
         export(args.checkpoint, args.data_bin, args.out, args.head, args.force)
-    except UserError as error:
+    except (UserError, MissingExtraError) as error:
         sys.exit(f"tupe-export-hf: error: {error}")
     return 0
 

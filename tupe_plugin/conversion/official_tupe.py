@@ -38,6 +38,7 @@ import zipfile
 
 import torch
 
+from tupe_plugin.fairseq_fixes.checkpoint_compat import load
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.models.architectures import SIZES
 from tupe_plugin.prepared_folder import make_sibling_folder
@@ -125,14 +126,9 @@ def load_release(path, allow_pickle=False):
             state = torch.load(path, map_location="cpu", weights_only=False)
         else:
             with torch.serialization.safe_globals(_meter_placeholders()):
-                state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise ReleaseCheckpointError(
-            f"{path} holds objects besides tensors, fairseq's argparse Namespace and training meters, which "
-            f"torch.load(weights_only=True) refuses ({str(error).splitlines()[0]}); if you trust "
-            "the file, rerun with --allow-pickle"
-        ) from error
-    except (EOFError, RuntimeError) as error:  # torch's "unexpected EOF", "failed finding central directory"
+                state = load(path, "--checkpoint", fix="if you trust the file, rerun with --allow-pickle")
+    # torch's "unexpected EOF", "failed finding central directory", "invalid load key"
+    except (EOFError, RuntimeError, pickle.UnpicklingError) as error:
         raise _incomplete_checkpoint(path) from error
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise ReleaseCheckpointError(

@@ -154,11 +154,14 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     """
     from fairseq.data import Dictionary
 
+    from ..fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load
     from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 
     verify_checkpoint(path)
     try:
-        state = torch.load(path, map_location="cpu")
+        state = load(path, "--embed-init-path")
+    except UnsafeCheckpointError:
+        raise
     except Exception as error:  # torch raises many types for a file that is not a checkpoint
         raise ValueError(
             f"--embed-init-path {path}: neither word2vec/GloVe text nor a readable fairseq checkpoint "

@@ -5,7 +5,8 @@ fairseq's ``load_checkpoint_to_cpu`` (behind ``fairseq-train`` resuming or ``--r
 ``fairseq-validate --path``) hands the file straight to ``torch.load``, whose errors ("failed finding
 central directory", "invalid load key", an unpickling error) name neither the file nor what to do.
 When a load fails, the file is examined: damaged bytes (a record that fails its CRC), a truncated or
-foreign file, a torch file that holds no fairseq checkpoint, each get their own message.
+foreign file, a torch file that holds no fairseq checkpoint, each get their own message; a file that
+holds objects besides a checkpoint's is refused by :func:`.checkpoint_compat.load` before it is examined.
 """
 
 import os
@@ -13,6 +14,7 @@ import zipfile
 
 from fairseq import checkpoint_utils
 from ..user_errors import UserError
+from .checkpoint_compat import UnsafeCheckpointError, load
 from .checkpoint_integrity import verify_checkpoint
 
 
@@ -40,8 +42,9 @@ def load_checkpoint_to_cpu(path, *args, **kwargs):
 
 def raise_if_unreadable(path, err):
     """Raise :class:`UnreadableCheckpointError` from ``err`` when ``path`` is a local file that is no
-    complete zip archive (the plugin's other readers of checkpoints call this on a failed load)."""
-    if not os.path.isfile(path) or zipfile.is_zipfile(path):
+    complete zip archive (the plugin's other readers of checkpoints call this on a failed load); a file
+    refused as unsafe (a legacy pickle may be one) is left to that refusal."""
+    if isinstance(err, UnsafeCheckpointError) or not os.path.isfile(path) or zipfile.is_zipfile(path):
         return
     raise UnreadableCheckpointError(
         f"{path} ({os.path.getsize(path)} bytes) is not a complete checkpoint: it is truncated or "
@@ -70,12 +73,10 @@ def check_fairseq_checkpoint(path, state):
 def raise_if_not_fairseq(path, err):
     """Raise :class:`NotAFairseqCheckpointError` from ``err`` when ``path`` loads with torch but holds no
     fairseq checkpoint (fairseq fails with ``KeyError: 'best_loss'`` or ``Tensor.__contains__``)."""
-    import torch
-
     if not os.path.isfile(path):
         return
     try:
-        state = torch.load(path, map_location="cpu", mmap=True)
+        state = load(path, mmap=True)
     except Exception:
         return
     try:

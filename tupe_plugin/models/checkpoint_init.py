@@ -27,6 +27,7 @@ import torch
 from fairseq.utils import safe_getattr
 
 from ..checkpoint_config import model_config
+from ..fairseq_fixes.checkpoint_compat import load
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
 from ..path_checks import path_problem
@@ -113,7 +114,7 @@ def read_checkpoint(path, padding_idx):
     check_exists(path)
     verify_checkpoint(path)
     try:
-        state = torch.load(path, map_location="cpu")
+        state = load(path, "--init-from-checkpoint")
     except Exception as err:
         raise_if_unreadable(path, err)
         raise
