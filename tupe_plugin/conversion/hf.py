@@ -48,6 +48,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from tupe_plugin.conversion import hf_import
+from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.fairseq_fixes.checkpoint_compat import load
@@ -571,7 +572,7 @@ def conversion_of(config, path, conversions):
     if model_type not in conversions:
         raise HfCheckpointError(f"{path}: model_type {model_type!r} is not supported; tupe-convert-hf "
                                 f"converts {', '.join(repr(t) for t in conversions)} masked language models "
-                                f"and the folders of tupe-export-hf ({hf_import.EXPORT_MODEL_TYPE!r})")
+                                f"and the folders of tupe-export-hf ({EXPORT_MODEL_TYPE!r})")
     conversions[model_type].check(config, path)
     return conversions[model_type]
 
@@ -589,7 +590,7 @@ def convert(hf_dir, out_dir, arch=None, force=False, conversions=CONVERSIONS):
     out_dir = os.path.abspath(out_dir)
     check_out_is_not_the_model(out_dir, hf_dir)
     config = read_json(hf_dir, CONFIG)
-    if config.get("model_type") == hf_import.EXPORT_MODEL_TYPE:  # a folder of tupe-export-hf
+    if config.get("model_type") == EXPORT_MODEL_TYPE:  # a folder of tupe-export-hf
         return hf_import.convert_export(hf_dir, out_dir, config, *load_weights(hf_dir), arch=arch,
                                         force=force)
     conversion = conversion_of(config, os.path.join(hf_dir, CONFIG), conversions)

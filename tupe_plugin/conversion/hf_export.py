@@ -30,7 +30,7 @@ import sys
 import torch
 
 from tupe_plugin.conversion import hf_tokenizer
-from tupe_plugin.conversion.hf_names import TIED, rename, write_safetensors
+from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename, write_safetensors
 from tupe_plugin.extras import MissingExtraError, require
 from tupe_plugin.overwritten_inputs import folder_meeting_input
 from tupe_plugin.path_checks import path_problem
@@ -228,7 +228,7 @@ def hf_config(args, state, tensors, heads, vocabulary, fast):
     model_flags = {key: value for key, value in vars(args).items()
                    if isinstance(value, (str, int, float, bool, type(None)))}
     config = dict(
-        model_type="tupe", architectures=["TupeForMaskedLM"],
+        model_type=EXPORT_MODEL_TYPE, architectures=["TupeForMaskedLM"],
         auto_map=AUTO_MAP if fast else dict(AUTO_MAP, **TOKENIZER_AUTO_MAP),
         vocab_size=len(vocabulary), hidden_size=args.encoder_embed_dim,
         num_hidden_layers=args.encoder_layers, num_attention_heads=args.encoder_attention_heads,
@@ -305,7 +305,7 @@ def is_export(folder):
     """Whether ``folder`` is a previous export (its config.json names the model type ``tupe``)."""
     try:
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-            return json.load(f).get("model_type") == "tupe"
+            return json.load(f).get("model_type") == EXPORT_MODEL_TYPE
     except (OSError, ValueError, AttributeError):
         return False
 

@@ -13,7 +13,7 @@ import shutil
 
 import torch
 
-from tupe_plugin.conversion.hf_names import TIED, rename
+from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.fairseq_tools import PLUGIN_DIR
@@ -22,7 +22,6 @@ from tupe_plugin.user_errors import UserError
 
 logger = logging.getLogger("convert_hf")
 
-EXPORT_MODEL_TYPE = "tupe"
 SPECIALS, MASK = ("<s>", "<pad>", "</s>", "<unk>"), "<mask>"
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 OUTPUT_NAMES = (CHECKPOINT_NAME, "dict.txt", SENTENCEPIECE_MODEL)

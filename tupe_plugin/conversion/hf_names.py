@@ -12,6 +12,9 @@ import struct
 
 import torch
 
+# The model type of the exports' config.json (the transformers code they carry registers it).
+EXPORT_MODEL_TYPE = "tupe"
+
 NAME_TABLE = (
     ("encoder.sentence_encoder.embed_tokens.", "tupe.embeddings.word_embeddings."),
     ("encoder.sentence_encoder.embed_positions.weight", "tupe.embeddings.position_embeddings.weight"),
