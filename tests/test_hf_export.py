@@ -131,17 +131,23 @@ def transformers_only(code, *args, modules, timeout=600):
     return result.stdout
 
 
+def wikitext_sentencepiece(root, vocab_size):
+    """(lines, processor): 300 WikiText-2 lines written to ``root/raw.txt`` and the unigram sentencepiece
+    model of ``vocab_size`` pieces trained on them (``root/spm.model``)."""
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()][:300]
+    (root / "raw.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(root / "raw.txt"), model_prefix=str(root / "spm"),
+                                   vocab_size=vocab_size, model_type="unigram", minloglevel=2)
+    return lines, spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+
+
 @pytest.fixture(scope="module")
 def data_bin(tmp_path_factory):
     """A sentencepiece model of WikiText-2 lines and a dict.txt missing some of its pieces (unknown
     pieces)."""
     root = tmp_path_factory.mktemp("export_data")
-    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
-        lines = [line.strip() for line in f if line.strip()][:300]
-    (root / "raw.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(root / "raw.txt"), model_prefix=str(root / "spm"),
-                                   vocab_size=250, model_type="unigram", minloglevel=2)
-    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    _, processor = wikitext_sentencepiece(root, 250)
     pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
     data = root / "data-bin"
     data.mkdir()
@@ -438,12 +444,7 @@ def whole_data_bin(tmp_path_factory):
     from fairseq.data import Dictionary
 
     root = tmp_path_factory.mktemp("whole_data")
-    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
-        lines = [line.strip() for line in f if line.strip()][:300]
-    (root / "raw.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(root / "raw.txt"), model_prefix=str(root / "spm"),
-                                   vocab_size=251, model_type="unigram", minloglevel=2)
-    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    lines, processor = wikitext_sentencepiece(root, 251)
     dictionary = Dictionary()
     for i in range(3, processor.get_piece_size()):
         dictionary.add_symbol(processor.id_to_piece(i), n=0)

@@ -26,22 +26,28 @@ def squad_slice(path, article, paragraphs):
     return data
 
 
+def finetune_squad(pretrained_dir, root, train_file):
+    """tupe-finetune-squad from the tiny checkpoint on ``root / train_file``, validated on ``root``'s
+    dev.json, into ``root``'s squad-bin and run, 3 updates."""
+    return subprocess.run(
+        [os.path.join(VENV_BIN, "tupe-finetune-squad"), "1.1",
+         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin", "--cpu",
+         "--batch-size", "16", "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "40",
+         "--train-file", root / train_file, "--valid-file", root / "dev.json",
+         "--bin-dir", root / "squad-bin", "--save-dir", root / "run",
+         "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
+        cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
 @pytest.fixture(scope="module")
 def finetuned(pretrained_dir, tmp_path_factory):
     """tupe-finetune-squad on 3 paragraphs (train) and 2 paragraphs of another article (valid), 3 updates."""
     root = tmp_path_factory.mktemp("squad")
     squad_slice(root / "train.json", 0, 3)
     valid = squad_slice(root / "dev.json", 1, 2)
-    proc = subprocess.run(
-        [os.path.join(VENV_BIN, "tupe-finetune-squad"), "1.1",
-         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin", "--cpu",
-         "--batch-size", "16", "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "40",
-         "--train-file", root / "train.json", "--valid-file", root / "dev.json",
-         "--bin-dir", root / "squad-bin", "--save-dir", root / "run",
-         "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
-        cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    proc = finetune_squad(pretrained_dir, root, "train.json")
     assert proc.returncode == 0, proc.stdout[-4000:]
     return root, valid, proc.stdout
 
@@ -115,16 +121,7 @@ def test_a_resume_with_another_train_file_is_refused_naming_both_and_changes_no_
                           str(pretrained_dir / "data-bin" / "sentencepiece.bpe.model"),
                           str(pretrained_dir / "data-bin" / "dict.txt"), str(root / "other-bin"),
                           max_seq_length=64, doc_stride=16, max_query_length=40)
-    proc = subprocess.run(
-        [os.path.join(VENV_BIN, "tupe-finetune-squad"), "1.1",
-         pretrained_dir / "checkpoints" / "checkpoint_last.pt", pretrained_dir / "data-bin", "--cpu",
-         "--batch-size", "16", "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "40",
-         "--train-file", root / "other-train.json", "--valid-file", root / "dev.json",
-         "--bin-dir", root / "squad-bin", "--save-dir", root / "run",
-         "--max-update", "3", "--log-interval", "1", "--num-workers", "0"],
-        cwd=root, env=dict(os.environ, PYTHONWARNINGS="ignore"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    proc = finetune_squad(pretrained_dir, root, "other-train.json")
     assert proc.returncode == 2
     assert proc.stdout.splitlines()[-1].endswith(
         f"holds a SQuAD v1.1 run trained on other data than this command's: the run's, from --train-file "
