@@ -308,7 +308,7 @@ class PlainPositionalTerm(nn.Module):
         return self.shared.content_free(seq_len)
 
     def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
-              padding_as_lengths=False):
+              padding_as_lengths=False, offset_bias_as_rows=False):
         term = self.content_free(seq_len)
         bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
@@ -513,7 +513,7 @@ class Contender:
                 plan = plan_attention(self.device, encoder.attention_dropout, False, encoder.config,
                                       tokens.size(1))
                 encoder.positional_term.build(tokens.size(1), plan.fold_untied, encoder.padding_mask(tokens),
-                                              dtype)
+                                              dtype, plan.padding_as_lengths, plan.offset_bias_as_rows)
             synchronize(self.device)
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:])

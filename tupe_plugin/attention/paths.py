@@ -15,7 +15,8 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   bias (the T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
   Pre-training", arXiv 2006.15595; Shaw key terms; TUPE's untied term folded into one) and sequences
   longer than ``d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the flash
-  kernel runs the forward with the mask as a constant and an exact backward follows;
+  kernel runs the forward with the mask as a constant and an exact backward follows (a bias of the offset
+  j - i read from its rows, :attr:`AttentionPlan.offset_bias_as_rows`, by blocks of query rows);
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
   with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
   apart from the bias: no (B, H, T, T) mask) and attention dropout; the terms that depend on the content,
@@ -109,6 +110,8 @@ ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, *KERNEL_BACKENDS)
 # The kernels that read Shaw keys' and DeBERTa's terms by offset (the table rows; FlexAttention their
 # products)
 RELATIVE_OFFSET_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
+# The kernels that read a bias of the offset as its Toeplitz rows
+OFFSET_ROWS_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH)
 
 
 def kernel_runs_on(requested, device):
@@ -219,6 +222,14 @@ class AttentionPlan:
         (:class:`~.relative_terms.RelativeRows`: the Triton kernel, FlexAttention), rather than gathered into
         the (B, H, T, T) mask."""
         return self.path in RELATIVE_OFFSET_PATHS
+
+    @property
+    def offset_bias_as_rows(self):
+        """Whether a bias of the offset j - i reaches the kernel as its Toeplitz rows (H, 2T - 1) and [CLS]
+        reset (:mod:`.offset_rows`: the CPU kernels, chunked and biased flash, which read it tile by tile
+        and reduce its gradient by offset), rather than expanded into the dense (H, T, T) bias once per
+        forward."""
+        return self.path in OFFSET_ROWS_PATHS
 
     @property
     def padding_as_lengths(self):
