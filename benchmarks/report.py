@@ -75,7 +75,7 @@ CPU_STEPS = (step_columns({**CPU_STEP, "attention_dropout": 0.1}, "attention dro
                             CPU_SHAPES))
 LONG_CONTENDERS = "bert_nope bert_r bert_kerple bert_fire bert_alibi bert_sandwich tupe_a tupe_r deberta"
 LONG_STEPS = step_columns({"device": "cpu", "precision": "fp32", "size": "tiny", "attention_dropout": 0.1},
-                          "tiny, one thread", f"OMP_NUM_THREADS=1 python benchmarks/benchmark.py --contenders "
+                          "tiny, one thread", "python benchmarks/benchmark.py --contenders "
                           f"{LONG_CONTENDERS} --baseline bert_nope --size tiny --seq-lens 2048 4096 "
                           f"--batch-sizes 1 1 --rounds 5 --steps 1 --threads 1 --results-dir {KEEP}",
                           [(2048, 1), (4096, 1)])
@@ -84,13 +84,14 @@ GPU_STEPS = [column for precision, dropout, label in (("bf16", 0.1, "bf16"), ("f
                                                        ("bf16", 0.0, "bf16, attention dropout 0"))
              for column in step_columns({**GPU_STEP, "precision": precision, "attention_dropout": dropout},
                                         label, GPU_CHECKS, GPU_SHAPES)]
+# docs/speed.md's table of the long sequences (its block ``long-sequences``)
+LONG_TABLE = Table("CPU training steps at long sequences (`benchmarks/benchmark.py`, tiny size, B = 1, one "
+                   "thread, CPU time)", LONG_STEPS, LONG_CONTENDERS.split())
 GPU_TRAIN = [Column("bf16, attention dropout 0.1, T = 512 (B = 64)", "benchmark_train",
                     {"device": "cuda", "precision": "bf16", "size": "base", "attention_dropout": 0.1},
                     512, 64, GPU_CHECKS)]
 TABLES = [
     Table("CPU training steps (`benchmarks/benchmark.py`, medium size)", CPU_STEPS),
-    Table("Long sequences: CPU training steps (`benchmarks/benchmark.py`, tiny size, B = 1, one thread, "
-          "CPU time)", LONG_STEPS, LONG_CONTENDERS.split()),
     Table("Real `fairseq-train` updates on CPU (`benchmarks/benchmark_train.py`, medium size)", TRAIN),
     Table("GPU training steps (`benchmarks/benchmark.py --device cuda`, base size, attention dropout 0.1 "
           "unless stated)", GPU_STEPS),
@@ -336,8 +337,9 @@ def blocks(runs, folder=os.path.relpath(RESULTS_DIR, REPO)):
     for table in TABLES:
         targets += targets_table(table, runs, citations) + [""]
     attention = attention_table(runs, Citations(folder)) + [""]
+    long_sequences = targets_table(LONG_TABLE, runs, Citations(folder)) + [""]
     return {"targets": "\n".join(targets), "attention": "\n".join(attention),
-            "headline": "\n".join(headline(runs)) + "\n"}
+            "headline": "\n".join(headline(runs)) + "\n", "long-sequences": "\n".join(long_sequences)}
 
 
 def regenerate(text, generated, where):
