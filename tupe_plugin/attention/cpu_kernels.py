@@ -44,6 +44,12 @@ CHUNK_LOGITS = 2**18
 OFFSET_BLOCK_ROWS = 64
 WHOLE_ROWS_UP_TO = 256
 
+# Probabilities below this are set to 0 under a bias of the offset: ALiBi's and KERPLE's long rows put most
+# of a row's probabilities far below float32's smallest normal number, and so their products with a training
+# step's small gradients, and arithmetic on subnormal numbers runs several times slower (T = 2048, ALiBi: the
+# step 1.4 x that of no bias). What is dropped, at most T 2^-64 of a row, is below float32's rounding of it.
+NEGLIGIBLE_PROBABILITY = 2.0**-64
+
 # The compiled backward's block of query rows: BLOCK_LOGITS logits (1 MiB of float32, as much again for
 # their gradient), at least MIN_BLOCK_ROWS rows. Larger than an L2 cache, yet faster than L2-sized blocks
 # (256 KiB: 1.06 x slower at T = 512): dk and dv come from fewer, deeper GEMMs (docs/benchmarks.md).
@@ -191,13 +197,11 @@ def _block_logits(q, k, mask, scale, index, offset=None, out=None):
 
 
 def _normal_probabilities_(probs, offset):
-    """``probs`` with those below the smallest normal number set to 0, in place, under a bias of the offset:
-    ALiBi's and KERPLE's long rows put most of a row's probabilities below it, and products of subnormal
-    numbers run several times slower (T = 2048, ALiBi: the step 1.5 x that of no bias); what is dropped is
-    below 1.2e-38 (float32)."""
+    """``probs`` with those below NEGLIGIBLE_PROBABILITY set to 0, in place, under a bias of the offset (see
+    there)."""
     if offset is None:
         return probs
-    return torch.threshold_(probs, torch.finfo(probs.dtype).tiny, 0.0)
+    return torch.threshold_(probs, NEGLIGIBLE_PROBABILITY, 0.0)
 
 
 def _as_float32(*tensors):
