@@ -220,3 +220,27 @@ def test_training_with_the_bias_rows_equals_the_explicit_path_with_the_dense_bia
     assert expanded == [1]
     torch.testing.assert_close(fused, explicit, atol=1e-10, rtol=1e-10)
     assert_gradients_close(fused_grads, explicit_grads, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("kernel", ["biased_flash", "chunked"])
+def test_under_cpu_autocast_the_kernels_compute_in_float32_and_the_rows_gradient_is_float32(kernel):
+    """Biased flash answers in the inputs' dtype; the chunked kernel, whose inputs autocast casts to float32
+    (custom_fwd), in float32."""
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM).bfloat16().requires_grad_() for _ in range(3))
+    rows, cls = torch.randn(HEADS, 2 * LENGTH - 1, requires_grad=True), torch.randn(HEADS, 2)
+
+    def run(*inputs):
+        offset = (inputs[3], *edges(inputs[3], cls))
+        if kernel == "chunked":
+            return ChunkedAttention.apply(*inputs[:3], None, SCALE, 0.0, *offset)
+        return BiasedFlashAttention.apply(*inputs[:3], None, SCALE, *offset)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = run(q, k, v, rows)
+    out.float().sum().backward()
+    reference = run(*(t.detach().float() for t in (q, k, v)), rows.detach())
+    assert out.dtype == (torch.bfloat16 if kernel == "biased_flash" else torch.float32)
+    assert all(t.grad.dtype == torch.bfloat16 for t in (q, k, v))
+    assert rows.grad.dtype == torch.float32 and torch.isfinite(rows.grad).all()
+    torch.testing.assert_close(out.float(), reference, atol=1e-2, rtol=1e-2)

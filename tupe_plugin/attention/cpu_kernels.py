@@ -222,25 +222,14 @@ class BiasedFlashAttention(torch.autograd.Function):
             )
             ctx.save_for_backward(q, k, v, mask, out, lse)
             return out
-        q, k, v, rows = _as_float32(q, k, v, rows)
-        if mask is not None and mask.dtype != torch.bool:
-            mask = mask.detach().to(q.dtype)
-        batch, heads, seq_len, _ = q.shape
-        offset = _offset_bias(rows, edge_row, edge_col, q, False)
-        out = v.new_empty(batch, heads, seq_len, v.size(-1))
-        lse = q.new_empty(batch, heads, seq_len, 1)
-        for index in _blocks(batch, heads, seq_len, _block_rows(seq_len, True)):
-            logits = _block_logits(q, k, mask, scale, index, offset)
-            torch.logsumexp(logits, -1, keepdim=True, out=lse[index])
-            probs = _normal_probabilities_(logits.sub_(lse[index]).exp_(), offset)
-            torch.bmm(probs, v[index[0], index[1]], out=out[index])
-        ctx.save_for_backward(q, k, v, mask, out, lse, rows, edge_row, edge_col)
-        return out.to(ctx.dtype)
+        with torch.autocast("cpu", enabled=False):  # float32 arithmetic under CPU autocast too
+            return _offset_forward(ctx, q, k, v, mask, scale, rows, edge_row, edge_col)
 
     @staticmethod
     def backward(ctx, grad_out):
         if len(ctx.saved_tensors) == 9:
-            return _offset_backward(ctx, grad_out)
+            with torch.autocast("cpu", enabled=False):
+                return _offset_backward(ctx, grad_out)
         q, k, v, mask, out, lse = ctx.saved_tensors
         compiled = compiled_kernels.biased_attention_backward()
         if compiled is not None and _compiled_backward_applies(q, k, v, mask):
@@ -257,6 +246,25 @@ class BiasedFlashAttention(torch.autograd.Function):
             return torch.softmax(_block_logits(q, k, logits_mask, ctx.scale, index), dim=-1)
 
         return *_backward(q, k, v, out, grad_out, ctx.scale, mask.shape, probs_of), None, None, None, None
+
+
+def _offset_forward(ctx, q, k, v, mask, scale, rows, edge_row, edge_col):
+    """BiasedFlashAttention's forward with a bias of the offset, by blocks of query rows, in float32 at least:
+    the output and each row's log-sum-exp."""
+    q, k, v, rows = _as_float32(q, k, v, rows)
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.detach().to(q.dtype)
+    batch, heads, seq_len, _ = q.shape
+    offset = _offset_bias(rows, edge_row, edge_col, q, False)
+    out = v.new_empty(batch, heads, seq_len, v.size(-1))
+    lse = q.new_empty(batch, heads, seq_len, 1)
+    for index in _blocks(batch, heads, seq_len, _block_rows(seq_len, True)):
+        logits = _block_logits(q, k, mask, scale, index, offset)
+        torch.logsumexp(logits, -1, keepdim=True, out=lse[index])
+        probs = _normal_probabilities_(logits.sub_(lse[index]).exp_(), offset)
+        torch.bmm(probs, v[index[0], index[1]], out=out[index])
+    ctx.save_for_backward(q, k, v, mask, out, lse, rows, edge_row, edge_col)
+    return out.to(ctx.dtype)
 
 
 def _offset_backward(ctx, grad_out):
