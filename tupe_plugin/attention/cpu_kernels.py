@@ -39,9 +39,12 @@ from .offset_rows import PeriodicRows
 # Logits of one chunk (heads of one batch row): 1 MiB of float32, which stays in the CPU's caches
 # while it is normalised, dropped, multiplied and reduced.
 CHUNK_LOGITS = 2**18
-# Query rows of a block with a bias of the offset past WHOLE_ROWS_UP_TO positions (the periodic layout of its
-# rows holds 2 T a block row and head: 0.5 MiB of float32 a head at T = 1024, 0.25 MiB at T = 256, whole rows)
-OFFSET_BLOCK_ROWS = 64
+# With a bias of the offset, past WHOLE_ROWS_UP_TO positions, a block holds OFFSET_BLOCK_LOGITS logits (at
+# least MIN_OFFSET_BLOCK_ROWS rows): the periodic layout of the rows holds 2 T a block row and head, 4 MiB of
+# float32 a head (up to WHOLE_ROWS_UP_TO, 0.5 MiB), and fewer blocks cost less Python (64-row blocks at
+# T = 2048: a tenth of the step)
+OFFSET_BLOCK_LOGITS = 2**19
+MIN_OFFSET_BLOCK_ROWS = 64
 WHOLE_ROWS_UP_TO = 256
 
 # Probabilities below this are set to 0 under a bias of the offset: ALiBi's and KERPLE's long rows put most
@@ -58,9 +61,11 @@ MIN_BLOCK_ROWS = 16
 
 
 def _block_rows(seq_len, offset_bias):
-    """Query rows of a block: all of them, or OFFSET_BLOCK_ROWS with a bias of the offset on rows longer than
-    WHOLE_ROWS_UP_TO."""
-    return OFFSET_BLOCK_ROWS if offset_bias and seq_len > WHOLE_ROWS_UP_TO else seq_len
+    """Query rows of a block: all of them, or with a bias of the offset on rows longer than WHOLE_ROWS_UP_TO,
+    OFFSET_BLOCK_LOGITS logits' worth."""
+    if not offset_bias or seq_len <= WHOLE_ROWS_UP_TO:
+        return seq_len
+    return min(seq_len, max(MIN_OFFSET_BLOCK_ROWS, OFFSET_BLOCK_LOGITS // seq_len))
 
 
 def _blocks(batch, heads, seq_len, block_rows):
