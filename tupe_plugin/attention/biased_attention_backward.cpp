@@ -340,10 +340,12 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
   auto dmask = mask.defined() ? at::empty_like(mask) : at::empty({0}, q.options());
   const int64_t tasks_first = mask.defined() && mask.size(0) == batch && batch > 1 ? batch : 1;
   const bool offset_grads = rows.defined() && rows_grad;
-  auto drows = offset_grads ? at::zeros({tasks_first, heads, 2 * length - 1}, q.options()) : at::empty({0}, q.options());
   const bool edge_grads = offset_grads && edge_row.defined();
-  auto dedge_row = edge_grads ? at::zeros({tasks_first, heads, length}, q.options()) : at::empty({0}, q.options());
-  auto dedge_col = edge_grads ? at::zeros({tasks_first, heads, length}, q.options()) : at::empty({0}, q.options());
+  const auto zeros_if = [&](bool wanted, int64_t width) {
+    return wanted ? at::zeros({tasks_first, heads, width}, q.options()) : at::empty({0}, q.options());
+  };
+  auto drows = zeros_if(offset_grads, 2 * length - 1), dedge_row = zeros_if(edge_grads, length),
+       dedge_col = zeros_if(edge_grads, length);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "biased_attention_backward", [&] {
     OffsetBias<scalar_t> offset;
     if (rows.defined()) {

@@ -78,7 +78,7 @@ def _blocks(batch, heads, seq_len, block_rows):
                 yield b, slice(start, start + group), slice(first, min(first + block_rows, seq_len))
 
 
-class OffsetBias:
+class ToeplitzBias:
     """The rows of a bias of the offset (:class:`~.offset_rows.PeriodicRows`) and the [CLS] reset's edges
     (row (H, T), column (H, T), or None) as the blocks read them, and their gradients."""
 
@@ -117,11 +117,11 @@ class OffsetBias:
 
 
 def _offset_bias(rows, edge_row, edge_col, q, needs_grad):
-    """The :class:`OffsetBias` of a call with queries ``q`` (B, H, T, d), in their dtype; None without
+    """The :class:`ToeplitzBias` of a call with queries ``q`` (B, H, T, d), in their dtype; None without
     rows."""
     if rows is None:
         return None
-    return OffsetBias(rows, edge_row, edge_col, _block_rows(q.size(2), True), needs_grad, q.dtype)
+    return ToeplitzBias(rows, edge_row, edge_col, _block_rows(q.size(2), True), needs_grad, q.dtype)
 
 
 def _block_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index):
@@ -153,7 +153,7 @@ def _block_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index):
 
 def _backward(q, k, v, out, grad_out, scale, mask_shape, probs_of, keep=None, keep_prob=1.0, offset=None):
     """dq, dk, dv and the mask's gradient (None when ``mask_shape`` is None) by blocks, the gradients of the
-    bias of the offset into ``offset`` (an :class:`OffsetBias`); ``probs_of(index)`` gives the probabilities
+    bias of the offset into ``offset`` (a :class:`ToeplitzBias`); ``probs_of(index)`` gives the probabilities
     of a block, ``keep`` (B, H, T, T) the dropout keep-mask."""
     grad_out = grad_out.contiguous()
     batch, heads, seq_len, head_dim = q.shape
