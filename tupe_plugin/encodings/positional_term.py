@@ -59,9 +59,7 @@ class PositionalTerm:
     rel_offsets: Optional[torch.Tensor] = None
     rel_values: bool = False
     disentangled_table: Optional[torch.Tensor] = None
-    disentangled_index: Optional[torch.Tensor] = None
     disentangled_offsets: Optional[torch.Tensor] = None
-    disentangled_p2c_index: Optional[torch.Tensor] = None
     disentangled_p2c_offsets: Optional[torch.Tensor] = None
     rotary_cos: Optional[torch.Tensor] = None
     rotary_sin: Optional[torch.Tensor] = None
