@@ -99,8 +99,8 @@ def backward(request, monkeypatch):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(cpu_kernels, "OFFSET_BLOCK_LOGITS", BLOCK * LENGTH)
-    monkeypatch.setattr(cpu_kernels, "MIN_OFFSET_BLOCK_ROWS", 1)
+    monkeypatch.setattr(cpu_kernels, "ROW_BLOCK_LOGITS", BLOCK * LENGTH)
+    monkeypatch.setattr(cpu_kernels, "MIN_ROW_BLOCK_ROWS", 1)
     monkeypatch.setattr(cpu_kernels, "WHOLE_ROWS_UP_TO", BLOCK)
 
 
@@ -202,8 +202,8 @@ def test_training_with_the_bias_rows_equals_the_explicit_path_with_the_dense_bia
     """Padded rows of a length that is not a multiple of the block: features and every parameter's gradient
     (the rows', the buckets', KERPLE's r1 / r2, FIRE's MLP, the slopes, the untied factors, the thetas); the
     kernel path never builds the dense bias."""
-    monkeypatch.setattr(cpu_kernels, "OFFSET_BLOCK_LOGITS", 16 * 75)
-    monkeypatch.setattr(cpu_kernels, "MIN_OFFSET_BLOCK_ROWS", 1)
+    monkeypatch.setattr(cpu_kernels, "ROW_BLOCK_LOGITS", 16 * 75)
+    monkeypatch.setattr(cpu_kernels, "MIN_ROW_BLOCK_ROWS", 1)
     monkeypatch.setattr(cpu_kernels, "WHOLE_ROWS_UP_TO", 16)
     preset, flags = case
     model = build_model(f"{preset}_tiny", dictionary, max_positions=80, attention_dropout=attention_dropout,

@@ -39,12 +39,13 @@ from .offset_rows import PeriodicRows
 # Logits of one chunk (heads of one batch row): 1 MiB of float32, which stays in the CPU's caches
 # while it is normalised, dropped, multiplied and reduced.
 CHUNK_LOGITS = 2**18
-# With a bias of the offset, past WHOLE_ROWS_UP_TO positions, a block holds OFFSET_BLOCK_LOGITS logits (at
-# least MIN_OFFSET_BLOCK_ROWS rows): the periodic layout of the rows holds 2 T a block row and head, 4 MiB of
-# float32 a head (up to WHOLE_ROWS_UP_TO, 0.5 MiB), and fewer blocks cost less Python (64-row blocks at
-# T = 2048: a tenth of the step)
-OFFSET_BLOCK_LOGITS = 2**19
-MIN_OFFSET_BLOCK_ROWS = 64
+# Where one head's (T, T) logits exceed CHUNK_LOGITS (with a bias of the offset, past WHOLE_ROWS_UP_TO
+# positions), a block holds ROW_BLOCK_LOGITS logits of one head (at least MIN_ROW_BLOCK_ROWS query rows): the
+# periodic layout of the rows of a bias of the offset holds 2 T a block row and head, 4 MiB of float32 a head
+# (up to WHOLE_ROWS_UP_TO, 0.5 MiB), and fewer blocks cost less Python (64-row blocks at T = 2048: a tenth
+# of the step)
+ROW_BLOCK_LOGITS = 2**19
+MIN_ROW_BLOCK_ROWS = 64
 WHOLE_ROWS_UP_TO = 256
 
 # Probabilities below this are set to 0 under a bias of the offset: ALiBi's and KERPLE's long rows put most
@@ -61,11 +62,11 @@ MIN_BLOCK_ROWS = 16
 
 
 def _block_rows(seq_len, offset_bias):
-    """Query rows of a block: all of them, or with a bias of the offset on rows longer than WHOLE_ROWS_UP_TO,
-    OFFSET_BLOCK_LOGITS logits' worth."""
-    if not offset_bias or seq_len <= WHOLE_ROWS_UP_TO:
+    """Query rows of a block: all of them where a head's logits fit CHUNK_LOGITS (with a bias of the offset,
+    up to WHOLE_ROWS_UP_TO positions), else ROW_BLOCK_LOGITS logits' worth."""
+    if (seq_len <= WHOLE_ROWS_UP_TO) if offset_bias else (seq_len * seq_len <= CHUNK_LOGITS):
         return seq_len
-    return min(seq_len, max(MIN_OFFSET_BLOCK_ROWS, OFFSET_BLOCK_LOGITS // seq_len))
+    return min(seq_len, max(MIN_ROW_BLOCK_ROWS, ROW_BLOCK_LOGITS // seq_len))
 
 
 def _blocks(batch, heads, seq_len, block_rows):
