@@ -202,6 +202,7 @@ def test_training_with_the_bias_rows_equals_the_explicit_path_with_the_dense_bia
     """Padded rows of a length that is not a multiple of the block: features and every parameter's gradient
     (the rows', the buckets', KERPLE's r1 / r2, FIRE's MLP, the slopes, the untied factors, the thetas); the
     kernel path never builds the dense bias."""
+    monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", 16 * 75)  # the rows past 40 positions
     monkeypatch.setattr(cpu_kernels, "ROW_BLOCK_LOGITS", 16 * 75)
     monkeypatch.setattr(cpu_kernels, "MIN_ROW_BLOCK_ROWS", 1)
     monkeypatch.setattr(cpu_kernels, "WHOLE_ROWS_UP_TO", 16)
@@ -246,3 +247,12 @@ def test_under_cpu_autocast_the_kernels_compute_in_float32_and_the_rows_gradient
     assert all(t.grad.dtype == torch.bfloat16 for t in (q, k, v))
     assert rows.grad.dtype == torch.float32 and torch.isfinite(rows.grad).all()
     torch.testing.assert_close(out.float(), reference, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("seq_len, as_rows", [(512, False), (513, True)])
+def test_the_rows_reach_the_cpu_kernels_where_a_heads_logits_exceed_a_chunk(seq_len, as_rows, dictionary):
+    """Up to T = 512 the dense bias, built once per forward, costs less than the rows' layout in every layer."""
+    config = build_model("bert_r_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
+    for dropout in (0.1, 0.0):
+        assert paths.plan_attention("cpu", dropout, False, config, seq_len).offset_bias_as_rows == as_rows
+    assert not paths.plan_attention("cpu", 0.1, True, config, seq_len).offset_bias_as_rows  # explicit
