@@ -91,6 +91,9 @@ LONG = (lambda t, dropout: t >= 512, "T >= 512")
 SHORT = (lambda t, dropout: t < 512, "T < 512")
 WITH_DROPOUT = (lambda t, dropout: dropout > 0, "attention dropout > 0")
 NO_DROPOUT = (lambda t, dropout: dropout == 0, "attention dropout 0")
+# long sequences (tiny size, B = 1, one thread), against BERT without position (bert_nope), in CPU time
+LONGEST = (lambda t, dropout: t >= 2048, "T >= 2048")
+MEMORY_BOUND = (lambda t, dropout: t >= 4096, "T >= 4096")
 TARGETS = [
     ("step time", "bert_a", "roberta", 1.02, ALWAYS),
     ("step time", "bert_a", "roberta", 0.90, WITH_DROPOUT),
@@ -108,6 +111,17 @@ TARGETS = [
     ("peak memory", "bert_alibi", "bert_a", 1.02, LONG),
     ("step time", "bert_sandwich", "bert_a", 1.03, LONG),
     ("step time", "deberta", "keys_bert_rpe", 1.00, ALWAYS),
+    # a distance bias in its O(T) form costs O(H T^2) over attention's O(H T^2 d_h); TUPE-A its one untied
+    # product (H, T, T) a forward (at 2 layers); TUPE-R's T5 part as little as BERT-R's (0.05 of bert_nope's
+    # step over TUPE-A at TUPE-A's 1.25: 1.04 of TUPE-A's)
+    *(("CPU time", name, "bert_nope", 1.10, LONGEST) for name in ("bert_r", "bert_kerple", "bert_fire")),
+    *(("CPU time", name, "bert_nope", 1.05, LONGEST) for name in ("bert_alibi", "bert_sandwich")),
+    ("CPU time", "tupe_a", "bert_nope", 1.25, LONGEST),
+    ("CPU time", "tupe_r", "tupe_a", 1.04, LONGEST),
+    ("CPU time", "deberta", "bert_nope", 2.00, LONGEST),
+    *(("peak memory", name, "bert_nope", 1.05, MEMORY_BOUND)
+      for name in ("bert_r", "bert_kerple", "bert_fire", "bert_alibi", "bert_sandwich")),
+    ("peak memory", "deberta", "bert_nope", 1.15, MEMORY_BOUND),
 ]
 # On a GPU (H100 / H200, base size, bf16 or fp16): TUPE's claim that its positional correlation costs
 # almost nothing over BERT-A, the relative encodings' cost without (B, H, T, T) gathers, RoPE's rotation.
@@ -123,6 +137,8 @@ GPU_TARGETS = [
     *(("peak memory", name, "bert_a", 1.05, ALWAYS) for name in (*LEARNED_BIASES, "bert_rope")),
     *(("peak memory", name, "bert_a", 1.15, ALWAYS) for name in SHAW_AND_DEBERTA),
 ]
+# the per-round times a time target pairs: wall time, or the process's CPU time (steadier on a shared machine)
+TIMES = {"step time": "round_seconds", "CPU time": "round_cpu_seconds"}
 POSITIONAL_TERM_SHARE_BOUND = 0.02
 MASK_FRACTION = 0.15
 
@@ -308,7 +324,7 @@ class PlainPositionalTerm(nn.Module):
         return self.shared.content_free(seq_len)
 
     def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
-              padding_as_lengths=False):
+              padding_as_lengths=False, offset_bias_as_rows=False):
         term = self.content_free(seq_len)
         bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
@@ -513,7 +529,7 @@ class Contender:
                 plan = plan_attention(self.device, encoder.attention_dropout, False, encoder.config,
                                       tokens.size(1))
                 encoder.positional_term.build(tokens.size(1), plan.fold_untied, encoder.padding_mask(tokens),
-                                              dtype)
+                                              dtype, plan.padding_as_lengths, plan.offset_bias_as_rows)
             synchronize(self.device)
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:])
@@ -694,8 +710,8 @@ def verdicts(shapes, rounds, attention_dropout, bound_share=POSITIONAL_TERM_SHAR
         results, seq_len = shape["results"], shape["seq_len"]
         for what, row in target_rows(seq_len, attention_dropout, device):
             name, reference, bound = row["contender"], row["reference"], row["bound"]
-            if what == "step time":
-                stats = paired_ratio(results, name, reference)
+            if what in TIMES:
+                stats = paired_ratio(results, name, reference, TIMES[what])
                 if stats is not None:
                     rows.append({**row, **stats, "ratio": stats["median"],
                                  "verdict": paired.verdict(stats["ratios"], bound)})

@@ -138,7 +138,7 @@ def inputs(batch, heads, seq_len, head_dim, seed=0, device="cpu", dtype=torch.fl
 def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
     """The tables of the content-dependent terms, with gradients, and their indices: ``shaw`` (the (2K + 1,
     d) table, its (T, T) index) and ``deberta`` (Q^r and K^r (H, R, d) over the rows a length reaches, the
-    c2p index and offsets, the p2c ones)."""
+    c2p offsets, the p2c ones)."""
     generator = torch.Generator().manual_seed(seed)
 
     def table(*shape):
@@ -146,11 +146,10 @@ def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
 
     shaw_index = clipped_index(seq_len, SHAW_MAX_DISTANCE, device)
     deberta = DisentangledRelativeTable(8, DEBERTA_SPAN)
-    _, rows, index, offsets = deberta.rows_and_index(seq_len)
-    index, offsets = index.to(device), offsets.to(device)
+    _, rows, _, offsets = deberta.rows_and_index(seq_len)
+    offsets = offsets.to(device)
     return {"shaw": (table(2 * SHAW_MAX_DISTANCE + 1, head_dim), shaw_index),
-            "deberta": (table(heads, rows, head_dim), table(heads, rows, head_dim), index, offsets, index.t(),
-                        offsets.flip(0))}
+            "deberta": (table(heads, rows, head_dim), table(heads, rows, head_dim), offsets, offsets.flip(0))}
 
 
 def relative_attention(path, q, k, v, scale, dropout, relative):
@@ -172,10 +171,10 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
         offsets = offsets_of(index)
         return attend(kernel, q, k, v, None, scale, dropout, values, index,
                       relative=RelativeRows(table[None], offsets), value_offsets=offsets)[0]
-    query_rows, key_rows, index, offsets, p2c_index, p2c_offsets = relative["deberta"]
+    query_rows, key_rows, offsets, p2c_offsets = relative["deberta"]
     if path.startswith("sdpa"):
-        mask = offset_scores(q * scale, key_rows, index, offsets) \
-            + offset_scores(k * scale, query_rows, p2c_index, p2c_offsets).transpose(-1, -2)
+        mask = offset_scores(q * scale, key_rows, offsets) \
+            + offset_scores(k * scale, query_rows, p2c_offsets).transpose(-1, -2)
         return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
     relative = RelativeRows(key_rows, offsets, query_rows, p2c_offsets.flip(0))
     return attend(kernel, q, k, v, None, scale, dropout, relative=relative)[0]

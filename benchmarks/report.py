@@ -44,7 +44,8 @@ VERDICTS = {paired.MET: "met", paired.NOISE: "inside the noise", paired.MISSED: 
 # :func:`normalised_setting` names them) and that measured the shape (seq_len, batch); ``command``
 # measures it.
 Column = namedtuple("Column", "label benchmark setting seq_len batch command")
-Table = namedtuple("Table", "title columns")
+# ``contenders``: the contenders its runs time, where only their targets are listed (None: every target)
+Table = namedtuple("Table", "title columns contenders", defaults=(None,))
 
 
 def step_columns(setting, label, command, shapes):
@@ -72,11 +73,20 @@ CPU_STEPS = (step_columns({**CPU_STEP, "attention_dropout": 0.1}, "attention dro
              + step_columns({**CPU_STEP, "attention_dropout": 0.0}, "attention dropout 0",
                             f'make bench BENCH_ARGS="--rounds 9 --attention-dropout 0 --results-dir {KEEP}"',
                             CPU_SHAPES))
+LONG_CONTENDERS = "bert_nope bert_r bert_kerple bert_fire bert_alibi bert_sandwich tupe_a tupe_r deberta"
+LONG_STEPS = step_columns({"device": "cpu", "precision": "fp32", "size": "tiny", "attention_dropout": 0.1},
+                          "tiny, one thread", "python benchmarks/benchmark.py --contenders "
+                          f"{LONG_CONTENDERS} --baseline bert_nope --size tiny --seq-lens 2048 4096 "
+                          f"--batch-sizes 1 1 --rounds 5 --steps 1 --threads 1 --results-dir {KEEP}",
+                          [(2048, 1), (4096, 1)])
 TRAIN = train_columns(0.1, "attention dropout 0.1") + train_columns(0.0, "attention dropout 0")
 GPU_STEPS = [column for precision, dropout, label in (("bf16", 0.1, "bf16"), ("fp16", 0.1, "fp16"),
                                                        ("bf16", 0.0, "bf16, attention dropout 0"))
              for column in step_columns({**GPU_STEP, "precision": precision, "attention_dropout": dropout},
                                         label, GPU_CHECKS, GPU_SHAPES)]
+# docs/speed.md's table of the long sequences (its block ``long-sequences``)
+LONG_TABLE = Table("CPU training steps at long sequences (`benchmarks/benchmark.py`, tiny size, B = 1, one "
+                   "thread, CPU time)", LONG_STEPS, LONG_CONTENDERS.split())
 GPU_TRAIN = [Column("bf16, attention dropout 0.1, T = 512 (B = 64)", "benchmark_train",
                     {"device": "cuda", "precision": "bf16", "size": "base", "attention_dropout": 0.1},
                     512, 64, GPU_CHECKS)]
@@ -241,7 +251,10 @@ def targets_table(table, runs, citations):
     rows = {}
     for column in table.columns:
         for row in expected_rows(column):
-            rows.setdefault(key(row), row)
+            timed = table.contenders is None or {row["contender"], row["reference"]} <= {
+                *table.contenders, f"{row['contender']}'s own step"}
+            if timed:
+                rows.setdefault(key(row), row)
     rows = dict(sorted(rows.items(), key=lambda item: item[1]["unit"] == "%"))  # the shares last
     lines = [f"**{table.title}**", "",
              "| target | bound | " + " | ".join(column.label for column in table.columns) + " |",
@@ -324,8 +337,9 @@ def blocks(runs, folder=os.path.relpath(RESULTS_DIR, REPO)):
     for table in TABLES:
         targets += targets_table(table, runs, citations) + [""]
     attention = attention_table(runs, Citations(folder)) + [""]
+    long_sequences = targets_table(LONG_TABLE, runs, Citations(folder)) + [""]
     return {"targets": "\n".join(targets), "attention": "\n".join(attention),
-            "headline": "\n".join(headline(runs)) + "\n"}
+            "headline": "\n".join(headline(runs)) + "\n", "long-sequences": "\n".join(long_sequences)}
 
 
 def regenerate(text, generated, where):

@@ -335,3 +335,27 @@ def test_a_last_chunk_with_fewer_heads_is_computed_like_the_others(monkeypatch):
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
     for g, e in zip(got_grads, expected_grads):
         torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mask_kind", sorted(MASKS))
+def test_a_head_whose_logits_exceed_a_chunk_is_computed_by_blocks_of_query_rows(mask_kind, monkeypatch):
+    """Four query rows a block of a length of six: the last block holds two."""
+    monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", LENGTH * LENGTH - 1)
+    monkeypatch.setattr(cpu_kernels, "ROW_BLOCK_LOGITS", 4 * LENGTH)
+    monkeypatch.setattr(cpu_kernels, "MIN_ROW_BLOCK_ROWS", 1)
+    torch.manual_seed(8)
+    q, k, v, _ = _inputs(1)
+    mask = MASKS[mask_kind]()
+    grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    learned = mask is not None and mask.dtype != torch.bool
+    inputs = (q, k, v, mask) if learned else (q, k, v)
+    torch.manual_seed(9)
+    keep = keep_mask((BATCH, HEADS, LENGTH, LENGTH), DROPOUT, "cpu")
+    expected, expected_grads = _value_and_grads(
+        lambda q, k, v, m=mask: _plain_dropped(q, k, v, m, keep), inputs, grad_out)
+    torch.manual_seed(9)
+    got, got_grads = _value_and_grads(
+        lambda q, k, v, m=mask: ChunkedAttention.apply(q, k, v, m, SCALE, DROPOUT), inputs, grad_out)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+    for name, g, e in zip("qkvm", got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)

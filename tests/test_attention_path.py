@@ -182,7 +182,7 @@ def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit
     assert compiled is not None, "the compiled kernel did not build"
     calls = []
     monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
-                        lambda: lambda *a: calls.append(a[6].shape) or compiled(*a))
+                        lambda: lambda *a, **kw: calls.append(a[6]) or compiled(*a, **kw))
     fused, fused_grads = features_and_grads(model, tokens, weights)
     assert len(calls) == model.args.encoder_layers
     monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)

@@ -89,7 +89,7 @@ def test_summed_bias_is_built_in_float32_under_autocast(preset, dictionary):
     tokens = random_tokens(dictionary, [6, 3])
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         x = encoder.embed(tokens)
-        term = encoder.positional_term.content_free(6)
+        term = encoder.positional_term.content_free(6).expanded()
         folded = term.folded()
         masks = [t.attention_mask(encoder.padding_mask(tokens), x.dtype) for t in (term, folded)]
     assert folded.bias.dtype == torch.float32

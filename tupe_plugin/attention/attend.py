@@ -17,7 +17,8 @@ from .cpu_kernels import BiasedFlashAttention, ChunkedAttention
 from .cudnn_graph_attention import cudnn_biased_attention
 from .dropout import keep_mask, keep_probability
 from .flex_bias_attention import flex_biased_attention
-from .paths import RELATIVE_OFFSET_PATHS, AttentionPath
+from .offset_rows import edges
+from .paths import OFFSET_ROWS_PATHS, RELATIVE_OFFSET_PATHS, AttentionPath
 from .triton_bias_attention import biased_attention
 
 
@@ -32,7 +33,7 @@ def sdpa_mask(mask, dtype):
 
 
 def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None,
-           key_lengths=None, relative=None, value_offsets=None):
+           key_lengths=None, relative=None, value_offsets=None, offset_rows=None, offset_cls=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
@@ -45,7 +46,10 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     the Shaw key or DeBERTa terms as their table rows read by offset
     (:class:`~.relative_terms.RelativeRows`; TRITON and FLEX only, the other paths take them in the mask):
     the Triton kernel multiplies them by q and k per tile, FLEX reads their (B, H, T, R) products
-    (:meth:`~.relative_terms.RelativeRows.products`). FLEX runs no attention dropout.
+    (:meth:`~.relative_terms.RelativeRows.products`). FLEX runs no attention dropout. ``offset_rows``
+    (H, 2T - 1) and ``offset_cls`` (H, 2) or None: a bias of the offset j - i and its [CLS] reset
+    (:mod:`.offset_rows`), added to the mask by the CPU kernels (CHUNKED and BIASED_FLASH; the plan expands it
+    into the mask for the other paths).
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
@@ -54,10 +58,15 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     if relative is not None and path not in RELATIVE_OFFSET_PATHS:
         raise ValueError("relative table rows are read by the Triton kernel and FlexAttention only: the "
                          "other paths take their terms gathered into the mask")
+    if offset_rows is not None and path not in OFFSET_ROWS_PATHS:
+        raise ValueError("the rows of a bias of the offset are read by the CPU kernels only: the other paths "
+                         "take it expanded into the mask (PositionalTerm.expanded)")
+    offset = () if offset_rows is None else \
+        (offset_rows, *((None, None) if offset_cls is None else edges(offset_rows, offset_cls)))
     if path is AttentionPath.BIASED_FLASH:
-        return BiasedFlashAttention.apply(q, k, v, mask, scale), None
+        return BiasedFlashAttention.apply(q, k, v, mask, scale, *offset), None
     if path is AttentionPath.CHUNKED:
-        return ChunkedAttention.apply(q, k, v, mask, scale, dropout), None
+        return ChunkedAttention.apply(q, k, v, mask, scale, dropout, *offset), None
     if path is AttentionPath.TRITON:
         return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative,
                                 value_table=value_table, value_offsets=value_offsets), None

@@ -10,6 +10,12 @@
 // gradient. The tasks run on torch's intra-op threads (at::parallel_for, which needs the library built with
 // OpenMP); the GEMMs are the BLAS torch is built with (sgemm_ / dgemm_ of libtorch_cpu), one thread each
 // inside a task.
+//
+// A bias of the offset j - i (T5, ALiBi, KERPLE, Sandwich, FIRE) comes as its Toeplitz rows (H, 2T - 1), with
+// the edges (H, T) its [CLS] reset adds to row 0 and column 0, and key padding as a (B, T) additive row: row i
+// of the bias is the contiguous stretch rows[h, T - 1 - i ..], so it is added to the block's logits row by row
+// and dS is added back along the same stretch of the rows' gradient: no (H, T, T) tensor either way. The
+// dense mask, when there is one (TUPE's untied product), is added as before.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -97,6 +103,28 @@ inline void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* 
   }
 }
 
+// The same without a dense mask (its logits complete on entry) and no mask gradient.
+template <typename scalar_t>
+inline void softmax_gradient_unmasked(int rows, int64_t keys, scalar_t* probs, scalar_t* grad, const scalar_t* lse,
+                                      const scalar_t* delta) {
+  for (int r = 0; r < rows; ++r) {
+    scalar_t* p = probs + r * keys;
+    scalar_t* g = grad + r * keys;
+    const scalar_t l = lse[r], dl = delta[r];
+    for (int64_t j = 0; j < keys; ++j) {
+      const scalar_t e = exp_approx(p[j] - l);
+      p[j] = e;
+      g[j] = e * (g[j] - dl);
+    }
+  }
+}
+
+// a[j] += b[j], j < n: a row of the bias added to a row of logits, a row of dS to a stretch of the rows' gradient.
+template <typename scalar_t>
+inline void add_row(scalar_t* a, const scalar_t* b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) a[j] += b[j];
+}
+
 // The float loop also in AVX-512 and AVX2 + FMA versions, one chosen when the library loads, by the CPU.
 #if defined(__x86_64__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -110,6 +138,25 @@ void softmax_gradient_of(bool accumulate, int rows, int64_t keys, double* probs,
                          double* grad_mask, const double* lse, const double* delta) {
   softmax_gradient<double>(accumulate, rows, keys, probs, grad, mask, grad_mask, lse, delta);
 }
+
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void softmax_gradient_of(int rows, int64_t keys, float* probs, float* grad, const float* lse, const float* delta) {
+  softmax_gradient_unmasked<float>(rows, keys, probs, grad, lse, delta);
+}
+
+void softmax_gradient_of(int rows, int64_t keys, double* probs, double* grad, const double* lse,
+                         const double* delta) {
+  softmax_gradient_unmasked<double>(rows, keys, probs, grad, lse, delta);
+}
+
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void add_row_of(float* a, const float* b, int64_t n) { add_row<float>(a, b, n); }
+
+void add_row_of(double* a, const double* b, int64_t n) { add_row<double>(a, b, n); }
 
 // The dot product of two rows, in LANES partial sums: the loop vectorises (one running sum would be a
 // chain of dependent additions, ~0.8 ms of a 35 ms backward at B = 4, H = 8, T = 512, d_h = 64).
@@ -144,17 +191,30 @@ struct Heads {
   }
 };
 
+// The bias of the offset and the key padding of a backward, and the gradients of the former: rows (H, 2T - 1),
+// edges (H, T) or null, key padding (B, T) or null; the gradients (1 or B, H, .) as the tasks go (per head, or
+// per batch row and head with a mask per batch row), summed over their first dimension by the caller.
+template <typename scalar_t>
+struct OffsetBias {
+  const scalar_t *rows = nullptr, *edge_row = nullptr, *edge_col = nullptr, *key_bias = nullptr;
+  scalar_t *grad_rows = nullptr, *grad_edge_row = nullptr, *grad_edge_col = nullptr;
+};
+
 template <typename scalar_t>
 void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                      const at::Tensor& grad_out, const at::Tensor& lse, const at::Tensor& mask, double scale_,
-                     int64_t block, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dmask) {
+                     int64_t block, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dmask,
+                     const OffsetBias<scalar_t>& offset) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
-  const bool shared = mask.size(0) == 1;
+  const bool has_mask = mask.defined();
+  const bool shared = !has_mask || mask.size(0) == 1;
   const scalar_t scale = static_cast<scalar_t>(scale_);
   const Heads<scalar_t> Q(q), K(k), V(v), O(out), dO(grad_out), dQ(dq), dK(dk), dV(dv);
-  const scalar_t *L = lse.data_ptr<scalar_t>(), *M = mask.data_ptr<scalar_t>();
-  scalar_t* dM = dmask.data_ptr<scalar_t>();
+  const scalar_t* L = lse.data_ptr<scalar_t>();
+  const scalar_t* M = has_mask ? mask.data_ptr<scalar_t>() : nullptr;
+  scalar_t* dM = has_mask ? dmask.data_ptr<scalar_t>() : nullptr;
   const int t = static_cast<int>(length), d = static_cast<int>(q.size(3)), dv_dim = static_cast<int>(v.size(3));
+  const int64_t period = 2 * length - 1;
   at::parallel_for(0, shared ? heads : batch * heads, 1, [&](int64_t begin, int64_t end) {
     // kept by the thread from call to call: no allocation (and no page faults) per layer
     thread_local std::vector<scalar_t> buffer;
@@ -163,6 +223,10 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     for (int64_t task = begin; task < end; ++task) {
       const int64_t h = shared ? task : task % heads;
       const int64_t first = shared ? 0 : task / heads, last = shared ? batch : first + 1;
+      // this task's share of the offset's gradients: row `task` of (1 or B) x H
+      const int64_t own = shared ? h : task;
+      const scalar_t* rows = offset.rows ? offset.rows + h * period : nullptr;
+      scalar_t* grad_rows = offset.grad_rows ? offset.grad_rows + own * period : nullptr;
       for (int64_t i0 = 0; i0 < length; i0 += block) {
         const int m = static_cast<int>(std::min(block, length - i0));
         const int64_t mask_block = (first * heads + h) * length * length + i0 * length;
@@ -170,17 +234,44 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         const scalar_t keys_beta = i0 == 0 ? scalar_t(0) : scalar_t(1);
         for (int64_t b = first; b < last; ++b) {
           const scalar_t *q_rows = Q.row(b, h, i0), *k_all = K.row(b, h, 0), *v_all = V.row(b, h, 0),
-                         *grad_rows = dO.row(b, h, i0);
+                         *grad_rows_out = dO.row(b, h, i0);
           for (int r = 0; r < m; ++r) {  // rowsum(dO * O)
-            delta[r] = dot(grad_rows + r * dO.row_stride, O.row(b, h, i0 + r), dv_dim);
+            delta[r] = dot(grad_rows_out + r * dO.row_stride, O.row(b, h, i0 + r), dv_dim);
           }
           gemm(false, true, m, t, d, scale, q_rows, Q.row_stride, k_all, K.row_stride, scalar_t(0), P, t);
-          gemm(false, true, m, t, dv_dim, scalar_t(1), grad_rows, dO.row_stride, v_all, V.row_stride, scalar_t(0),
-               G, t);
-          softmax_gradient_of(b > first, m, length, P, G, M + mask_block, dM + mask_block,
-                              L + (b * heads + h) * length + i0, delta);
-          gemm(true, false, t, dv_dim, m, scalar_t(1), P, t, grad_rows, dO.row_stride, keys_beta, dV.row(b, h, 0),
-               dV.row_stride);
+          gemm(false, true, m, t, dv_dim, scalar_t(1), grad_rows_out, dO.row_stride, v_all, V.row_stride,
+               scalar_t(0), G, t);
+          if (rows) {
+            for (int r = 0; r < m; ++r) {
+              const int64_t i = i0 + r;
+              scalar_t* p = P + r * length;
+              add_row_of(p, rows + (length - 1 - i), length);
+              if (offset.key_bias) add_row_of(p, offset.key_bias + b * length, length);
+              if (offset.edge_row) {
+                if (i == 0) add_row_of(p, offset.edge_row + h * length, length);
+                p[0] += offset.edge_col[h * length + i];
+              }
+            }
+          }
+          const scalar_t* row_lse = L + (b * heads + h) * length + i0;
+          if (has_mask) {
+            softmax_gradient_of(b > first, m, length, P, G, M + mask_block, dM + mask_block, row_lse, delta);
+          } else {
+            softmax_gradient_of(m, length, P, G, row_lse, delta);
+          }
+          if (grad_rows) {
+            for (int r = 0; r < m; ++r) {
+              const int64_t i = i0 + r;
+              const scalar_t* g = G + r * length;
+              add_row_of(grad_rows + (length - 1 - i), g, length);
+              if (offset.grad_edge_row) {
+                if (i == 0) add_row_of(offset.grad_edge_row + own * length, g, length);
+                offset.grad_edge_col[own * length + i] += g[0];
+              }
+            }
+          }
+          gemm(true, false, t, dv_dim, m, scalar_t(1), P, t, grad_rows_out, dO.row_stride, keys_beta,
+               dV.row(b, h, 0), dV.row_stride);
           gemm(false, false, m, d, t, scale, G, t, k_all, K.row_stride, scalar_t(0), dQ.row(b, h, i0),
                dQ.row_stride);
           gemm(true, false, t, d, m, scale, G, t, q_rows, Q.row_stride, keys_beta, dK.row(b, h, 0), dK.row_stride);
@@ -191,14 +282,25 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 }
 
 // q, k: (B, H, T, D), v, out, grad_out: (B, H, T, Dv), each with contiguous rows; lse: (B, H, T) from the
-// flash forward, contiguous; mask: (1 or B, H, T, T) contiguous, the additive mask of the forward.
-// Returns dq, dk, dv (B, H, T, D) and the mask's gradient (the mask's shape).
+// forward, contiguous; mask: (1 or B, H, T, T) contiguous, the additive mask of the forward, or none; rows:
+// (H, 2T - 1), the bias of the offset, or none, with its reset's edge_row and edge_col (H, T) or none and the
+// key padding key_bias (B, T) or none (only with rows). Returns dq, dk, dv (B, H, T, D), the mask's gradient
+// (the mask's shape; empty without a mask), the rows' and the edges' gradients ((1 or B, H, .): per batch row
+// with a mask per batch row; empty without rows, edges or rows_grad).
 std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   const at::Tensor& out, const at::Tensor& grad_out,
-                                                  const at::Tensor& lse, const at::Tensor& mask, double scale,
-                                                  int64_t block) {
-  for (const at::Tensor* t : {&q, &k, &v, &out, &grad_out, &lse, &mask}) {
-    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == q.scalar_type(),
+                                                  const at::Tensor& lse, const c10::optional<at::Tensor>& mask_,
+                                                  double scale, int64_t block,
+                                                  const c10::optional<at::Tensor>& rows_,
+                                                  const c10::optional<at::Tensor>& edge_row_,
+                                                  const c10::optional<at::Tensor>& edge_col_,
+                                                  const c10::optional<at::Tensor>& key_bias_, bool rows_grad) {
+  const at::Tensor mask = mask_.value_or(at::Tensor()), rows = rows_.value_or(at::Tensor()),
+                   edge_row = edge_row_.value_or(at::Tensor()), edge_col = edge_col_.value_or(at::Tensor()),
+                   key_bias = key_bias_.value_or(at::Tensor());
+  TORCH_CHECK(mask.defined() || rows.defined(), "biased_attention_backward: a mask or rows");
+  for (const at::Tensor* t : {&q, &k, &v, &out, &grad_out, &lse, &mask, &rows, &edge_row, &edge_col, &key_bias}) {
+    TORCH_CHECK(!t->defined() || (t->device().is_cpu() && t->scalar_type() == q.scalar_type()),
                 "biased_attention_backward: CPU tensors of one dtype");
   }
   for (const at::Tensor* t : {&q, &k, &v, &out, &grad_out}) {
@@ -208,22 +310,60 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes().slice(0, 3) == q.sizes().slice(0, 3) &&
                   out.sizes() == v.sizes() && grad_out.sizes() == v.sizes(),
               "biased_attention_backward: q, k of (B, H, T, D), v, out, grad_out of (B, H, T, Dv)");
-  TORCH_CHECK(lse.is_contiguous() && lse.sizes() == q.sizes().slice(0, 3),
+  TORCH_CHECK(lse.is_contiguous() && lse.numel() == q.size(0) * q.size(1) * q.size(2),
               "biased_attention_backward: lse of (B, H, T), contiguous");
-  TORCH_CHECK(mask.is_contiguous() && mask.dim() == 4 && (mask.size(0) == 1 || mask.size(0) == q.size(0)) &&
-                  mask.size(1) == q.size(1) && mask.size(2) == q.size(2) && mask.size(3) == q.size(2),
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
+  TORCH_CHECK(!mask.defined() || (mask.is_contiguous() && mask.dim() == 4 &&
+                                  (mask.size(0) == 1 || mask.size(0) == batch) && mask.size(1) == heads &&
+                                  mask.size(2) == length && mask.size(3) == length),
               "biased_attention_backward: mask of (1 or B, H, T, T), contiguous");
+  TORCH_CHECK(!rows.defined() || (rows.is_contiguous() && rows.dim() == 2 && rows.size(0) == heads &&
+                                  rows.size(1) == 2 * length - 1),
+              "biased_attention_backward: rows of (H, 2T - 1), contiguous");
+  TORCH_CHECK(edge_row.defined() == edge_col.defined() && (!edge_row.defined() || rows.defined()),
+              "biased_attention_backward: both edges or neither, with rows");
+  for (const at::Tensor* t : {&edge_row, &edge_col}) {
+    TORCH_CHECK(!t->defined() || (t->is_contiguous() && t->dim() == 2 && t->size(0) == heads &&
+                                  t->size(1) == length),
+                "biased_attention_backward: edges of (H, T), contiguous");
+  }
+  TORCH_CHECK(!key_bias.defined() || (rows.defined() && key_bias.is_contiguous() && key_bias.dim() == 2 &&
+                                      key_bias.size(0) == batch && key_bias.size(1) == length),
+              "biased_attention_backward: key padding of (B, T), contiguous, with rows");
   TORCH_CHECK(block > 0, "biased_attention_backward: block > 0");
   // dq, dk, dv in the (B, T, H, D) layout viewed as (B, H, T, D), as the flash backward returns them: the
   // projection's gradient (B, T, 3, H, D) is then stacked from them by contiguous rows
   const auto heads_of = [](const at::Tensor& t) {
     return at::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
   };
-  auto dq = heads_of(q), dk = heads_of(k), dv = heads_of(v), dmask = at::empty_like(mask);
+  auto dq = heads_of(q), dk = heads_of(k), dv = heads_of(v);
+  auto dmask = mask.defined() ? at::empty_like(mask) : at::empty({0}, q.options());
+  const int64_t tasks_first = mask.defined() && mask.size(0) == batch && batch > 1 ? batch : 1;
+  const bool offset_grads = rows.defined() && rows_grad;
+  const bool edge_grads = offset_grads && edge_row.defined();
+  const auto zeros_if = [&](bool wanted, int64_t width) {
+    return wanted ? at::zeros({tasks_first, heads, width}, q.options()) : at::empty({0}, q.options());
+  };
+  auto drows = zeros_if(offset_grads, 2 * length - 1), dedge_row = zeros_if(edge_grads, length),
+       dedge_col = zeros_if(edge_grads, length);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "biased_attention_backward", [&] {
-    backward_kernel<scalar_t>(q, k, v, out, grad_out, lse, mask, scale, block, dq, dk, dv, dmask);
+    OffsetBias<scalar_t> offset;
+    if (rows.defined()) {
+      offset.rows = rows.data_ptr<scalar_t>();
+      if (edge_row.defined()) {
+        offset.edge_row = edge_row.data_ptr<scalar_t>();
+        offset.edge_col = edge_col.data_ptr<scalar_t>();
+      }
+      if (key_bias.defined()) offset.key_bias = key_bias.data_ptr<scalar_t>();
+    }
+    if (offset_grads) offset.grad_rows = drows.data_ptr<scalar_t>();
+    if (edge_grads) {
+      offset.grad_edge_row = dedge_row.data_ptr<scalar_t>();
+      offset.grad_edge_col = dedge_col.data_ptr<scalar_t>();
+    }
+    backward_kernel<scalar_t>(q, k, v, out, grad_out, lse, mask, scale, block, dq, dk, dv, dmask, offset);
   });
-  return {dq, dk, dv, dmask};
+  return {dq, dk, dv, dmask, drows, dedge_row, dedge_col};
 }
 
 // The threads at::parallel_for splits a loop of this library over: torch's intra-op threads when it was
@@ -239,7 +379,8 @@ int64_t parallel_threads() {
 TORCH_LIBRARY(tupe_plugin, m) {
   m.def(
       "biased_attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor grad_out, Tensor lse, "
-      "Tensor mask, float scale, int block) -> Tensor[]");
+      "Tensor? mask, float scale, int block, Tensor? rows=None, Tensor? edge_row=None, Tensor? edge_col=None, "
+      "Tensor? key_bias=None, bool rows_grad=False) -> Tensor[]");
   m.def("parallel_threads() -> int", &parallel_threads);
 }
 

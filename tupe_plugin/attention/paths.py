@@ -15,7 +15,8 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   bias (the T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
   Pre-training", arXiv 2006.15595; Shaw key terms; TUPE's untied term folded into one) and sequences
   longer than ``d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the flash
-  kernel runs the forward with the mask as a constant and an exact backward follows;
+  kernel runs the forward with the mask as a constant and an exact backward follows (a bias of the offset
+  j - i read from its rows past T = 512, :func:`offset_bias_as_rows`, by blocks of query rows);
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
   with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
   apart from the bias: no (B, H, T, T) mask) and attention dropout; the terms that depend on the content,
@@ -57,6 +58,8 @@ from typing import Optional
 
 import torch
 from torch.nn.attention import SDPBackend
+
+from .cpu_kernels import reads_offset_rows
 
 # Without dropout, a learned dense bias takes the explicit path up to T = d_h (see above).
 EXPLICIT_MAX_LENGTH_PER_HEAD_DIM = 1
@@ -109,6 +112,8 @@ ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, *KERNEL_BACKENDS)
 # The kernels that read Shaw keys' and DeBERTa's terms by offset (the table rows; FlexAttention their
 # products)
 RELATIVE_OFFSET_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
+# The kernels that read a bias of the offset as its Toeplitz rows
+OFFSET_ROWS_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH)
 
 
 def kernel_runs_on(requested, device):
@@ -214,14 +219,16 @@ def fuse_rotary(device, config):
 class AttentionPlan:
     """What every layer of one forward runs: the ``path``, the attention ``dropout`` in effect (0 in
     evaluation), the SDPA ``backends`` allowed (None: torch chooses), whether the positional term
-    is built with TUPE's untied factors multiplied out (``fold_untied``) and whether RoPE's rotation runs
-    on the fused kernel (``fused_rotary``)."""
+    is built with TUPE's untied factors multiplied out (``fold_untied``), whether RoPE's rotation runs
+    on the fused kernel (``fused_rotary``) and whether a bias of the offset reaches the kernel as its rows
+    (``offset_bias_as_rows``)."""
 
     path: AttentionPath = AttentionPath.SDPA
     dropout: float = 0.0
     backends: Optional[tuple] = None
     fold_untied: bool = False
     fused_rotary: bool = False
+    offset_bias_as_rows: bool = False
 
     @property
     def relative_by_offset(self):
@@ -242,4 +249,13 @@ def plan_attention(device, dropout, need_weights, config, seq_len, requested_bac
     ``--attention-backend``."""
     path = choose_path(device, dropout, need_weights, config, seq_len, requested_backend)
     return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
-                         fold_untied_term(path, config), fuse_rotary(device, config))
+                         fold_untied_term(path, config), fuse_rotary(device, config),
+                         offset_bias_as_rows(path, seq_len))
+
+
+def offset_bias_as_rows(path, seq_len):
+    """Whether a bias of the offset j - i reaches the kernel as its Toeplitz rows (H, 2T - 1) and [CLS] reset
+    (:mod:`.offset_rows`), rather than expanded into the dense (H, T, T) bias once per forward: on the CPU
+    kernels, which read it block by block and reduce its gradient by offset, where a head's (T, T) logits
+    exceed a chunk (:func:`~.cpu_kernels.reads_offset_rows`)."""
+    return path in OFFSET_ROWS_PATHS and reads_offset_rows(seq_len)

@@ -62,11 +62,10 @@ class ToeplitzScores(torch.autograd.Function):
         return grad_x, grad_table
 
 
-def offset_scores(x, rows, index, offsets):
-    """``S[b, h, i, j] = x[b, h, i] . rows[h, index[i, j]]`` for an index that depends on j - i alone,
-    ``index[i, j] = offsets[j - i + T - 1]``: by bands (:class:`ToeplitzScores`) when the table has more
-    rows than the bands reach, else x against every row and the (T, T) entries gathered."""
-    seq_len = x.size(-2)
-    if rows.size(-2) > seq_len + BAND_ROWS:
-        return ToeplitzScores.apply(x, rows[:, offsets])
-    return torch.matmul(x, rows.transpose(-1, -2)).gather(-1, index.expand(*x.shape[:2], -1, -1))
+def offset_scores(x, rows, offsets):
+    """``S[b, h, i, j] = x[b, h, i] . rows[h, offsets[j - i + T - 1]]`` (a table row that depends on j - i
+    alone) by bands (:class:`ToeplitzScores`) over the rows laid out by offset: even for a table of fewer rows
+    than a band reaches, where x against every row is the smaller product, gathering its (T, T) entries (and
+    scattering them back) cost more: DeBERTa's training step at T = 2048 on CPU, 2.5 s with them, 2.0 s by
+    bands."""
+    return ToeplitzScores.apply(x, rows[:, offsets])

@@ -124,7 +124,7 @@ class PositionalTransformerEncoder(nn.Module):
         seq_len = src_tokens.size(1)
         plan = self.attention_plan(x.device, need_attn, seq_len)
         term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype,
-                                          plan.padding_as_lengths)
+                                          plan.padding_as_lengths, plan.offset_bias_as_rows)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
         decoder = self.enhanced_mask_decoder if masked_lm else None

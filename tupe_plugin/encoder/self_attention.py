@@ -110,7 +110,7 @@ class PositionalSelfAttention(nn.Module):
         out, probs = attend(
             plan.path, q, k, v, attn_mask, term.scale, plan.dropout,
             term.rel_table if term.rel_values else None, term.rel_index, plan.backends, term.key_lengths,
-            relative, term.rel_offsets,
+            relative, term.rel_offsets, term.offset_rows, term.offset_cls,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
@@ -139,12 +139,10 @@ class PositionalSelfAttention(nn.Module):
         (:func:`~tupe_plugin.attention.toeplitz_scores.offset_scores`)."""
         query_rows, key_rows = self._relative_rows(q.dtype, term)
         # scaled before the products: (B, H, T, d_h) multiplications instead of (B, H, T, T) ones
-        content_to_position = offset_scores(q * term.scale, key_rows, term.disentangled_index,
-                                            term.disentangled_offsets)
+        content_to_position = offset_scores(q * term.scale, key_rows, term.disentangled_offsets)
         # row j, column i: k_j . Q^r of the row the table gives the pair (j, i) for p2c; transposed to
         # (query i, key j)
-        position_to_content = offset_scores(k * term.scale, query_rows, term.disentangled_p2c_index,
-                                            term.disentangled_p2c_offsets)
+        position_to_content = offset_scores(k * term.scale, query_rows, term.disentangled_p2c_offsets)
         return content_to_position, position_to_content.transpose(-1, -2)
 
     def disentangled_rows(self, dtype, term):

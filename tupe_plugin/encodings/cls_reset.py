@@ -19,10 +19,9 @@ class ClsReset(nn.Module):
         self.thetas = nn.Parameter(torch.zeros(num_heads, 2))
 
     def contribute(self, term, seq_len):
-        """Replace row 0 of ``term.bias`` by theta_1 and column 0 of the other rows by theta_2."""
-        first = torch.arange(seq_len, device=term.bias.device) == 0
-        theta_1, theta_2 = (theta[:, None, None] for theta in self.thetas.to(term.bias.dtype).unbind(1))
-        term.bias = torch.where(first[:, None], theta_1, torch.where(first[None, :], theta_2, term.bias))
+        """Set the reset of ``term``'s bias of the offset: theta_1 replaces its row 0, theta_2 column 0 of the
+        other rows (``term.offset_cls``)."""
+        term.offset_cls = self.thetas.to(term.offset_rows.dtype)
 
 
 def build_cls_reset(config):

@@ -90,18 +90,14 @@ class DisentangledRelativeTable(nn.Module):
         return self._cached[2:]
 
     def contribute(self, term, seq_len):
-        """Add the rows of P that T positions reach (normalised with ``norm``), the (T, T) index and the
-        offsets into them of the c2p term, and those the p2c term reads for the pair (key j, query i):
-        delta(i, j), the index transposed (released), or delta(j, i), the same index (paper), to ``term``."""
-        first, rows, index, offsets = self.rows_and_index(seq_len)
+        """Add the rows of P that T positions reach (normalised with ``norm``) and the offsets into them of
+        the c2p term, and those the p2c term reads for the pair (key j, query i): delta(i, j), the offsets
+        reversed (released), or delta(j, i), the same offsets (paper), to ``term``."""
+        first, rows, _, offsets = self.rows_and_index(seq_len)
         table = self.weight[first: first + rows]
         term.disentangled_table = table if self.norm is None else self.norm(table)
-        term.disentangled_index = index
         term.disentangled_offsets = offsets
-        if self.released_p2c:
-            term.disentangled_p2c_index, term.disentangled_p2c_offsets = index.t(), offsets.flip(0)
-        else:
-            term.disentangled_p2c_index, term.disentangled_p2c_offsets = index, offsets
+        term.disentangled_p2c_offsets = offsets.flip(0) if self.released_p2c else offsets
 
 
 class DisentangledProjections(nn.Module):

@@ -26,6 +26,7 @@ from .cls_reset import build_cls_reset
 from .deberta_position import build_disentangled_table
 from .fire_position import build_fire_bias
 from .kerple_position import build_kerple_bias
+from .offset_bias import toeplitz
 from .relative_position import build_t5_bias
 from .rotary_position import build_rotary
 from .sandwich_position import build_sandwich_bias
@@ -37,7 +38,15 @@ from .untied_position import build_untied_position
 class PositionalTerm:
     """What every layer's attention adds to its logits; tensors are per head, shape (H, T, .), and
     ``attn_mask`` the mask with key padding of :meth:`attention_mask`, or the bias alone with the rows'
-    unpadded lengths (B,) in ``key_lengths`` for a kernel that takes padding apart."""
+    unpadded lengths (B,) in ``key_lengths`` for a kernel that takes padding apart.
+
+    A bias of the offset j - i keeps its O(T) form (:mod:`~tupe_plugin.attention.offset_rows`; the dense form
+    :func:`~.offset_bias.toeplitz`):
+    ``offset_rows`` (H, 2T - 1), the bias of query i and key j at ``j - i + T - 1``, and ``offset_cls``
+    (H, 2), the [CLS] reset's theta_1 (row 0) and theta_2 (column 0 of the rows i != 0), which replace the
+    rows' values there. They are added to ``bias``, the dense (H, T, T) part (TUPE's untied product when
+    folded), by the kernels that read them (the plan's ``offset_bias_as_rows``); for the others
+    :meth:`expanded` adds them to ``bias`` once per forward."""
 
     scale: float
     q_extra: Optional[torch.Tensor] = None
@@ -50,12 +59,12 @@ class PositionalTerm:
     rel_offsets: Optional[torch.Tensor] = None
     rel_values: bool = False
     disentangled_table: Optional[torch.Tensor] = None
-    disentangled_index: Optional[torch.Tensor] = None
     disentangled_offsets: Optional[torch.Tensor] = None
-    disentangled_p2c_index: Optional[torch.Tensor] = None
     disentangled_p2c_offsets: Optional[torch.Tensor] = None
     rotary_cos: Optional[torch.Tensor] = None
     rotary_sin: Optional[torch.Tensor] = None
+    offset_rows: Optional[torch.Tensor] = None
+    offset_cls: Optional[torch.Tensor] = None
     attn_mask: Optional[torch.Tensor] = None
     key_lengths: Optional[torch.Tensor] = None
 
@@ -70,17 +79,28 @@ class PositionalTerm:
                 parts.append(torch.einsum("hid,hjd->hij", q * self.scale, k))
         if self.bias is not None:
             parts.append(self.bias)
+        if self.offset_rows is not None:
+            parts.append(toeplitz(self.offset_rows, self.offset_cls))
         return sum(parts) if parts else None
+
+    def expanded(self):
+        """The same term with the bias of the offset added to ``bias`` as its dense (H, T, T) form, for the
+        paths that take one dense bias."""
+        if self.offset_rows is None:
+            return self
+        rows = toeplitz(self.offset_rows, self.offset_cls)
+        bias = rows if self.bias is None else self.bias + rows
+        return replace(self, offset_rows=None, offset_cls=None, bias=bias)
 
     def folded(self):
         """The same term with the untied factors multiplied out into ``bias``, once per forward: for
         the explicit path, and wherever a dense bias (the T5 term) is added in every layer anyway —
         there the untied product joins it for free, while widened heads (d_h -> 2 d_h + 2, padded to
-        a multiple of 8) would double every layer's attention matmuls."""
+        a multiple of 8) would double every layer's attention matmuls. A bias of the offset stays apart."""
         if self.q_extra is None:
             return self
         untied = torch.bmm(self.q_extra * self.scale, self.k_extra.transpose(1, 2))
-        # an addition, not baddbmm: under autocast the product may be bf16, the T5 bias stays float32
+        # an addition, not baddbmm: under autocast the product may be bf16, an expanded bias stays float32
         bias = untied if self.bias is None else self.bias + untied
         return replace(self, q_extra=None, k_extra=None, bias=bias)
 
@@ -134,9 +154,10 @@ class SharedPositionalTerm(nn.Module):
         return [encoding for encoding in parts if encoding is not None]
 
     def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
-              padding_as_lengths=False):
+              padding_as_lengths=False, offset_bias_as_rows=False):
         """The term every layer of this forward consumes: the untied factors multiplied out when
-        ``fold_untied``, the mask with key padding built once, or with ``padding_as_lengths`` the bias
+        ``fold_untied``, a bias of the offset kept as its rows when ``offset_bias_as_rows`` (else expanded
+        into the dense bias), the mask with key padding built once, or with ``padding_as_lengths`` the bias
         alone and the rows' lengths (the attention plan's choices).
 
         ``key_padding_mask`` is (B, T), True at padding (right padding); ``dtype`` the dtype of the
@@ -145,6 +166,8 @@ class SharedPositionalTerm(nn.Module):
         term = self.content_free(seq_len)
         if fold_untied:
             term = term.folded()
+        if not offset_bias_as_rows:
+            term = term.expanded()
         if padding_as_lengths:
             lengths = None if key_padding_mask is None else (~key_padding_mask).sum(1)
             return replace(term, attn_mask=term.attention_mask(None, dtype), key_lengths=lengths)

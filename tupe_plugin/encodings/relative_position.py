@@ -103,6 +103,12 @@ class ReleaseT5RelativeBias(T5RelativeBias):
     def forward(self, seq_len):
         return self.relative_attention_bias(self.buckets(seq_len)).permute(2, 0, 1)
 
+    def contribute(self, term, seq_len):
+        """Add the rows of the ordinary buckets to ``term`` and, as its [CLS] reset, the rows of the
+        buckets of the pairs (0, j) and (i, 0)."""
+        term.offset_rows = self.per_offset(seq_len)[1]
+        term.offset_cls = self.relative_attention_bias.weight[[self.num_buckets // 2, self.num_buckets]].t()
+
 
 def build_t5_bias(config):
     """The T5 bias of a :class:`~.position_config.PositionConfig`, or None."""

@@ -1,0 +1,77 @@
+"""A bias of the offset j - i alone in its O(T) form: the Toeplitz rows per head, and the [CLS] reset.
+
+T5's buckets, ALiBi, KERPLE, Sandwich and FIRE (the ``--rel-pos`` biases; TUPE Eq. 5 / 8, Ke, He, Liu,
+"Rethinking Positional Encoding in Language Pre-training", arXiv 2006.15595) are fixed by 2T - 1 values a
+head: ``rows`` (H, 2T - 1), the bias of query i and key j being ``rows[h, j - i + T - 1]``. TUPE's [CLS]
+reset (Eq. 9-11) is two values a head, ``cls`` (H, 2): theta_1 replaces row 0, theta_2 column 0 of the rows
+i != 0.
+
+Their dense (H, T, T) form, the twin and what the paths that take a dense bias read, is the encodings'
+(:func:`tupe_plugin.encodings.offset_bias.toeplitz`). The CPU kernels never build it: :class:`PeriodicRows`
+lays the rows out once per call so that the bias of any block of query rows is a strided view (no copy),
+and folds the gradient written through those views back into (H, 2T - 1). The reset reaches them as
+:func:`edges`, what it adds to row 0 and column 0 over the Toeplitz values, so that its gradient, and the
+exclusion of the cells it replaces from the rows' gradient, follow by autograd on O(T) tensors.
+"""
+
+import torch
+
+
+def seq_len_of(rows):
+    """T of rows (H, 2T - 1)."""
+    return (rows.size(-1) + 1) // 2
+
+
+def edges(rows, cls):
+    """(row, column), each (H, T): what the reset ``cls`` adds to the Toeplitz values of row 0 (every key)
+    and of column 0 (the rows i != 0; the column's entry 0 is 0) to replace them."""
+    seq_len = seq_len_of(rows)
+    cls = cls.to(rows.dtype)
+    row = cls[:, :1] - rows[:, seq_len - 1:]
+    # column 0 of row i holds rows[T - 1 - i]: offsets T - 2 .. 0 for i = 1 .. T - 1
+    column = torch.cat([torch.zeros_like(cls[:, :1]), cls[:, 1:] - rows[:, : seq_len - 1].flip(-1)], -1)
+    return row, column
+
+
+class PeriodicRows:
+    """``rows`` (H, 2T - 1) repeated with period P = 2T - 1, so that the (m, T) bias of query rows
+    i0 .. i0 + m - 1 is the view of row stride P - 1 at offset (T - 1 - i0) mod P: entry (r, j) lies at
+    (T - 1 - i0) + r (P - 1) + j, which is j - (i0 + r) + T - 1 modulo P. The rows of the view do not overlap
+    (P - 1 >= T), so a gradient buffer of the same layout takes a block's gradient by one addition through the
+    same view; :meth:`folded` sums it back by offset."""
+
+    def __init__(self, rows, block_rows):
+        heads, period = rows.shape
+        self.seq_len, self.period, self.block_rows = seq_len_of(rows), period, block_rows
+        self.length = period + (block_rows - 1) * (period - 1) + self.seq_len
+        repeats = -(-self.length // period)
+        self.values = rows.detach().contiguous().repeat(1, repeats)
+        self.grad = None
+
+    def view(self, buffer, heads, queries):
+        """The (heads, m, T) view of ``buffer`` (H, repeats P) for the query rows of the slice ``queries``."""
+        first = queries.start
+        rows = queries.stop - first
+        if rows > self.block_rows:
+            raise ValueError(f"a block of {rows} query rows in a layout for {self.block_rows}")
+        offset = (self.seq_len - 1 - first) % self.period
+        head_stride = buffer.stride(0)
+        return buffer.as_strided((heads.stop - heads.start, rows, self.seq_len),
+                                 (head_stride, self.period - 1, 1),
+                                 buffer.storage_offset() + heads.start * head_stride + offset)
+
+    def bias(self, heads, queries):
+        """The bias of ``heads`` (a slice) and the query rows ``queries`` (a slice), a view."""
+        return self.view(self.values, heads, queries)
+
+    def add_gradient(self, grad, heads, queries):
+        """Add ``grad`` (heads, m, T), the logits' gradient of these rows, to the rows' gradient."""
+        if self.grad is None:
+            self.grad = torch.zeros_like(self.values)
+        self.view(self.grad, heads, queries).add_(grad)
+
+    def folded(self):
+        """The rows' gradient (H, 2T - 1): the buffer summed by offset (zeros when nothing was added)."""
+        if self.grad is None:
+            return self.values.new_zeros(self.values.size(0), self.period)
+        return self.grad.view(self.grad.size(0), -1, self.period).sum(1)
