@@ -46,7 +46,7 @@ import os
 
 import torch
 
-from .relative_terms import RelativeRows
+from .relative_terms import RelativeRows, distance_bias_inputs
 
 # Triton runs on a GPU, or on CPU with this variable at 1 (its interpreter: the tests).
 INTERPRET = "TRITON_INTERPRET"
@@ -133,7 +133,7 @@ class TritonBiasedAttention(torch.autograd.Function):
         dense_bias = None if bias is None else bias.reshape(heads, seq_len, seq_len)
         if dense_bias is not None and dense_bias.stride(-1) != 1:
             dense_bias = dense_bias.contiguous()
-        bias_rows, cls = _distance_bias(bias_rows, cls, q)
+        bias_rows, cls = distance_bias_inputs(bias_rows, cls, heads, seq_len)
         query_window, query_offsets = _table_rows(query_rows, query_offsets, q)
         key_window, key_offsets = _table_rows(key_rows, key_offsets, q)
         out = torch.empty_like(q)
@@ -230,19 +230,6 @@ class TritonBiasedAttention(torch.autograd.Function):
             grad_value_table = grad_value_table.to(value_table.dtype)
         return (*grads, grad_bias, None, None, None, None, grad_query_rows, None, grad_key_rows, None,
                 grad_value_table, None, grad_bias_rows, grad_cls)
-
-
-def _distance_bias(bias_rows, cls, q):
-    """A distance bias as the kernels read it: its Toeplitz rows (H, 2T - 1) and its [CLS] values (H, 2),
-    each contiguous in its own dtype (the kernels add them in float32), or None."""
-    heads, seq_len = q.shape[1:3]
-    if bias_rows is not None and bias_rows.shape != (heads, 2 * seq_len - 1):
-        raise ValueError(f"distance bias rows must be (H, 2T - 1) = ({heads}, {2 * seq_len - 1}) for T = "
-                         f"{seq_len} (one value per offset j - i), got {tuple(bias_rows.shape)}")
-    if cls is not None and cls.shape != (heads, 2):
-        raise ValueError(f"[CLS] reset values must be (H, 2) = ({heads}, 2) (theta_1, theta_2 of each head), "
-                         f"got {tuple(cls.shape)}")
-    return tuple(None if t is None else t.contiguous() for t in (bias_rows, cls))
 
 
 def _value_rows(value_table, value_offsets, q):
