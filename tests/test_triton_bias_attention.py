@@ -206,7 +206,7 @@ def expanded_distance_bias(rows, cls, heads, seq_len):
     (20, False, True, True, False, 0.0),  # the reset without rows: in place of zeros
     (1, True, True, False, False, 0.0),
     # several blocks of queries and keys, T not a multiple of the block
-    (150, True, True, True, True, 0.0)])
+    (150, True, True, True, True, 0.0), (70, True, True, True, True, 0.2)])
 def test_distance_rows_give_the_expanded_bias_and_its_gradients(seq_len, with_rows, with_cls, with_bias,
                                                                 padded, dropout):
     """The Toeplitz rows and the [CLS] values read inside the kernel, against the twin with the (H, T, T)
