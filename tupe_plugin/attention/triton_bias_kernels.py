@@ -10,9 +10,8 @@ MASKED = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def forward_kernel(Q, K, V, Bias, BiasRows, Cls, Lengths, Out, Lse, QRows, QOff, KRows, KOff, ValueSums, VOff,
-                   Band,
-                   sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
+def forward_kernel(Q, K, V, Bias, BiasRows, Cls, Lengths, Out, Lse, QRows, QOff, KRows, KOff, ValueSums,
+                   VOff, Band, sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                    so_b, so_h, so_t, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, v_width,
                    heads, seq_len, head_dim, scale, dropout, seed,
                    HAS_BIAS: tl.constexpr, HAS_ROWS: tl.constexpr, HAS_CLS: tl.constexpr,
@@ -170,9 +169,8 @@ def distance_term(BiasRows, Cls, h, rows, cols, pair_ok, seq_len, HAS_ROWS: tl.c
 
 @triton.jit
 def add_distance_grads(grad_logits, GradRows, GradCls, rows, cols, query_start, key_start, first, seq_len,
-                       HAS_CLS: tl.constexpr,
-                       ROWS_GRAD: tl.constexpr, CLS_GRAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_N: tl.constexpr):
+                       HAS_CLS: tl.constexpr, ROWS_GRAD: tl.constexpr, CLS_GRAD: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Add a tile's logit gradients dS onto the distance bias's gradients of this batch row and head:
     ``GradRows`` (2T - 1,) float32 each diagonal's sum (D[i, w] = dS_ij of the pair whose offset is
     first + w, summed over i, then one atomic addition per offset of the window), without the cells the
