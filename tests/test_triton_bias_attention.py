@@ -227,6 +227,20 @@ def test_distance_rows_give_the_expanded_bias_and_its_gradients(seq_len, with_ro
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+def test_fixed_distance_rows_give_the_equation_and_the_gradients_of_q_k_v():
+    """Rows without a gradient (ALiBi's fixed slopes): the backward on the kernel's 64-row tiles."""
+    q, k, v, _ = inputs(2, 2, 70, 16, with_bias=False)
+    rows, _ = distance_case(2, 70, with_cls=False)
+    rows = rows.detach()
+    lengths = torch.tensor([70, 33], device=DEVICE)
+    out = biased_attention(q, k, v, None, lengths, 0.3, bias_rows=rows)
+    expected = twin(q, k, v, expanded_distance_bias(rows, None, 2, 70), lengths, 0.3)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, (q, k, v), grad_out), gradients(expected, (q, k, v), grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 def test_distance_rows_with_relative_rows_give_the_equation_and_its_gradients():
     """The distance bias beside Shaw keys' table rows (the kernel's 32-row tiles), over several blocks."""
     q, k, v, bias = inputs(2, 2, 70, 16)
