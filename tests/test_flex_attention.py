@@ -9,10 +9,12 @@ import pytest
 import torch
 from conftest import build_model, random_tokens
 
+from tupe_plugin.attention import paths
 from tupe_plugin.attention.attend import attend, explicit_attention
 from tupe_plugin.attention.flex_bias_attention import flex_biased_attention
 from tupe_plugin.attention.paths import AttentionPath
 from tupe_plugin.attention.relative_terms import RelativeProducts, RelativeRows, offsets_of
+from tupe_plugin.encodings import positional_term
 from tupe_plugin.encodings.position_config import PositionFlagError
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -104,6 +106,17 @@ def test_on_cpu_the_flex_path_refuses_gradients_of_the_distance_rows():
         flex_biased_attention(q.cpu(), k.cpu(), v.cpu(), bias_rows=rows.cpu(), cls=cls.cpu())
 
 
+def test_on_cpu_without_gradients_the_flex_path_reads_distance_rows_that_are_parameters():
+    """Under torch.no_grad() a parameter handed as it is (the [CLS] reset's thetas) still requires a gradient:
+    evaluation runs, it is not refused as training."""
+    q, k, v, *_ = case((), 6)
+    rows, cls, dense = distance_terms(2, 6, requires_grad=True)
+    with torch.no_grad():
+        out = flex_biased_attention(q, k, v, None, None, 0.3, bias_rows=rows, cls=cls)
+        expected, _ = explicit_attention(q, k, v, dense, 0.3, 0.0)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("terms, seq_len, lengths", [
     (("bias",), 8, None), (("bias",), 7, [7, 1]), (("shaw",), 7, [7, 4]), (("deberta",), 7, None),
     (("bias", "deberta"), 8, [8, 3])],
@@ -172,9 +185,9 @@ def test_a_model_on_the_flex_backend_gives_the_features_of_the_auto_backend(pres
     tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
     calls = []
 
-    def recording(q, k, v, bias, key_lengths, *rest):
+    def recording(q, k, v, bias, key_lengths, *rest, **named):
         calls.append(key_lengths.tolist())
-        return flex_biased_attention(q, k, v, bias, key_lengths, *rest)
+        return flex_biased_attention(q, k, v, bias, key_lengths, *rest, **named)
 
     monkeypatch.setattr("tupe_plugin.attention.attend.flex_biased_attention", recording)
     with torch.no_grad():
@@ -183,6 +196,67 @@ def test_a_model_on_the_flex_backend_gives_the_features_of_the_auto_backend(pres
         model.encoder.sentence_encoder.attention_backend = "auto"
         auto, _ = model(tokens, features_only=True)
     torch.testing.assert_close(flex, auto, atol=1e-5, rtol=1e-5)
+
+
+# Distance biases in their O(T) form: T5's buckets with the [CLS] reset, ALiBi's fixed rows, TUPE-R's untied
+# product (the dense bias) beside T5's rows
+DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {})]
+DISTANCE_IDS = [preset for preset, _ in DISTANCE_MODELS]
+
+
+def flex_features(model, tokens, monkeypatch):
+    """The features of ``model`` on FlexAttention without gradients, what attend handed it layer by layer
+    (the dense bias, the distance rows, the [CLS] values) and the distance biases expanded meanwhile."""
+    calls, expanded, toeplitz = [], [], positional_term.toeplitz
+
+    def recording(q, k, v, bias, key_lengths, scale, relative, bias_rows=None, cls=None):
+        calls.append((bias, bias_rows, cls))
+        return flex_biased_attention(q, k, v, bias, key_lengths, scale, relative, bias_rows, cls)
+
+    with monkeypatch.context() as patches:
+        patches.setattr("tupe_plugin.attention.attend.flex_biased_attention", recording)
+        patches.setattr(positional_term, "toeplitz", lambda *a: expanded.append(a) or toeplitz(*a))
+        with torch.no_grad():
+            features = model(tokens, features_only=True)[0]
+    return features, calls, expanded
+
+
+@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=DISTANCE_IDS)
+def test_a_model_with_a_distance_bias_on_the_flex_backend_gives_the_explicit_paths_features(
+        preset, overrides, dictionary, monkeypatch):
+    """The rows and [CLS] values read by j - i in the score_mod, every layer, against the explicit path with
+    the distance bias expanded into the mask."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="flex", **overrides).to(DEVICE).eval()
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    flex, calls, _ = flex_features(model, tokens, monkeypatch)
+    assert len(calls) == model.args.encoder_layers
+    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    with torch.no_grad():
+        explicit, _ = model(tokens, features_only=True)
+    torch.testing.assert_close(flex, explicit, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=DISTANCE_IDS)
+def test_a_distance_bias_reaches_flexattention_as_its_rows_and_no_dense_tensor_is_built_for_it(
+        preset, overrides, dictionary, monkeypatch):
+    """FlexAttention gets the term's Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) as they are, and as
+    its dense bias TUPE's untied product alone or none; the distance bias is never expanded."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="flex", **overrides).to(DEVICE).eval()
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    _, calls, expanded = flex_features(model, tokens, monkeypatch)
+    assert expanded == [] and len(calls) == model.args.encoder_layers
+    with torch.no_grad():
+        term = model.encoder.sentence_encoder.positional_term.content_free(tokens.size(1))
+        untied = term.folded().bias
+    for bias, rows, cls in calls:
+        if untied is None:
+            assert bias is None
+        else:
+            torch.testing.assert_close(bias, untied[None])
+        torch.testing.assert_close(rows, term.offset_rows)
+        assert (cls is None) == (term.offset_cls is None)
+        if cls is not None:
+            torch.testing.assert_close(cls, term.offset_cls)
 
 
 def gradients(out, tensors, grad_out):

@@ -17,6 +17,7 @@ from tupe_plugin.attention.attend import add_mask_
 from tupe_plugin.attention.paths import AttentionPath
 from tupe_plugin.attention.relative_terms import RelativeRows, offsets_of
 from tupe_plugin.attention.triton_bias_attention import band_half_width, biased_attention, keep_mask
+from tupe_plugin.encodings import positional_term
 from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable
 from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.encodings.shaw_position import clipped_index
@@ -431,14 +432,20 @@ def test_shaw_keys_and_deberta_on_the_triton_backend_give_the_paper_equations(pr
     assert_gradients_close(fused_grads, plain_grads)
 
 
+# Distance biases in their O(T) form: T5's buckets with the [CLS] reset, ALiBi's fixed rows (no gradient),
+# TUPE-R's untied product (the dense bias) beside T5's rows
+DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {})]
+
+
 @pytest.mark.parametrize("preset, overrides", [
-    ("tupe_r", {}), ("tupe_a", {}), ("bert_a", {}), ("bert_rpe", SHAW_KEYS), ("deberta", {})])
+    ("tupe_a", {}), ("bert_a", {}), ("bert_rpe", SHAW_KEYS), ("deberta", {}), *DISTANCE_MODELS])
 @pytest.mark.parametrize("attention_dropout", [0.0, 0.2])
 def test_a_model_on_the_triton_backend_gives_the_explicit_paths_function_and_gradients(
         preset, overrides, attention_dropout, dictionary, monkeypatch):
-    """Every layer on the kernel (the shared bias apart from the padding, Shaw keys and DeBERTa's terms read
-    by offset); the twin on the explicit path (those terms gathered into the mask) with the kernel's
-    keep-masks, drawn layer by layer from the same seeds."""
+    """Every layer on the kernel (the shared bias apart from the padding, a distance bias as its Toeplitz
+    rows and [CLS] values, Shaw keys and DeBERTa's terms read by offset); the twin on the explicit path (the
+    distance bias expanded, those terms gathered into the mask) with the kernel's keep-masks, drawn layer by
+    layer from the same seeds."""
     model = build_model(f"{preset}_tiny", dictionary, attention_backend="triton",
                         attention_dropout=attention_dropout, **overrides).to(DEVICE)
     tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
@@ -469,6 +476,35 @@ def test_a_model_on_the_triton_backend_gives_the_explicit_paths_function_and_gra
     keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
     torch.testing.assert_close(fused * keep, explicit * keep, atol=1e-5, rtol=1e-5)
     assert_gradients_close(fused_grads, explicit_grads)
+
+
+@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=[preset for preset, _ in DISTANCE_MODELS])
+def test_a_distance_bias_reaches_the_triton_kernel_as_its_rows_and_no_dense_tensor_is_built_for_it(
+        preset, overrides, dictionary, monkeypatch):
+    """The kernel gets the term's Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) as they are, and as its
+    dense bias TUPE's untied product alone (the only (H, T, T) tensor of the forward) or none; the distance
+    bias is never expanded."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="triton", **overrides).to(DEVICE)
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    calls = []
+    original = triton_bias_attention.TritonBiasedAttention.apply
+    monkeypatch.setattr(triton_bias_attention.TritonBiasedAttention, "apply",
+                        lambda *a: calls.append((a[3], a[14], a[15])) or original(*a))
+    expanded, toeplitz = [], positional_term.toeplitz
+    monkeypatch.setattr(positional_term, "toeplitz", lambda *a: expanded.append(a) or toeplitz(*a))
+    model(tokens, features_only=True)[0].sum().backward()
+    assert expanded == [] and len(calls) == model.args.encoder_layers
+    term = model.encoder.sentence_encoder.positional_term.content_free(tokens.size(1))
+    untied = term.folded().bias
+    for bias, rows, cls in calls:
+        if untied is None:
+            assert bias is None
+        else:
+            torch.testing.assert_close(bias, untied[None])
+        torch.testing.assert_close(rows, term.offset_rows)
+        assert (cls is None) == (term.offset_cls is None)
+        if cls is not None:
+            torch.testing.assert_close(cls, term.offset_cls)
 
 
 @pytest.mark.gpu

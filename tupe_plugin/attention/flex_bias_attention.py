@@ -93,7 +93,9 @@ def flex_biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, rela
     relative = relative or RelativeProducts()
     bias_rows, cls = distance_bias_inputs(bias_rows, cls, heads, seq_len)
     inputs = (q, k, v, bias, relative.query, relative.key, bias_rows, cls)
-    if q.device.type == "cpu" and any(t is not None and t.requires_grad for t in inputs):
+    # under no_grad a parameter handed as it is (the [CLS] reset's thetas) still says requires_grad
+    if q.device.type == "cpu" and torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                                  for t in inputs):
         raise RuntimeError(
             "--attention-backend flex trains on CUDA only: FlexAttention has no backward on CPU in torch "
             f"{torch.__version__}; on CPU run it under torch.no_grad() (evaluation), or use "
