@@ -67,15 +67,14 @@ sys.path.insert(0, REPO)
 from benchmarks import paired, results_file  # noqa: E402
 from tupe_plugin.attention.attend import attend  # noqa: E402
 from tupe_plugin.attention.clipped_distances import ClippedDistanceScores  # noqa: E402
-from tupe_plugin.attention.flex_bias_attention import flex_biased_attention  # noqa: E402
 from tupe_plugin.attention.paths import (AttentionPath, cudnn_frontend_installed,  # noqa: E402
                                          sdpa_backends)
 from tupe_plugin.attention.toeplitz_scores import offset_scores  # noqa: E402
 from tupe_plugin.attention.relative_terms import RelativeRows, offsets_of  # noqa: E402
-from tupe_plugin.attention.triton_bias_attention import biased_attention  # noqa: E402
 from tupe_plugin.attention.triton_rotary import rotate_projection  # noqa: E402
 from tupe_plugin.encoder.self_attention import split_heads  # noqa: E402
 from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable  # noqa: E402
+from tupe_plugin.encodings.offset_bias import toeplitz  # noqa: E402
 from tupe_plugin.encodings.position_config import PositionConfig  # noqa: E402
 from tupe_plugin.encodings.rotary_position import RotaryPosition, rotate_in_place  # noqa: E402
 from tupe_plugin.encodings.shaw_position import clipped_index  # noqa: E402
@@ -194,29 +193,19 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
     return attend(kernel, q, k, v, None, scale, dropout, relative=relative)[0]
 
 
-def expanded_distance_bias(rows, cls, seq_len):
-    """The (1, H, T, T) bias of Toeplitz ``rows`` (H, 2T - 1): ``rows[h, j - i + T - 1]``, then query row 0
-    := cls[h, 0] and key column 0 of the other rows := cls[h, 1] (TUPE Eq. 9-11)."""
-    positions = torch.arange(seq_len, device=rows.device)
-    dense = rows[:, positions[None, :] - positions[:, None] + seq_len - 1]
-    dense = torch.where(positions[:, None] == 0, cls[:, 0, None, None],
-                        torch.where(positions[None, :] == 0, cls[:, 1, None, None], dense))
-    return dense[None]
-
-
 def distance_attention(path, q, k, v, bias, scale, dropout, relative):
     """One layer's attention of a distance bias (``relative["distance"]``: its rows and [CLS] values):
-    expanded for SDPA's kernels that take a learned bias, or read by offset on the Triton kernel (beside
-    ``bias`` for ``triton-bias-distance``) and FlexAttention, each kernel handed the rows and values."""
+    expanded for SDPA's kernels that take a learned bias (as ``PositionalTerm.expanded`` does), or read by
+    offset on the Triton kernel (beside ``bias`` for ``triton-bias-distance``) and FlexAttention, each kernel
+    handed the rows and values as the layers hand them on ``--attention-backend triton`` and ``flex``."""
     rows, cls = relative["distance"]
     if path == "sdpa-distance":
-        mask = expanded_distance_bias(rows, cls, q.size(-2)).to(q.dtype)
+        mask = toeplitz(rows, cls)[None].to(q.dtype)
         return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout,
                       backends=sdpa_backends(q.device, LEARNED_BIAS))[0]
-    if path == "flex-distance":
-        return flex_biased_attention(q, k, v, None, None, scale, bias_rows=rows, cls=cls)
+    kernel = AttentionPath.FLEX if path == "flex-distance" else AttentionPath.TRITON
     dense = bias if path == "triton-bias-distance" else None
-    return biased_attention(q, k, v, dense, None, scale, dropout, bias_rows=rows, cls=cls)
+    return attend(kernel, q, k, v, dense, scale, dropout, offset_rows=rows, offset_cls=cls)[0]
 
 
 def candidates(args):
