@@ -433,8 +433,9 @@ def test_shaw_keys_and_deberta_on_the_triton_backend_give_the_paper_equations(pr
 
 
 # Distance biases in their O(T) form: T5's buckets with the [CLS] reset, ALiBi's fixed rows (no gradient),
-# TUPE-R's untied product (the dense bias) beside T5's rows
-DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {})]
+# TUPE-R's untied product (the dense bias) beside T5's rows, KERPLE's r1 / r2 and FIRE's MLP behind the rows
+DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {}),
+                   ("bert_kerple", {}), ("bert_fire", {})]
 
 
 @pytest.mark.parametrize("preset, overrides", [
