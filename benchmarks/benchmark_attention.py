@@ -37,7 +37,14 @@ offset, the value term from the kernel's sums of the probabilities by clipped di
 ``sdpa-deberta`` / ``triton-deberta`` for DeBERTa's c2p and p2c (the released 512-row span: every table
 row a length reaches, as the plugin's layers project them; the Triton kernel multiplies q and k by them
 per tile); without dropout, ``flex-shaw`` and ``flex-deberta`` read the products of q (and k) with the
-rows by offset in FlexAttention's score_mod (``--attention-backend flex``).
+rows by offset in FlexAttention's score_mod (``--attention-backend flex``). A learned bias of the offset
+alone (T5's buckets, KERPLE, FIRE) with TUPE's [CLS] reset runs in its O(T) form: its Toeplitz rows
+(H, 2T - 1) and two [CLS] values per head, float32 leaves with gradients, ``sdpa-distance`` expanded to a
+(1, H, T, T) bias for SDPA (its gradient scattered back into the rows by autograd) beside
+``triton-distance`` (the kernel reads the rows per tile and sums their gradient by offset),
+``triton-bias-distance`` (the same beside the learned (1, H, T, T) bias: TUPE-R's untied product and T5
+term, against ``triton-bias``) and, without dropout, ``flex-distance`` (the rows read by j - i in the
+score_mod).
 
     python benchmarks/benchmark_attention.py --seq-lens 64 128 256 512 --tokens 1024 --rounds 9
     python benchmarks/benchmark_attention.py --seq-lens 128 512 --tokens 2048 --attention-dropout 0.1
@@ -67,6 +74,7 @@ from tupe_plugin.attention.relative_terms import RelativeRows, offsets_of  # noq
 from tupe_plugin.attention.triton_rotary import rotate_projection  # noqa: E402
 from tupe_plugin.encoder.self_attention import split_heads  # noqa: E402
 from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable  # noqa: E402
+from tupe_plugin.encodings.offset_bias import toeplitz  # noqa: E402
 from tupe_plugin.encodings.position_config import PositionConfig  # noqa: E402
 from tupe_plugin.encodings.rotary_position import RotaryPosition, rotate_in_place  # noqa: E402
 from tupe_plugin.encodings.shaw_position import clipped_index  # noqa: E402
@@ -76,11 +84,12 @@ DROPOUT_PATHS = ("chunked-no-bias", "explicit", "chunked")
 ROPE_PATHS = ("sdpa-rope", "sdpa-rope-triton")
 RELATIVE_PATHS = ("sdpa-shaw", "triton-shaw", "flex-shaw", "explicit-shaw-values", "triton-shaw-values",
                   "sdpa-deberta", "triton-deberta", "flex-deberta")
+DISTANCE_PATHS = ("sdpa-distance", "triton-distance", "triton-bias-distance", "flex-distance")
 CUDNN_GRAPH_PATH = "cudnn-graph-bias"
 CUDA_PATHS = ("sdpa", "sdpa-fixed-bias", "sdpa-bias", "triton-bias", CUDNN_GRAPH_PATH, "flex-bias",
-              *ROPE_PATHS, *RELATIVE_PATHS)
+              *ROPE_PATHS, *RELATIVE_PATHS, *DISTANCE_PATHS)
 # FlexAttention has no attention dropout
-FLEX_PATHS = ("flex-bias", "flex-shaw", "flex-deberta")
+FLEX_PATHS = ("flex-bias", "flex-shaw", "flex-deberta", "flex-distance")
 CUDA_DROPOUT_PATHS = tuple(path for path in CUDA_PATHS if path not in FLEX_PATHS)
 SHAW_MAX_DISTANCE = 64
 DEBERTA_SPAN = 512
@@ -136,9 +145,10 @@ def inputs(batch, heads, seq_len, head_dim, seed=0, device="cpu", dtype=torch.fl
 
 
 def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
-    """The tables of the content-dependent terms, with gradients, and their indices: ``shaw`` (the (2K + 1,
-    d) table, its (T, T) index) and ``deberta`` (Q^r and K^r (H, R, d) over the rows a length reaches, the
-    c2p offsets, the p2c ones)."""
+    """The tables of the terms read by offset, with gradients, and their indices: ``shaw`` (the (2K + 1, d)
+    table, its (T, T) index), ``deberta`` (Q^r and K^r (H, R, d) over the rows a length reaches, the c2p
+    offsets, the p2c ones) and ``distance`` (a distance bias's Toeplitz rows (H, 2T - 1) and
+    [CLS] values (H, 2), float32 as the shared term holds them)."""
     generator = torch.Generator().manual_seed(seed)
 
     def table(*shape):
@@ -148,8 +158,11 @@ def relative_inputs(heads, seq_len, head_dim, device, dtype, seed=1):
     deberta = DisentangledRelativeTable(8, DEBERTA_SPAN)
     _, rows, _, offsets = deberta.rows_and_index(seq_len)
     offsets = offsets.to(device)
+    distance = tuple(torch.randn(heads, width, generator=generator).to(device).requires_grad_()
+                     for width in (2 * seq_len - 1, 2))
     return {"shaw": (table(2 * SHAW_MAX_DISTANCE + 1, head_dim), shaw_index),
-            "deberta": (table(heads, rows, head_dim), table(heads, rows, head_dim), offsets, offsets.flip(0))}
+            "deberta": (table(heads, rows, head_dim), table(heads, rows, head_dim), offsets, offsets.flip(0)),
+            "distance": distance}
 
 
 def relative_attention(path, q, k, v, scale, dropout, relative):
@@ -178,6 +191,21 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
         return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
     relative = RelativeRows(key_rows, offsets, query_rows, p2c_offsets.flip(0))
     return attend(kernel, q, k, v, None, scale, dropout, relative=relative)[0]
+
+
+def distance_attention(path, q, k, v, bias, scale, dropout, relative):
+    """One layer's attention of a distance bias (``relative["distance"]``: its rows and [CLS] values):
+    expanded for SDPA's kernels that take a learned bias (as ``PositionalTerm.expanded`` does), or read by
+    offset on the Triton kernel (beside ``bias`` for ``triton-bias-distance``) and FlexAttention, each kernel
+    handed the rows and values as the layers hand them on ``--attention-backend triton`` and ``flex``."""
+    rows, cls = relative["distance"]
+    if path == "sdpa-distance":
+        mask = toeplitz(rows, cls)[None].to(q.dtype)
+        return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout,
+                      backends=sdpa_backends(q.device, LEARNED_BIAS))[0]
+    kernel = AttentionPath.FLEX if path == "flex-distance" else AttentionPath.TRITON
+    dense = bias if path == "triton-bias-distance" else None
+    return attend(kernel, q, k, v, dense, scale, dropout, offset_rows=rows, offset_cls=cls)[0]
 
 
 def candidates(args):
@@ -234,12 +262,15 @@ def forward_backward(path, q, k, v, bias, grad_out, dropout=0.0, rope=None, rela
     BERT-A's call; ``triton-bias``: the plugin's Triton kernel; ``cudnn-graph-bias``: cuDNN's fused
     attention through the frontend; ``flex-bias``: FlexAttention as ``--attention-backend flex`` runs it;
     the RoPE paths: q, k, v of ``rope`` from :func:`rope_inputs`; the Shaw and DeBERTa paths:
-    :func:`relative_attention` of ``relative``); returns the output."""
+    :func:`relative_attention` of ``relative``; the distance paths: :func:`distance_attention`); returns the
+    output."""
     scale = q.size(-1) ** -0.5
     if path in ROPE_PATHS:
         out, _ = attend(AttentionPath.SDPA, *rotated_heads(path, *rope, q.size(1)), None, scale, dropout)
     elif path in RELATIVE_PATHS:
         out = relative_attention(path, q, k, v, scale, dropout, relative)
+    elif path in DISTANCE_PATHS:
+        out = distance_attention(path, q, k, v, bias, scale, dropout, relative)
     elif path == "sdpa":
         out, _ = attend(AttentionPath.SDPA, q, k, v, None, scale, dropout)
     elif path == "chunked-no-bias":
@@ -271,14 +302,17 @@ def kept_bytes(path, batch, heads, seq_len, dropout=0.0):
     lse = 4 * batch * heads * seq_len
     if path.startswith("sdpa-") and path in RELATIVE_PATHS:  # the gathered (B, H, T, T) mask SDPA keeps
         return 4 * logits + lse
+    if path == "sdpa-distance":  # the expanded (1, H, T, T) bias SDPA keeps
+        return 4 * heads * seq_len * seq_len + lse
     # FlexAttention: q's products with the 2K + 1 rows; the Triton kernel: the probabilities' sums by clipped
     # distance for the value term (the keys' term it forms from the table rows, inputs)
     if path in ("flex-shaw", "triton-shaw-values"):
         return 4 * batch * heads * seq_len * (2 * SHAW_MAX_DISTANCE + 1) + lse
     if path == "flex-deberta":  # q's and k's products with the rows the length reaches
         return 8 * batch * heads * seq_len * min(2 * seq_len - 1, 2 * DEBERTA_SPAN) + lse
-    # sdpa, biased-flash, the CUDA kernels (triton-shaw, triton-deberta: the table rows, inputs): the rows'
-    # log-sum-exp, from which the backward recomputes P
+    # sdpa, biased-flash, the CUDA kernels (triton-shaw, triton-deberta: the table rows, inputs; the distance
+    # paths on the kernels: its Toeplitz rows, inputs): the rows' log-sum-exp, from which the backward
+    # recomputes P
     return lse
 
 

@@ -260,13 +260,22 @@ TUPE_R_WITH_RESET = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, re
                                    cls_reset="paper")
 
 
-@pytest.mark.parametrize("backend, path, dropout, relative_by_offset", [
+@pytest.mark.parametrize("backend, path, dropout, by_offset", [
     ("triton", AttentionPath.TRITON, 0.1, True), ("flex", AttentionPath.FLEX, 0.0, True),
     ("cudnn-graph", AttentionPath.CUDNN_GRAPH, 0.1, False)])
 def test_a_kernel_backend_gets_its_path_with_the_untied_term_folded_and_padding_as_lengths(
-        backend, path, dropout, relative_by_offset):
+        backend, path, dropout, by_offset):
+    """The Triton kernel and FlexAttention read the relative terms and the distance bias by offset; cuDNN's
+    graph takes the distance bias expanded into its one dense bias (and no relative terms)."""
     plan = paths.plan_attention("cuda", dropout, False, TUPE_R_WITH_RESET, 64, backend)
     assert plan.path is path and plan.padding_as_lengths and plan.fold_untied and plan.backends is None
-    assert plan.relative_by_offset == relative_by_offset
+    assert plan.relative_by_offset == by_offset and plan.offset_bias_as_rows == by_offset
     maps = paths.plan_attention("cuda", dropout, True, TUPE_R_WITH_RESET, 64, backend)
     assert maps.path is AttentionPath.EXPLICIT and not maps.padding_as_lengths
+
+
+@pytest.mark.parametrize("path", [AttentionPath.SDPA, AttentionPath.CUDNN_GRAPH])
+def test_attend_refuses_distance_rows_on_a_path_that_takes_one_dense_bias(path):
+    q = k = v = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match=r"take it expanded into the mask \(PositionalTerm.expanded\)"):
+        attend.attend(path, q, k, v, None, 0.3, 0.0, offset_rows=torch.zeros(2, 7))

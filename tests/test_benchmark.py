@@ -519,6 +519,40 @@ def test_flex_attention_candidate_with_a_learned_bias_matches_the_paper_equation
         torch.testing.assert_close(mine, reference.grad, atol=1e-4, rtol=1e-4, msg=f"d{name}")
 
 
+def assert_distance_candidate_gives_the_equation(path, device):
+    """``path``'s output and gradients (q, k, v, the dense bias where it takes one, the Toeplitz rows, the
+    [CLS] values) against softmax(scale q k^T + bias + D) v step by step, D[h, i, j] = rows[h, j - i + T - 1]
+    but cls[h, 0] on row 0 and cls[h, 1] on column 0 of the other rows, float32."""
+    q, k, v, bias, grad_out = benchmark_attention.inputs(2, 2, 20, 16, device=device)
+    rows, cls = benchmark_attention.relative_inputs(2, 20, 16, device, torch.float32)["distance"]
+    out = benchmark_attention.forward_backward(path, q, k, v, bias, grad_out,
+                                               relative={"distance": (rows, cls)})
+    with_bias = path == "triton-bias-distance"
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias, rows, cls)]
+    distance = torch.stack([torch.stack([torch.stack([
+        leaves[5][h, 0] if i == 0 else leaves[5][h, 1] if j == 0 else leaves[4][h, j - i + 19]
+        for j in range(20)]) for i in range(20)]) for h in range(2)])
+    logits = leaves[0] @ leaves[1].transpose(-1, -2) / 4 + distance + (leaves[3] if with_bias else 0)
+    expected = torch.softmax(logits, -1) @ leaves[2]
+    expected.backward(grad_out)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    names = ("q", "k", "v", "bias", "rows", "cls")
+    for name, mine, reference in zip(names, (q, k, v, bias, rows, cls), leaves):
+        if name != "bias" or with_bias:
+            torch.testing.assert_close(mine.grad, reference.grad, atol=1e-4, rtol=1e-4, msg=f"d{name}")
+
+
+@pytest.mark.parametrize("path", ["sdpa-distance", "triton-distance", "triton-bias-distance"])
+def test_the_distance_candidates_give_the_equation_of_the_expanded_bias_and_its_gradients(path):
+    """SDPA on the expanded bias, the Triton kernel on the rows (Triton's interpreter here)."""
+    assert_distance_candidate_gives_the_equation(path, "cpu")
+
+
+@pytest.mark.gpu
+def test_the_flex_distance_candidate_gives_the_equation_of_the_expanded_bias_and_its_gradients():
+    assert_distance_candidate_gives_the_equation("flex-distance", "cuda")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("term", ["shaw", "deberta"])
 def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_flexattention(term):

@@ -1,17 +1,20 @@
 """FlexAttention as a model path (``--attention-backend flex``) against the equation step by step: the bias
-shared by the batch, key padding as row lengths, the relative products of Shaw keys and DeBERTa read by
-offset; the plan that picks it, its refusals (attention dropout, Shaw value vectors, gradients on CPU, where
-FlexAttention has no backward) and models on it against ``--attention-backend auto``. On CPU FlexAttention
-runs eagerly and without gradients: the gradients are checked on CUDA (``make test-gpu``)."""
+shared by the batch, a distance bias's Toeplitz rows and [CLS] values, key padding as row lengths, the
+relative products of Shaw keys and DeBERTa read by offset; the plan that picks it, its refusals (attention
+dropout, Shaw value vectors, gradients on CPU, where FlexAttention has no backward) and models on it against
+``--attention-backend auto``. On CPU FlexAttention runs eagerly and without gradients: the gradients are
+checked on CUDA (``make test-gpu``)."""
 
 import pytest
 import torch
 from conftest import build_model, random_tokens
 
+from tupe_plugin.attention import paths
 from tupe_plugin.attention.attend import attend, explicit_attention
 from tupe_plugin.attention.flex_bias_attention import flex_biased_attention
 from tupe_plugin.attention.paths import AttentionPath
 from tupe_plugin.attention.relative_terms import RelativeProducts, RelativeRows, offsets_of
+from tupe_plugin.encodings import positional_term
 from tupe_plugin.encodings.position_config import PositionFlagError
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -54,6 +57,64 @@ def case(terms, seq_len, lengths=None, batch=2, heads=2, head_dim=8, requires_gr
         padded = torch.arange(seq_len, device=DEVICE)[None, :] >= key_lengths[:, None]
         mask = mask.masked_fill(padded[:, None, None, :], torch.finfo(mask.dtype).min)
     return q, k, v, bias, key_lengths, relative, mask
+
+
+def distance_terms(heads, seq_len, with_rows=True, with_cls=True, requires_grad=False, seed=3):
+    """Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) of a distance bias (or None), and the (H, T, T)
+    bias they stand for: ``rows[h, j - i + T - 1]`` (zero without rows), then query row 0 := cls[h, 0] and
+    key column 0 of the other rows := cls[h, 1] (TUPE Eq. 9-11)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randn(heads, 2 * seq_len - 1, generator=generator).to(DEVICE).requires_grad_(requires_grad) \
+        if with_rows else None
+    cls = torch.randn(heads, 2, generator=generator).to(DEVICE).requires_grad_(requires_grad) if with_cls \
+        else None
+    positions = torch.arange(seq_len, device=DEVICE)
+    dense = torch.zeros(heads, seq_len, seq_len, device=DEVICE) if rows is None \
+        else rows[:, positions[None, :] - positions[:, None] + seq_len - 1]
+    if cls is not None:
+        dense = torch.where(positions[:, None] == 0, cls[:, 0, None, None],
+                            torch.where(positions[None, :] == 0, cls[:, 1, None, None], dense))
+    return rows, cls, dense
+
+
+@pytest.mark.parametrize("terms, seq_len, lengths, with_rows, with_cls", [
+    ((), 8, None, True, False), ((), 7, [7, 3], True, True), (("bias",), 7, None, False, True),
+    (("bias", "deberta"), 8, [8, 3], True, True)],
+    ids=["rows", "rows_cls_padded", "bias_cls", "bias_deberta_rows_cls_padded"])
+def test_the_flex_path_adds_the_distance_rows_and_the_cls_values_of_the_expanded_bias(terms, seq_len, lengths,
+                                                                                      with_rows, with_cls):
+    """The Toeplitz rows read by j - i, the [CLS] values in their place, added to the dense bias and the
+    products, against the twin with the (H, T, T) bias they stand for."""
+    q, k, v, bias, key_lengths, relative, mask = case(terms, seq_len, lengths)
+    rows, cls, dense = distance_terms(2, seq_len, with_rows, with_cls)
+    with torch.no_grad():
+        out = flex_biased_attention(q, k, v, bias, key_lengths, 0.3, relative, bias_rows=rows, cls=cls)
+        expected, _ = explicit_attention(q, k, v, mask + dense, 0.3, 0.0)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_flex_path_refuses_distance_rows_of_the_wrong_length_naming_the_shape_they_need():
+    q, k, v, *_ = case((), 6)
+    with pytest.raises(ValueError, match=r"distance bias rows must be \(H, 2T - 1\) = \(2, 11\) for T = 6"):
+        flex_biased_attention(q, k, v, bias_rows=torch.zeros(2, 12, device=DEVICE))
+
+
+def test_on_cpu_the_flex_path_refuses_gradients_of_the_distance_rows():
+    q, k, v, *_ = case((), 6)
+    rows, cls, _ = distance_terms(2, 6, requires_grad=True)
+    with pytest.raises(RuntimeError, match="--attention-backend flex trains on CUDA only"):
+        flex_biased_attention(q.cpu(), k.cpu(), v.cpu(), bias_rows=rows.cpu(), cls=cls.cpu())
+
+
+def test_on_cpu_without_gradients_the_flex_path_reads_distance_rows_that_are_parameters():
+    """Under torch.no_grad() a parameter handed as it is (the [CLS] reset's thetas) still requires a gradient:
+    evaluation runs, it is not refused as training."""
+    q, k, v, *_ = case((), 6)
+    rows, cls, dense = distance_terms(2, 6, requires_grad=True)
+    with torch.no_grad():
+        out = flex_biased_attention(q, k, v, None, None, 0.3, bias_rows=rows, cls=cls)
+        expected, _ = explicit_attention(q, k, v, dense, 0.3, 0.0)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("terms, seq_len, lengths", [
@@ -124,9 +185,9 @@ def test_a_model_on_the_flex_backend_gives_the_features_of_the_auto_backend(pres
     tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
     calls = []
 
-    def recording(q, k, v, bias, key_lengths, *rest):
+    def recording(q, k, v, bias, key_lengths, *rest, **named):
         calls.append(key_lengths.tolist())
-        return flex_biased_attention(q, k, v, bias, key_lengths, *rest)
+        return flex_biased_attention(q, k, v, bias, key_lengths, *rest, **named)
 
     monkeypatch.setattr("tupe_plugin.attention.attend.flex_biased_attention", recording)
     with torch.no_grad():
@@ -135,6 +196,67 @@ def test_a_model_on_the_flex_backend_gives_the_features_of_the_auto_backend(pres
         model.encoder.sentence_encoder.attention_backend = "auto"
         auto, _ = model(tokens, features_only=True)
     torch.testing.assert_close(flex, auto, atol=1e-5, rtol=1e-5)
+
+
+# Distance biases in their O(T) form: T5's buckets with the [CLS] reset, ALiBi's fixed rows, TUPE-R's untied
+# product (the dense bias) beside T5's rows
+DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {})]
+DISTANCE_IDS = [preset for preset, _ in DISTANCE_MODELS]
+
+
+def flex_features(model, tokens, monkeypatch):
+    """The features of ``model`` on FlexAttention without gradients, what attend handed it layer by layer
+    (the dense bias, the distance rows, the [CLS] values) and the distance biases expanded meanwhile."""
+    calls, expanded, toeplitz = [], [], positional_term.toeplitz
+
+    def recording(q, k, v, bias, key_lengths, scale, relative, bias_rows=None, cls=None):
+        calls.append((bias, bias_rows, cls))
+        return flex_biased_attention(q, k, v, bias, key_lengths, scale, relative, bias_rows, cls)
+
+    with monkeypatch.context() as patches:
+        patches.setattr("tupe_plugin.attention.attend.flex_biased_attention", recording)
+        patches.setattr(positional_term, "toeplitz", lambda *a: expanded.append(a) or toeplitz(*a))
+        with torch.no_grad():
+            features = model(tokens, features_only=True)[0]
+    return features, calls, expanded
+
+
+@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=DISTANCE_IDS)
+def test_a_model_with_a_distance_bias_on_the_flex_backend_gives_the_explicit_paths_features(
+        preset, overrides, dictionary, monkeypatch):
+    """The rows and [CLS] values read by j - i in the score_mod, every layer, against the explicit path with
+    the distance bias expanded into the mask."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="flex", **overrides).to(DEVICE).eval()
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    flex, calls, _ = flex_features(model, tokens, monkeypatch)
+    assert len(calls) == model.args.encoder_layers
+    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    with torch.no_grad():
+        explicit, _ = model(tokens, features_only=True)
+    torch.testing.assert_close(flex, explicit, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=DISTANCE_IDS)
+def test_a_distance_bias_reaches_flexattention_as_its_rows_and_no_dense_tensor_is_built_for_it(
+        preset, overrides, dictionary, monkeypatch):
+    """FlexAttention gets the term's Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) as they are, and as
+    its dense bias TUPE's untied product alone or none; the distance bias is never expanded."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="flex", **overrides).to(DEVICE).eval()
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    _, calls, expanded = flex_features(model, tokens, monkeypatch)
+    assert expanded == [] and len(calls) == model.args.encoder_layers
+    with torch.no_grad():
+        term = model.encoder.sentence_encoder.positional_term.content_free(tokens.size(1))
+        untied = term.folded().bias
+    for bias, rows, cls in calls:
+        if untied is None:
+            assert bias is None
+        else:
+            torch.testing.assert_close(bias, untied[None])
+        torch.testing.assert_close(rows, term.offset_rows)
+        assert (cls is None) == (term.offset_cls is None)
+        if cls is not None:
+            torch.testing.assert_close(cls, term.offset_cls)
 
 
 def gradients(out, tensors, grad_out):
@@ -155,6 +277,41 @@ def test_on_cuda_the_compiled_flex_path_gives_the_equation_and_its_gradients(ter
     grad_out = torch.randn_like(out)
     for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("terms, lengths", [((), None), (("bias",), [64, 37])],
+                         ids=["rows_cls", "bias_padded"])
+def test_on_cuda_the_compiled_flex_path_gives_the_distance_rows_and_their_gradients(terms, lengths):
+    """Forward and the gradients of q, k, v, the dense bias, the Toeplitz rows and the [CLS] values (each
+    summed over the batch), float32."""
+    q, k, v, bias, key_lengths, relative, mask = case(terms, 64, lengths, head_dim=16, requires_grad=True)
+    rows, cls, dense = distance_terms(2, 64, requires_grad=True)
+    out = flex_biased_attention(q, k, v, bias, key_lengths, 0.25, relative, bias_rows=rows, cls=cls)
+    expected, _ = explicit_attention(q, k, v, mask + dense, 0.25, 0.0)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    tensors = (q, k, v, bias, rows, cls)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_the_flex_path_with_distance_rows_stays_within_the_cuda_tolerances(dtype):
+    """A base-size head with the bias, the Toeplitz rows and [CLS] values (float32, as the shared term
+    hands them) and padding, against the float32 twin: forward and every gradient."""
+    q, k, v, bias, key_lengths, _, mask = case(("bias",), 192, [192, 77], heads=4, head_dim=64,
+                                               requires_grad=True)
+    rows, cls, dense = distance_terms(4, 192, requires_grad=True)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out = flex_biased_attention(*half, bias, key_lengths, 0.125, bias_rows=rows, cls=cls)
+    expected, _ = explicit_attention(q, k, v, mask + dense, 0.125, 0.0)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    got = torch.autograd.grad(out, [*half, bias, rows, cls], grad_out.to(dtype))
+    for mine, reference in zip(got, gradients(expected, (q, k, v, bias, rows, cls), grad_out)):
+        assert (mine.float() - reference).abs().max().item() <= 0.06 * max(1.0, reference.abs().max().item())
 
 
 @pytest.mark.gpu

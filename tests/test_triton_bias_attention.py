@@ -1,8 +1,8 @@
 """The Triton kernel for a learned bias shared by the batch, against the equation step by step: forward and
-gradients (q, k, v, the batch-summed bias, the relative products of Shaw keys and DeBERTa read by offset,
-Shaw's value table), key padding as row lengths, attention dropout; models on it against the paper
-equations and the explicit path. Without a GPU the kernels run through Triton's interpreter
-(TRITON_INTERPRET=1, which tests/conftest.py sets)."""
+gradients (q, k, v, the batch-summed bias, a distance bias's Toeplitz rows and [CLS] values, the relative
+products of Shaw keys and DeBERTa read by offset, Shaw's value table), key padding as row lengths,
+attention dropout; models on it against the paper equations and the explicit path. Without a GPU the
+kernels run through Triton's interpreter (TRITON_INTERPRET=1, which tests/conftest.py sets)."""
 
 from types import SimpleNamespace
 
@@ -17,6 +17,7 @@ from tupe_plugin.attention.attend import add_mask_
 from tupe_plugin.attention.paths import AttentionPath
 from tupe_plugin.attention.relative_terms import RelativeRows, offsets_of
 from tupe_plugin.attention.triton_bias_attention import band_half_width, biased_attention, keep_mask
+from tupe_plugin.encodings import positional_term
 from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable
 from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.encodings.shaw_position import clipped_index
@@ -175,6 +176,98 @@ def test_relative_rows_give_the_equation_and_its_gradients(case, seq_len, padded
     grad_out = torch.randn_like(out)
     for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def distance_case(heads, seq_len, with_rows=True, with_cls=True, seed=2):
+    """Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) of a distance bias (or None), leaves."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randn(heads, 2 * seq_len - 1, generator=generator).to(DEVICE).requires_grad_() \
+        if with_rows else None
+    cls = torch.randn(heads, 2, generator=generator).to(DEVICE).requires_grad_() if with_cls else None
+    return rows, cls
+
+
+def expanded_distance_bias(rows, cls, heads, seq_len):
+    """The (H, T, T) bias the rows and the reset stand for: ``rows[h, j - i + T - 1]`` (zero without rows),
+    then query row 0 := cls[h, 0] and key column 0 of the other rows := cls[h, 1] (TUPE Eq. 9-11)."""
+    positions = torch.arange(seq_len, device=DEVICE)
+    dense = torch.zeros(heads, seq_len, seq_len, device=DEVICE) if rows is None \
+        else rows[:, positions[None, :] - positions[:, None] + seq_len - 1]
+    if cls is None:
+        return dense
+    first_row, first_column = (positions[:, None] == 0), (positions[None, :] == 0)
+    return torch.where(first_row, cls[:, 0, None, None],
+                       torch.where(first_column, cls[:, 1, None, None], dense))
+
+
+@pytest.mark.parametrize("seq_len, with_rows, with_cls, with_bias, padded, dropout", [
+    (20, True, False, False, False, 0.0),
+    (20, True, True, True, True, 0.0),  # added to the dense bias, the reset in place of the rows' values
+    (24, True, True, False, True, 0.3),
+    (20, False, True, True, False, 0.0),  # the reset without rows: in place of zeros
+    (1, True, True, False, False, 0.0),
+    # several blocks of queries and keys, T not a multiple of the block
+    (150, True, True, True, True, 0.0), (70, True, True, True, True, 0.2)])
+def test_distance_rows_give_the_expanded_bias_and_its_gradients(seq_len, with_rows, with_cls, with_bias,
+                                                                padded, dropout):
+    """The Toeplitz rows and the [CLS] values read inside the kernel, against the twin with the (H, T, T)
+    bias they stand for: the output and the gradients of q, k, v, the dense bias, the rows and the [CLS]
+    values (each summed over the batch)."""
+    q, k, v, bias = inputs(3, 2, seq_len, 16, with_bias)
+    rows, cls = distance_case(2, seq_len, with_rows, with_cls)
+    lengths = torch.tensor([seq_len, max(1, seq_len - 7), max(1, seq_len // 3)], device=DEVICE) if padded \
+        else None
+    out = biased_attention(q, k, v, bias, lengths, 0.3, dropout, seed=9, bias_rows=rows, cls=cls)
+    keep = keep_mask(q.shape, dropout, 9, DEVICE) if dropout else None
+    expected_bias = expanded_distance_bias(rows, cls, 2, seq_len) + (0 if bias is None else bias)
+    expected = twin(q, k, v, expected_bias, lengths, 0.3, keep, dropout)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    tensors = (q, k, v, bias, rows, cls)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_fixed_distance_rows_give_the_equation_and_the_gradients_of_q_k_v():
+    """Rows without a gradient (ALiBi's fixed slopes): the backward on the kernel's 64-row tiles."""
+    q, k, v, _ = inputs(2, 2, 70, 16, with_bias=False)
+    rows, _ = distance_case(2, 70, with_cls=False)
+    rows = rows.detach()
+    lengths = torch.tensor([70, 33], device=DEVICE)
+    out = biased_attention(q, k, v, None, lengths, 0.3, bias_rows=rows)
+    expected = twin(q, k, v, expanded_distance_bias(rows, None, 2, 70), lengths, 0.3)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, (q, k, v), grad_out), gradients(expected, (q, k, v), grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_distance_rows_with_relative_rows_give_the_equation_and_its_gradients():
+    """The distance bias beside Shaw keys' table rows (the kernel's 32-row tiles), over several blocks."""
+    q, k, v, bias = inputs(2, 2, 70, 16)
+    tables, relative, sides = shaw_case(70, 3, torch.Generator().manual_seed(1))
+    rows, cls = distance_case(2, 70)
+    lengths = torch.tensor([70, 41], device=DEVICE)
+    out = biased_attention(q, k, v, bias, lengths, 0.3, relative=relative, bias_rows=rows, cls=cls)
+    expected = twin(q, k, v, bias + expanded_distance_bias(rows, cls, 2, 70) + relative_logits(q, k, *sides),
+                    lengths, 0.3)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    tensors = (q, k, v, bias, rows, cls, *tables)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(gradients(out, tensors, grad_out), gradients(expected, tensors, grad_out)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("rows_shape, cls_shape, message", [
+    ((2, 20), None, r"distance bias rows must be \(H, 2T - 1\) = \(2, 19\) for T = 10 .* got \(2, 20\)"),
+    ((2, 19), (2, 3), r"\[CLS\] reset values must be \(H, 2\) = \(2, 2\) .* got \(2, 3\)")])
+def test_distance_rows_of_the_wrong_shape_are_refused_naming_the_shape_they_need(rows_shape, cls_shape,
+                                                                                  message):
+    q, k, v, _ = inputs(1, 2, 10, 16, with_bias=False)
+    rows = torch.zeros(rows_shape, device=DEVICE)
+    cls = None if cls_shape is None else torch.zeros(cls_shape, device=DEVICE)
+    with pytest.raises(ValueError, match=message):
+        biased_attention(q, k, v, bias_rows=rows, cls=cls)
 
 
 @pytest.mark.parametrize("seq_len, max_distance, shaw_keys, dropout", [
@@ -339,14 +432,21 @@ def test_shaw_keys_and_deberta_on_the_triton_backend_give_the_paper_equations(pr
     assert_gradients_close(fused_grads, plain_grads)
 
 
+# Distance biases in their O(T) form: T5's buckets with the [CLS] reset, ALiBi's fixed rows (no gradient),
+# TUPE-R's untied product (the dense bias) beside T5's rows, KERPLE's r1 / r2 and FIRE's MLP behind the rows
+DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {}),
+                   ("bert_kerple", {}), ("bert_fire", {})]
+
+
 @pytest.mark.parametrize("preset, overrides", [
-    ("tupe_r", {}), ("tupe_a", {}), ("bert_a", {}), ("bert_rpe", SHAW_KEYS), ("deberta", {})])
+    ("tupe_a", {}), ("bert_a", {}), ("bert_rpe", SHAW_KEYS), ("deberta", {}), *DISTANCE_MODELS])
 @pytest.mark.parametrize("attention_dropout", [0.0, 0.2])
 def test_a_model_on_the_triton_backend_gives_the_explicit_paths_function_and_gradients(
         preset, overrides, attention_dropout, dictionary, monkeypatch):
-    """Every layer on the kernel (the shared bias apart from the padding, Shaw keys and DeBERTa's terms read
-    by offset); the twin on the explicit path (those terms gathered into the mask) with the kernel's
-    keep-masks, drawn layer by layer from the same seeds."""
+    """Every layer on the kernel (the shared bias apart from the padding, a distance bias as its Toeplitz
+    rows and [CLS] values, Shaw keys and DeBERTa's terms read by offset); the twin on the explicit path (the
+    distance bias expanded, those terms gathered into the mask) with the kernel's keep-masks, drawn layer by
+    layer from the same seeds."""
     model = build_model(f"{preset}_tiny", dictionary, attention_backend="triton",
                         attention_dropout=attention_dropout, **overrides).to(DEVICE)
     tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
@@ -379,6 +479,35 @@ def test_a_model_on_the_triton_backend_gives_the_explicit_paths_function_and_gra
     assert_gradients_close(fused_grads, explicit_grads)
 
 
+@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=[preset for preset, _ in DISTANCE_MODELS])
+def test_a_distance_bias_reaches_the_triton_kernel_as_its_rows_and_no_dense_tensor_is_built_for_it(
+        preset, overrides, dictionary, monkeypatch):
+    """The kernel gets the term's Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) as they are, and as its
+    dense bias TUPE's untied product alone (the only (H, T, T) tensor of the forward) or none; the distance
+    bias is never expanded."""
+    model = build_model(f"{preset}_tiny", dictionary, attention_backend="triton", **overrides).to(DEVICE)
+    tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
+    calls = []
+    original = triton_bias_attention.TritonBiasedAttention.apply
+    monkeypatch.setattr(triton_bias_attention.TritonBiasedAttention, "apply",
+                        lambda *a: calls.append((a[3], a[14], a[15])) or original(*a))
+    expanded, toeplitz = [], positional_term.toeplitz
+    monkeypatch.setattr(positional_term, "toeplitz", lambda *a: expanded.append(a) or toeplitz(*a))
+    model(tokens, features_only=True)[0].sum().backward()
+    assert expanded == [] and len(calls) == model.args.encoder_layers
+    term = model.encoder.sentence_encoder.positional_term.content_free(tokens.size(1))
+    untied = term.folded().bias
+    for bias, rows, cls in calls:
+        if untied is None:
+            assert bias is None
+        else:
+            torch.testing.assert_close(bias, untied[None])
+        torch.testing.assert_close(rows, term.offset_rows)
+        assert (cls is None) == (term.offset_cls is None)
+        if cls is not None:
+            torch.testing.assert_close(cls, term.offset_cls)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_in_half_precision_the_kernel_stays_within_the_cuda_tolerances_of_the_float32_equation(dtype):
@@ -391,6 +520,25 @@ def test_in_half_precision_the_kernel_stays_within_the_cuda_tolerances_of_the_fl
     grad_out = torch.randn_like(expected)
     for got, want in zip(torch.autograd.grad(out, [*half, bias], grad_out.to(dtype)),
                          gradients(expected, (q, k, v, bias), grad_out)):
+        assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_distance_rows_stay_within_the_cuda_tolerances_of_the_float32_equation(dtype):
+    """The Toeplitz rows and the [CLS] values (float32, as the shared term hands them) beside a dense bias
+    at a base-size head, with padding, against the float32 twin with the (H, T, T) bias they stand for:
+    forward and the gradients of q, k, v, the dense bias, the rows and the [CLS] values."""
+    q, k, v, bias = inputs(4, 4, 192, 64)
+    rows, cls = distance_case(4, 192)
+    lengths = torch.tensor([192, 130, 64, 1], device=DEVICE)
+    half = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out = biased_attention(*half, bias, lengths, 0.125, bias_rows=rows, cls=cls)
+    expected = twin(q, k, v, bias + expanded_distance_bias(rows, cls, 4, 192), lengths, 0.125)
+    assert (out.float() - expected).abs().max().item() <= 0.05
+    grad_out = torch.randn_like(expected)
+    for got, want in zip(torch.autograd.grad(out, [*half, bias, rows, cls], grad_out.to(dtype)),
+                         gradients(expected, (q, k, v, bias, rows, cls), grad_out)):
         assert (got.float() - want).abs().max().item() <= 0.06 * max(1.0, want.abs().max().item())
 
 

@@ -48,8 +48,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     the Triton kernel multiplies them by q and k per tile, FLEX reads their (B, H, T, R) products
     (:meth:`~.relative_terms.RelativeRows.products`). FLEX runs no attention dropout. ``offset_rows``
     (H, 2T - 1) and ``offset_cls`` (H, 2) or None: a bias of the offset j - i and its [CLS] reset
-    (:mod:`.offset_rows`), added to the mask by the CPU kernels (CHUNKED and BIASED_FLASH; the plan expands it
-    into the mask for the other paths).
+    (:mod:`.offset_rows`), added to the mask (the dense part alone, or None) by the kernels that read them,
+    CHUNKED, BIASED_FLASH, TRITON and FLEX (the plan expands it into the mask for the other paths).
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
@@ -59,23 +59,26 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
         raise ValueError("relative table rows are read by the Triton kernel and FlexAttention only: the "
                          "other paths take their terms gathered into the mask")
     if offset_rows is not None and path not in OFFSET_ROWS_PATHS:
-        raise ValueError("the rows of a bias of the offset are read by the CPU kernels only: the other paths "
-                         "take it expanded into the mask (PositionalTerm.expanded)")
+        raise ValueError("the rows of a bias of the offset are read by the CPU kernels, the Triton kernel "
+                         "and FlexAttention only: the other paths take it expanded into the mask "
+                         "(PositionalTerm.expanded)")
+    if path is AttentionPath.TRITON:
+        return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative,
+                                value_table=value_table, value_offsets=value_offsets, bias_rows=offset_rows,
+                                cls=offset_cls), None
+    if path is AttentionPath.FLEX:
+        if dropout > 0:
+            raise ValueError(f"--attention-backend flex runs no attention dropout (FlexAttention has none), "
+                             f"got {dropout}: pass --attention-dropout 0")
+        products = None if relative is None else relative.products(q, k, scale)
+        return flex_biased_attention(q, k, v, mask, key_lengths, scale, products, bias_rows=offset_rows,
+                                     cls=offset_cls), None
     offset = () if offset_rows is None else \
         (offset_rows, *((None, None) if offset_cls is None else edges(offset_rows, offset_cls)))
     if path is AttentionPath.BIASED_FLASH:
         return BiasedFlashAttention.apply(q, k, v, mask, scale, *offset), None
     if path is AttentionPath.CHUNKED:
         return ChunkedAttention.apply(q, k, v, mask, scale, dropout, *offset), None
-    if path is AttentionPath.TRITON:
-        return biased_attention(q, k, v, mask, key_lengths, scale, dropout, relative=relative,
-                                value_table=value_table, value_offsets=value_offsets), None
-    if path is AttentionPath.FLEX:
-        if dropout > 0:
-            raise ValueError(f"--attention-backend flex runs no attention dropout (FlexAttention has none), "
-                             f"got {dropout}: pass --attention-dropout 0")
-        products = None if relative is None else relative.products(q, k, scale)
-        return flex_biased_attention(q, k, v, mask, key_lengths, scale, products), None
     if path is AttentionPath.CUDNN_GRAPH:
         return cudnn_biased_attention(q, k, v, mask, key_lengths, scale, dropout), None
     with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():

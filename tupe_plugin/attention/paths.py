@@ -19,22 +19,25 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   j - i read from its rows past T = 512, :func:`offset_bias_as_rows`, by blocks of query rows);
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
   with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
-  apart from the bias: no (B, H, T, T) mask) and attention dropout; the terms that depend on the content,
+  apart from the bias: no (B, H, T, T) mask) and attention dropout; a bias of the offset j - i as its
+  Toeplitz rows and [CLS] reset (:attr:`AttentionPlan.offset_bias_as_rows`, beside TUPE's folded untied
+  product or alone: no (H, T, T) tensor for it); the terms that depend on the content,
   Shaw keys and DeBERTa's c2p and p2c, reach it as the R table rows, which the kernel multiplies by q (and
   k) per tile, each pair reading the row of its offset (``relative_by_offset``), where the other paths
   gather them into a (B, H, T, T) mask; Shaw value vectors as the kernel's (B, H, T, 2K + 1) sums of the
   probabilities by clipped distance, times the table;
 * ``FLEX`` (``--attention-backend flex``): :mod:`.flex_bias_attention`, PyTorch's FlexAttention (compiled
   on CUDA; eager, without gradients, elsewhere) with the terms TRITON takes, added by its ``score_mod``:
-  the bias shared by the batch, the relative terms as the (B, H, T, R) products of q (and k) with the
-  table rows, read by offset, key padding as row lengths; no
+  the bias shared by the batch, a bias of the offset as its rows read by j - i, the relative terms as the
+  (B, H, T, R) products of q (and k) with the table rows, read by offset, key padding as row lengths; no
   attention dropout (refused at model build, :func:`backend_problem`), nor Shaw value vectors, which
   need the probabilities;
 * ``CUDNN_GRAPH`` (``--attention-backend cudnn-graph``): :mod:`.cudnn_graph_attention`, cuDNN's fused
   flash attention built as a graph by the cuDNN frontend (``nvidia-cudnn-frontend``; torch's own cuDNN
   SDPA kernel, given the (B, H, T, T) mask, is ``--attention-backend cudnn``), fp16 / bf16 only: the same
   learned bias shared by the batch with its batch-summed gradient, key padding as row lengths and attention
-  dropout as TRITON; no relative products (Shaw, DeBERTa: :func:`backend_problem`);
+  dropout as TRITON, a bias of the offset expanded into that dense bias (cuDNN takes no rows); no relative
+  products (Shaw, DeBERTa: :func:`backend_problem`);
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
   (``need_weights``; Shaw value vectors off the Triton kernel), and on CPU for a learned dense bias without
   dropout when ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
@@ -112,8 +115,10 @@ ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS, *KERNEL_BACKENDS)
 # The kernels that read Shaw keys' and DeBERTa's terms by offset (the table rows; FlexAttention their
 # products)
 RELATIVE_OFFSET_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
-# The kernels that read a bias of the offset as its Toeplitz rows
-OFFSET_ROWS_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH)
+# The kernels that read a bias of the offset as its Toeplitz rows; SDPA, cuDNN's graph and the explicit path
+# take one dense bias, into which the plan expands it
+OFFSET_ROWS_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH, AttentionPath.TRITON,
+                     AttentionPath.FLEX)
 
 
 def kernel_runs_on(requested, device):
@@ -200,7 +205,7 @@ def fold_untied_term(path, config):
     every layer anyway (the untied product joins it for free). On SDPA without a T5 bias (a GPU, or no
     gradients) it stays factored: on a GPU the widened heads keep cuDNN's kernel, where a learned bias
     takes the memory-efficient one. The Triton kernel, FlexAttention and cuDNN's graph take one dense
-    bias: folded."""
+    bias: folded (a bias of the offset stays beside it as its rows on the first two)."""
     dense_bias_paths = (AttentionPath.EXPLICIT, AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH,
                         *KERNEL_BACKENDS.values())
     return path in dense_bias_paths or config.t5_bias
@@ -255,7 +260,10 @@ def plan_attention(device, dropout, need_weights, config, seq_len, requested_bac
 
 def offset_bias_as_rows(path, seq_len):
     """Whether a bias of the offset j - i reaches the kernel as its Toeplitz rows (H, 2T - 1) and [CLS] reset
-    (:mod:`.offset_rows`), rather than expanded into the dense (H, T, T) bias once per forward: on the CPU
-    kernels, which read it block by block and reduce its gradient by offset, where a head's (T, T) logits
-    exceed a chunk (:func:`~.cpu_kernels.reads_offset_rows`)."""
+    (:mod:`.offset_rows`), rather than expanded into the dense (H, T, T) bias once per forward: on the Triton
+    kernel (a tile's window of offsets, its gradient summed by offset) and FlexAttention (score_mod reads the
+    rows by j - i) at every length; on the CPU kernels, which read it block by block and reduce its gradient
+    by offset, where a head's (T, T) logits exceed a chunk (:func:`~.cpu_kernels.reads_offset_rows`)."""
+    if path in (AttentionPath.TRITON, AttentionPath.FLEX):
+        return True
     return path in OFFSET_ROWS_PATHS and reads_offset_rows(seq_len)

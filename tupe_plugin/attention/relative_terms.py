@@ -7,7 +7,10 @@ BERT", ICLR 2021, Eq. 4), ``scale q_i . a_{clip(j - i)}``, and DeBERTa's c2p and
 Every pair (query i, key j) reads the table row its offset names: ``offsets[j - i + T - 1]`` of a (2T - 1,)
 vector (:func:`offsets_of`). The Triton kernel takes the table rows themselves (:class:`RelativeRows`) and
 forms the dot products per tile; FlexAttention's score_mod reads the products of q (and k) with every row
-(:class:`RelativeProducts`, built from the rows by :meth:`RelativeRows.products`).
+(:class:`RelativeProducts`, built from the rows by :meth:`RelativeRows.products`). A bias of the offset
+alone, content-free (T5's buckets, ALiBi, KERPLE, Sandwich, FIRE), is its Toeplitz rows, one value per
+offset and head, with TUPE's [CLS] reset (Ke, He, Liu, arXiv 2006.15595, Eq. 9-11) as two values per head
+in their place (:func:`distance_bias_inputs`).
 """
 
 from dataclasses import dataclass
@@ -20,6 +23,19 @@ def offsets_of(index):
     """The (2T - 1,) row by offset of a (T, T) ``index`` that depends on j - i alone: ``index[i, j]`` at
     ``j - i + T - 1``."""
     return torch.cat([index[:, 0].flip(0), index[0, 1:]])
+
+
+def distance_bias_inputs(bias_rows, cls, heads, seq_len):
+    """A distance bias as both kernels read it, checked: ``bias_rows`` (H, 2T - 1), the pair (query i, key
+    j) reading ``bias_rows[h, j - i + T - 1]``, and ``cls`` (H, 2), ``cls[h, 0]`` in their place on query
+    row 0 and ``cls[h, 1]`` on key column 0 of the other rows; each contiguous, or None."""
+    if bias_rows is not None and bias_rows.shape != (heads, 2 * seq_len - 1):
+        raise ValueError(f"distance bias rows must be (H, 2T - 1) = ({heads}, {2 * seq_len - 1}) for T = "
+                         f"{seq_len} (one value per offset j - i), got {tuple(bias_rows.shape)}")
+    if cls is not None and cls.shape != (heads, 2):
+        raise ValueError(f"[CLS] reset values must be (H, 2) = ({heads}, 2) (theta_1, theta_2 of each head), "
+                         f"got {tuple(cls.shape)}")
+    return tuple(None if t is None else t.contiguous() for t in (bias_rows, cls))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,15 @@ is ever built. The forward walks the keys block by block with an online softmax 
 "FlashAttention", arXiv 2205.14135) and keeps the rows' log-sum-exp; the backward recomputes the
 probabilities per (key block, query block) tile, as FlashAttention-2 does (Dao, arXiv 2307.08691): dk and dv
 accumulated by the key block's program, dq and the bias gradient dS added atomically in float32 — the
-bias gradient summed over the batch in place, never materialised per row. Attention dropout draws its
+bias gradient summed over the batch in place, never materialised per row. A bias of the offset alone (T5's
+buckets, ALiBi, KERPLE, Sandwich, FIRE: a Toeplitz matrix) comes as its rows (H, 2T - 1), the pair (i, j)
+reading ``rows[h, j - i + T - 1]``, and TUPE's [CLS] reset (Eq. 9-11) as two values per head (H, 2) in
+their place on query row 0 and key column 0; both are added to the dense bias (or stand alone): a tile
+reads the window of BLOCK_M + BLOCK_N - 1 consecutive values its offsets span, and the backward sums the
+tile's dS along its diagonals (gathered by offset into (BLOCK_M, BLOCK_M + BLOCK_N), summed over the
+rows), adding one value per offset onto a float32 (B, H, 2T - 1) buffer by batch row (the [CLS] values'
+two sums onto (B, H, 2)) that is summed over the batch after the kernel: no (H, T, T) tensor for them,
+forward or backward. Attention dropout draws its
 keep-mask from Philox (``tl.rand``) at the same (row, query, key) offsets in both passes, one stream per
 (batch row, head). The terms that depend on the content, Shaw keys and DeBERTa's c2p and p2c, come as the
 table rows themselves (:class:`~.relative_terms.RelativeRows`, (H or 1, R, d)), the pair (i, j) reading the
@@ -38,19 +46,22 @@ import os
 
 import torch
 
-from .relative_terms import RelativeRows
+from .relative_terms import RelativeRows, distance_bias_inputs
 
 # Triton runs on a GPU, or on CPU with this variable at 1 (its interpreter: the tests).
 INTERPRET = "TRITON_INTERPRET"
 
 
-def _blocks(seq_len, head_dim, relative=False):
-    """(BLOCK_M, BLOCK_N, BLOCK_D): 64-row tiles, 32-row ones with relative table rows (the window of a
-    tile's offsets doubles its products: at 64 rows and d_h = 64 ptxas spills kilobytes of registers for
-    sm_90, at 32 none but about 200 bytes in the backward of both sides, which runs 8 warps; chosen by
-    register use, not timed), smaller for short inputs (at least 16, what ``tl.dot`` takes), the head
-    dimension padded to a power of two."""
-    block = max(16, min(32 if relative else 64, 1 << (seq_len - 1).bit_length()))
+def _blocks(seq_len, head_dim, by_offset=False):
+    """(BLOCK_M, BLOCK_N, BLOCK_D): 64-row tiles, 32-row ones where a tile works on the window of its
+    offsets (``by_offset``): with relative table rows (the window doubles a tile's products: at 64 rows and
+    d_h = 64 ptxas spills kilobytes of registers for sm_90, at 32 none but about 200 bytes in the backward
+    of both sides, which runs 8 warps) and in the backward that sums dS by offset for the distance rows'
+    gradient (a (BLOCK_M, BLOCK_M + BLOCK_N) gather: in bf16 at d_h = 64, 1.3 kB of spills at 64 rows and
+    4 warps, 0.4 kB at 8, none to 32 bytes at 32 rows and 8 warps); chosen by register use, not timed;
+    smaller for short inputs (at least 16, what ``tl.dot`` takes), the head dimension padded to a power of
+    two."""
+    block = max(16, min(32 if by_offset else 64, 1 << (seq_len - 1).bit_length()))
     return block, block, max(16, 1 << (head_dim - 1).bit_length())
 
 
@@ -109,18 +120,20 @@ def _rows_gradient(by_offset, offsets, shape, dtype):
 class TritonBiasedAttention(torch.autograd.Function):
     """See the module docstring; ``bias`` (H, T, T) or None, ``key_lengths`` (B,) or None, the relative
     table rows and offsets of :class:`~.relative_terms.RelativeRows` (or None), Shaw's value table and its
-    offsets (or None)."""
+    offsets (or None), the distance bias's Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) (or None)."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, key_lengths, scale, dropout, seed, query_rows=None, query_offsets=None,
-                key_rows=None, key_offsets=None, value_table=None, value_offsets=None):
+                key_rows=None, key_offsets=None, value_table=None, value_offsets=None, bias_rows=None,
+                cls=None):
         from .triton_bias_kernels import forward_kernel
 
         batch, heads, seq_len, head_dim = q.shape
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        bias_rows = None if bias is None else bias.reshape(heads, seq_len, seq_len)
-        if bias_rows is not None and bias_rows.stride(-1) != 1:
-            bias_rows = bias_rows.contiguous()
+        dense_bias = None if bias is None else bias.reshape(heads, seq_len, seq_len)
+        if dense_bias is not None and dense_bias.stride(-1) != 1:
+            dense_bias = dense_bias.contiguous()
+        bias_rows, cls = distance_bias_inputs(bias_rows, cls, heads, seq_len)
         query_window, query_offsets = _table_rows(query_rows, query_offsets, q)
         key_window, key_offsets = _table_rows(key_rows, key_offsets, q)
         out = torch.empty_like(q)
@@ -130,12 +143,14 @@ class TritonBiasedAttention(torch.autograd.Function):
         relative = query_window is not None or key_window is not None
         block_m, block_n, block_d = _blocks(seq_len, head_dim, relative)
         forward_kernel[(-(-seq_len // block_m), batch * heads)](
-            q, k, v, _or(bias_rows, lse), lengths, out, lse, _or(query_window, lse), query_offsets,
-            _or(key_window, lse), key_offsets, _or(value_sums, lse), value_offsets, band,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *_strides(bias_rows, 2),
+            q, k, v, _or(dense_bias, lse), _or(bias_rows, lse), _or(cls, lse), lengths, out, lse,
+            _or(query_window, lse), query_offsets, _or(key_window, lse), key_offsets, _or(value_sums, lse),
+            value_offsets, band, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            *_strides(dense_bias, 2),
             *_strides(query_window, 2), *_strides(key_window, 2), _width(query_window), _width(key_window),
             _width(value_sums), heads, seq_len, head_dim, scale, dropout, seed,
-            HAS_BIAS=bias_rows is not None, HAS_LENGTHS=key_lengths is not None, HAS_DROPOUT=dropout > 0,
+            HAS_BIAS=dense_bias is not None, HAS_ROWS=bias_rows is not None, HAS_CLS=cls is not None,
+            HAS_LENGTHS=key_lengths is not None, HAS_DROPOUT=dropout > 0,
             HAS_QREL=query_window is not None, HAS_KREL=key_window is not None,
             HAS_VALUES=value_sums is not None, PRECISION=_precision(q.dtype), BLOCK_M=block_m,
             BLOCK_N=block_n, BLOCK_D=block_d)
@@ -144,8 +159,9 @@ class TritonBiasedAttention(torch.autograd.Function):
             # kept for the table's gradient in the queries' dtype: summed in float32, each sum is one number
             # (in bf16, half the memory of float32 sums, B H T (2K + 1) a layer)
             value_sums = value_sums.to(q.dtype)
-        ctx.save_for_backward(q, k, v, bias_rows, lengths, out, lse, query_window, query_offsets, key_window,
-                              key_offsets, value_table, value_offsets, value_sums)
+        ctx.save_for_backward(q, k, v, dense_bias, bias_rows, cls, lengths, out, lse, query_window,
+                              query_offsets, key_window, key_offsets, value_table, value_offsets, value_sums)
+        ctx.distance_dtypes = tuple(None if t is None else t.dtype for t in (bias_rows, cls))
         ctx.rows_shapes = tuple(None if rows is None else (rows.shape, rows.dtype)
                                 for rows in (query_rows, key_rows))
         ctx.scale, ctx.dropout, ctx.seed = scale, dropout, seed
@@ -156,8 +172,8 @@ class TritonBiasedAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         from .triton_bias_kernels import backward_kernel
 
-        (q, k, v, bias_rows, lengths, out, lse, query_window, query_offsets, key_window, key_offsets,
-         value_table, value_offsets, value_sums) = ctx.saved_tensors
+        (q, k, v, dense_bias, bias_rows, cls, lengths, out, lse, query_window, query_offsets, key_window,
+         key_offsets, value_table, value_offsets, value_sums) = ctx.saved_tensors
         batch, heads, seq_len, head_dim = q.shape
         grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
         delta = (grad_out.float() * out.float()).sum(-1)
@@ -167,31 +183,41 @@ class TritonBiasedAttention(torch.autograd.Function):
         grad_q = torch.zeros(batch, heads, seq_len, head_dim, dtype=torch.float32, device=q.device)
         grad_k = torch.empty(batch, heads, seq_len, head_dim, dtype=torch.float32, device=q.device)
         grad_v = torch.empty_like(grad_k)
-        bias_grad = bias_rows is not None and ctx.needs_input_grad[3]
+        bias_grad = dense_bias is not None and ctx.needs_input_grad[3]
         grad_bias = torch.zeros(heads, seq_len, seq_len, dtype=torch.float32, device=q.device) if bias_grad \
             else lse
+        # the distance bias's gradients by batch row and head, float32: (B, H, 2T - 1), (B, H, 2)
+        grad_bias_rows, grad_cls = (
+            torch.zeros(batch, heads, width, dtype=torch.float32, device=q.device)
+            if tensor is not None and ctx.needs_input_grad[index] else None
+            for tensor, index, width in ((bias_rows, 14, 2 * seq_len - 1), (cls, 15, 2)))
         # the rows' gradients by batch row, head and offset (B, H, 2T - 1, d), float32
         grad_query_rows, grad_key_rows = (
             torch.zeros(batch, heads, 2 * seq_len - 1, window.size(-1), dtype=torch.float32, device=q.device)
             if window is not None and ctx.needs_input_grad[index] else None
             for window, index in ((query_window, 8), (key_window, 10)))
-        relative = query_window is not None or key_window is not None
-        block_m, block_n, block_d = _blocks(seq_len, head_dim, relative)
+        by_offset = query_window is not None or key_window is not None or grad_bias_rows is not None
+        block_m, block_n, block_d = _blocks(seq_len, head_dim, by_offset)
         backward_kernel[(-(-seq_len // block_n), batch * heads)](
-            q, k, v, _or(bias_rows, lse), lengths, grad_out, lse, delta, grad_q, grad_k, grad_v, grad_bias,
+            q, k, v, _or(dense_bias, lse), _or(bias_rows, lse), _or(cls, lse), lengths, grad_out, lse, delta,
+            grad_q, grad_k, grad_v, grad_bias, _or(grad_bias_rows, lse), _or(grad_cls, lse),
             _or(query_window, lse), query_offsets, _or(key_window, lse), key_offsets,
             _or(grad_query_rows, lse), _or(grad_key_rows, lse), _or(value_grads, lse), value_offsets,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
-            *_strides(bias_rows, 2), *_strides(query_window, 2), *_strides(key_window, 2),
+            *_strides(dense_bias, 2), *_strides(query_window, 2), *_strides(key_window, 2),
             _width(query_window), _width(key_window), _width(value_grads), heads, seq_len, head_dim,
-            ctx.scale, ctx.dropout, ctx.seed, HAS_BIAS=bias_rows is not None, BIAS_GRAD=bias_grad,
+            ctx.scale, ctx.dropout, ctx.seed, HAS_BIAS=dense_bias is not None, BIAS_GRAD=bias_grad,
+            HAS_ROWS=bias_rows is not None, HAS_CLS=cls is not None,
+            BIAS_ROWS_GRAD=grad_bias_rows is not None, CLS_GRAD=grad_cls is not None,
             HAS_LENGTHS=ctx.has_lengths, HAS_DROPOUT=ctx.dropout > 0, HAS_QREL=query_window is not None,
             HAS_KREL=key_window is not None, QROWS_GRAD=grad_query_rows is not None,
             KROWS_GRAD=grad_key_rows is not None, HAS_VALUES=value_table is not None,
             PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-            num_warps=8 if relative else 4)
+            num_warps=8 if by_offset else 4)
         grads = (grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype))
-        grad_bias = grad_bias.reshape(ctx.bias_shape).to(bias_rows.dtype) if bias_grad else None
+        grad_bias = grad_bias.reshape(ctx.bias_shape).to(dense_bias.dtype) if bias_grad else None
+        grad_bias_rows, grad_cls = (None if by_row is None else by_row.sum(0).to(dtype)
+                                    for by_row, dtype in zip((grad_bias_rows, grad_cls), ctx.distance_dtypes))
         grad_query_rows, grad_key_rows = (
             None if by_offset is None else _rows_gradient(by_offset, offsets, *shape)
             for by_offset, offsets, shape in zip((grad_query_rows, grad_key_rows),
@@ -203,7 +229,7 @@ class TritonBiasedAttention(torch.autograd.Function):
             grad_value_table = torch.matmul(sums.t(), values)
             grad_value_table = grad_value_table.to(value_table.dtype)
         return (*grads, grad_bias, None, None, None, None, grad_query_rows, None, grad_key_rows, None,
-                grad_value_table, None)
+                grad_value_table, None, grad_bias_rows, grad_cls)
 
 
 def _value_rows(value_table, value_offsets, q):
@@ -233,9 +259,13 @@ def _width(tensor):
 
 
 def biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, dropout=0.0, seed=None, relative=None,
-                     value_table=None, value_offsets=None):
-    """``dropout(softmax(scale q k^T + bias + relative + padding)) v`` (B, H, T, D) on the Triton kernel:
-    ``bias`` the (1, H, T, T) or (H, T, T) bias shared by the batch (or None), ``key_lengths`` (B,) the
+                     value_table=None, value_offsets=None, bias_rows=None, cls=None):
+    """``dropout(softmax(scale q k^T + bias + distance + relative + padding)) v`` (B, H, T, D) on the Triton
+    kernel: ``bias`` the (1, H, T, T) or (H, T, T) bias shared by the batch (or None); ``bias_rows`` (H,
+    2T - 1) a bias of the offset alone shared by the batch, ``bias_rows[h, j - i + T - 1]`` for query i and
+    key j (or None), ``cls`` (H, 2) the [CLS] reset of TUPE Eq. 9-11 in its place, ``cls[h, 0]`` on query
+    row 0 and ``cls[h, 1]`` on key column 0 of the other rows (or None), both added to ``bias``
+    and given their gradients summed over the batch; ``key_lengths`` (B,) the
     unpadded length of each row (or None), ``seed`` the dropout's Philox seed (drawn from torch's generator
     when None), ``relative`` the :class:`~.relative_terms.RelativeRows` whose dot products with q and k
     the kernel forms per tile (or None); ``value_table`` (R, d_a), d_a <= D, Shaw's value vectors a_r (or
@@ -250,7 +280,7 @@ def biased_attention(q, k, v, bias=None, key_lengths=None, scale=None, dropout=0
     relative = relative or RelativeRows()
     return TritonBiasedAttention.apply(q, k, v, bias, key_lengths, scale, dropout, seed, relative.query,
                                        relative.query_offsets, relative.key, relative.key_offsets,
-                                       value_table, value_offsets)
+                                       value_table, value_offsets, bias_rows, cls)
 
 
 def keep_mask(shape, dropout, seed, device="cpu"):

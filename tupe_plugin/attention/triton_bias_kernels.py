@@ -10,14 +10,14 @@ MASKED = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRows, QOff, KRows, KOff, ValueSums, VOff, Band,
-                   sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
+def forward_kernel(Q, K, V, Bias, BiasRows, Cls, Lengths, Out, Lse, QRows, QOff, KRows, KOff, ValueSums,
+                   VOff, Band, sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                    so_b, so_h, so_t, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, v_width,
                    heads, seq_len, head_dim, scale, dropout, seed,
-                   HAS_BIAS: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                   HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr, HAS_VALUES: tl.constexpr,
-                   PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
+                   HAS_BIAS: tl.constexpr, HAS_ROWS: tl.constexpr, HAS_CLS: tl.constexpr,
+                   HAS_LENGTHS: tl.constexpr, HAS_DROPOUT: tl.constexpr, HAS_QREL: tl.constexpr,
+                   HAS_KREL: tl.constexpr, HAS_VALUES: tl.constexpr, PRECISION: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """One block of query rows of one (batch row, head): the output and the rows' log-sum-exp; with
     ``HAS_VALUES``, also the rows' sums of their (dropped, rescaled) probabilities by the row of the value
     table each pair reads (``VOff``), added onto ``ValueSums`` (B, H, T, ``v_width``, float32, zeros).
@@ -54,9 +54,9 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRows, QOff, KRows, KOff, V
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
         first = start - row_block * BLOCK_M - (BLOCK_M - 1)
         logits, _ = tile_logits(
-            q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length, seq_len,
-            scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_QREL, HAS_KREL,
-            PRECISION, BLOCK_M, BLOCK_N)
+            q, k, Bias, BiasRows, Cls, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims,
+            length, seq_len, scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS,
+            HAS_ROWS, HAS_CLS, HAS_QREL, HAS_KREL, PRECISION, BLOCK_M, BLOCK_N)
         new_max = tl.maximum(row_max, tl.max(logits, 1))
         probs = tl.exp(logits - new_max[:, None])
         rescale = tl.exp(row_max - new_max)
@@ -84,16 +84,17 @@ def forward_kernel(Q, K, V, Bias, Lengths, Out, Lse, QRows, QOff, KRows, KOff, V
         sums = ValueSums + batch_head * seq_len * v_width + rows * v_width
         tl.atomic_add(sums + tl.load(VOff), far_before * (kept_scale / row_sum), mask=row_ok)
         tl.atomic_add(sums + tl.load(VOff + 2 * seq_len - 2), far_after * (kept_scale / row_sum), mask=row_ok)
-        add_band_sums(q, K, Bias, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, batch_head, rows, row_ok,
-                      dims, dim_ok, lse, length, seq_len, scale, dropout, kept_scale, seed, sk_b, sk_h, sk_t,
-                      sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_DROPOUT,
-                      HAS_QREL, HAS_KREL, PRECISION, BLOCK_M, BLOCK_N)
+        add_band_sums(q, K, Bias, BiasRows, Cls, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, batch_head,
+                      rows, row_ok, dims, dim_ok, lse, length, seq_len, scale, dropout, kept_scale, seed,
+                      sk_b, sk_h, sk_t, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS,
+                      HAS_ROWS, HAS_CLS, HAS_DROPOUT, HAS_QREL, HAS_KREL, PRECISION, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def add_band_sums(q, K, Bias, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, batch_head, rows, row_ok,
-                  dims, dim_ok, lse, length, seq_len, scale, dropout, kept_scale, seed, sk_b, sk_h, sk_t,
-                  sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS: tl.constexpr,
+def add_band_sums(q, K, Bias, BiasRows, Cls, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, batch_head,
+                  rows, row_ok, dims, dim_ok, lse, length, seq_len, scale, dropout, kept_scale, seed,
+                  sk_b, sk_h, sk_t, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width,
+                  HAS_BIAS: tl.constexpr, HAS_ROWS: tl.constexpr, HAS_CLS: tl.constexpr,
                   HAS_DROPOUT: tl.constexpr, HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
                   PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Add the (dropped, rescaled) probabilities of the pairs ``|j - i| < band`` of a block of query rows
@@ -109,9 +110,9 @@ def add_band_sums(q, K, Bias, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, 
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
         first = start - first_row - (BLOCK_M - 1)
         logits, pair_ok = tile_logits(
-            q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length, seq_len,
-            scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_QREL, HAS_KREL,
-            PRECISION, BLOCK_M, BLOCK_N)
+            q, k, Bias, BiasRows, Cls, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims,
+            length, seq_len, scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS,
+            HAS_ROWS, HAS_CLS, HAS_QREL, HAS_KREL, PRECISION, BLOCK_M, BLOCK_N)
         probs = tl.exp(logits - lse[:, None]) * kept_scale
         if HAS_DROPOUT:
             keep = tl.rand(seed + batch_head, rows[:, None] * seq_len + cols[None, :]) >= dropout
@@ -122,19 +123,23 @@ def add_band_sums(q, K, Bias, QRows, QOff, KRows, KOff, sums, VOff, band, b, h, 
 
 
 @triton.jit
-def tile_logits(q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length,
-                seq_len, scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width,
-                HAS_BIAS: tl.constexpr, HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
-                PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def tile_logits(q, k, Bias, BiasRows, Cls, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok,
+                dims, length, seq_len, scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width,
+                HAS_BIAS: tl.constexpr, HAS_ROWS: tl.constexpr, HAS_CLS: tl.constexpr, HAS_QREL: tl.constexpr,
+                HAS_KREL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
     """The logits of a tile of queries ``rows`` (their ``q``) and keys ``cols`` (their ``k``; ``first``: the
-    first key minus the last query, the tile's lowest offset): scale q k^T, the shared bias, the relative
-    terms of the table rows read by offset (:func:`query_side_term`, :func:`key_side_term`), keys past
-    ``length`` masked. Also returns the pairs inside the input."""
+    first key minus the last query, the tile's lowest offset): scale q k^T, the shared bias, the distance
+    bias (:func:`distance_term`), the relative terms of the table rows read by offset
+    (:func:`query_side_term`, :func:`key_side_term`), keys past ``length`` masked. Also returns the pairs
+    inside the input."""
     logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     pair_ok = row_ok[:, None] & col_ok[None, :]
     if HAS_BIAS:
         logits += tl.load(Bias + h * sb_h + rows[:, None] * sb_i + cols[None, :],
                           mask=pair_ok, other=0.0).to(tl.float32)
+    if HAS_ROWS or HAS_CLS:
+        logits += distance_term(BiasRows, Cls, h, rows, cols, pair_ok, seq_len, HAS_ROWS, HAS_CLS)
     if HAS_QREL:
         logits += tl.where(pair_ok, query_side_term(q, QRows + h * sqr_h, QOff, first, dims, seq_len, sqr_r,
                                                     q_width, PRECISION, BLOCK_M, BLOCK_N), 0.0) * scale
@@ -142,6 +147,51 @@ def tile_logits(q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_
         logits += tl.where(pair_ok, key_side_term(k, KRows + h * skr_h, KOff, first, dims, seq_len, skr_r,
                                                   k_width, PRECISION, BLOCK_M, BLOCK_N), 0.0) * scale
     return tl.where((cols < length)[None, :], logits, MASKED), pair_ok
+
+
+@triton.jit
+def distance_term(BiasRows, Cls, h, rows, cols, pair_ok, seq_len, HAS_ROWS: tl.constexpr,
+                  HAS_CLS: tl.constexpr):
+    """The distance bias of every pair of a tile, float32: the Toeplitz value ``BiasRows[h, j - i + T - 1]``
+    (``BiasRows`` (H, 2T - 1), contiguous; the tile's pointers span its window of BLOCK_M + BLOCK_N - 1
+    consecutive values), zero without rows; with ``HAS_CLS`` the [CLS] reset of TUPE Eq. 9-11 in their
+    place: ``Cls[h, 0]`` on query row 0, ``Cls[h, 1]`` on key column 0 of the other rows (``Cls`` (H, 2))."""
+    term = tl.zeros(pair_ok.shape, tl.float32)
+    if HAS_ROWS:
+        term = tl.load(BiasRows + h * (2 * seq_len - 1) + cols[None, :] - rows[:, None] + seq_len - 1,
+                       mask=pair_ok, other=0.0).to(tl.float32)
+    if HAS_CLS:
+        first_row = tl.load(Cls + 2 * h).to(tl.float32)
+        first_column = tl.load(Cls + 2 * h + 1).to(tl.float32)
+        term = tl.where(rows[:, None] == 0, first_row, tl.where(cols[None, :] == 0, first_column, term))
+    return term
+
+
+@triton.jit
+def add_distance_grads(grad_logits, GradRows, GradCls, rows, cols, query_start, key_start, first, seq_len,
+                       HAS_CLS: tl.constexpr, ROWS_GRAD: tl.constexpr, CLS_GRAD: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Add a tile's logit gradients dS onto the distance bias's gradients of this batch row and head:
+    ``GradRows`` (2T - 1,) float32 each diagonal's sum (D[i, w] = dS_ij of the pair whose offset is
+    first + w, summed over i, then one atomic addition per offset of the window), without the cells the
+    [CLS] reset replaces; ``GradCls`` (2,) float32 the sums over query row 0 and over key column 0 of the
+    other rows."""
+    first_row, first_column = rows[:, None] == 0, (cols[None, :] == 0) & (rows[:, None] != 0)
+    if CLS_GRAD:
+        if query_start == 0:
+            tl.atomic_add(GradCls, tl.sum(tl.sum(tl.where(first_row, grad_logits, 0.0), 1), 0))
+        if key_start == 0:
+            tl.atomic_add(GradCls + 1, tl.sum(tl.sum(tl.where(first_column, grad_logits, 0.0), 1), 0))
+    if ROWS_GRAD:
+        if HAS_CLS:
+            grad_logits = tl.where(first_row | first_column, 0.0, grad_logits)
+        entries = tl.arange(0, BLOCK_M + BLOCK_N)
+        keys = entries[None, :] + tl.arange(0, BLOCK_M)[:, None] - (BLOCK_M - 1)
+        by_entry = tl.where((keys >= 0) & (keys < BLOCK_N),
+                            tl.gather(grad_logits, tl.minimum(tl.maximum(keys, 0), BLOCK_N - 1), 1), 0.0)
+        offsets = first + entries
+        tl.atomic_add(GradRows + offsets + seq_len - 1, tl.sum(by_entry, 0),
+                      mask=(offsets > -seq_len) & (offsets < seq_len))
 
 
 @triton.jit
@@ -271,12 +321,14 @@ def table_rows(Offsets, rows, cols, pair_ok, seq_len):
 
 
 @triton.jit
-def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, GradV, GradBias,
-                    QRows, QOff, KRows, KOff, GradQRows, GradKRows, ValueGrads, VOff,
+def backward_kernel(Q, K, V, Bias, BiasRows, Cls, Lengths, GradOut, Lse, Delta, GradQ, GradK, GradV, GradBias,
+                    GradBiasRows, GradCls, QRows, QOff, KRows, KOff, GradQRows, GradKRows, ValueGrads, VOff,
                     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sg_b, sg_h, sg_t, sb_h, sb_i,
                     sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, v_width,
                     heads, seq_len, head_dim, scale, dropout, seed,
-                    HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, HAS_LENGTHS: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, HAS_ROWS: tl.constexpr,
+                    HAS_CLS: tl.constexpr, BIAS_ROWS_GRAD: tl.constexpr, CLS_GRAD: tl.constexpr,
+                    HAS_LENGTHS: tl.constexpr,
                     HAS_DROPOUT: tl.constexpr, HAS_QREL: tl.constexpr, HAS_KREL: tl.constexpr,
                     QROWS_GRAD: tl.constexpr, KROWS_GRAD: tl.constexpr, HAS_VALUES: tl.constexpr,
                     PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -286,7 +338,9 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
     parts of dq and dk taken from their table rows (:func:`query_side_grads`, :func:`key_side_grads`),
     which add the rows' gradients by offset onto ``GradQRows``, ``GradKRows`` (B, H, 2T - 1, width, float32:
     one buffer per batch row and head, so that only the key blocks of one (batch row, head) add onto the
-    same entries; the caller sums them and adds each offset onto its row). With ``HAS_VALUES`` the gradient
+    same entries; the caller sums them and adds each offset onto its row); the distance bias's gradients
+    likewise by batch row and head onto ``GradBiasRows`` (B, H, 2T - 1) and ``GradCls`` (B, H, 2), float32
+    (:func:`add_distance_grads`). With ``HAS_VALUES`` the gradient
     of a (dropped) probability gains dO_i . a_r of its pair's value-table row r: ``ValueGrads`` (B, H, T,
     ``v_width``, float32) holds dO a^T, read by the offset (``VOff``)."""
     col_block, batch_head = tl.program_id(0), tl.program_id(1)
@@ -311,9 +365,9 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
         delta = tl.load(Delta + batch_head * seq_len + rows, mask=row_ok, other=0.0)
         first = col_block * BLOCK_N - start - (BLOCK_M - 1)
         logits, pair_ok = tile_logits(
-            q, k, Bias, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims, length, seq_len,
-            scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS, HAS_QREL, HAS_KREL,
-            PRECISION, BLOCK_M, BLOCK_N)
+            q, k, Bias, BiasRows, Cls, QRows, QOff, KRows, KOff, h, rows, cols, first, row_ok, col_ok, dims,
+            length, seq_len, scale, sb_h, sb_i, sqr_h, sqr_r, skr_h, skr_r, q_width, k_width, HAS_BIAS,
+            HAS_ROWS, HAS_CLS, HAS_QREL, HAS_KREL, PRECISION, BLOCK_M, BLOCK_N)
         probs = tl.exp(logits - lse[:, None])
         grad_probs = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
         if HAS_VALUES:
@@ -341,6 +395,10 @@ def backward_kernel(Q, K, V, Bias, Lengths, GradOut, Lse, Delta, GradQ, GradK, G
         if BIAS_GRAD:
             tl.atomic_add(GradBias + h * seq_len * seq_len + rows[:, None] * seq_len + cols[None, :],
                           grad_logits, mask=pair_ok)
+        if BIAS_ROWS_GRAD or CLS_GRAD:
+            add_distance_grads(grad_logits, GradBiasRows + batch_head * (2 * seq_len - 1),
+                               GradCls + 2 * batch_head, rows, cols, start, col_block * BLOCK_N, first,
+                               seq_len, HAS_CLS, BIAS_ROWS_GRAD, CLS_GRAD, BLOCK_M, BLOCK_N)
     offsets = batch_head * seq_len * head_dim + cols[:, None] * head_dim + dims[None, :]
     tl.store(GradK + offsets, grad_k * scale, mask=tile_ok)
     tl.store(GradV + offsets, grad_v, mask=tile_ok)
