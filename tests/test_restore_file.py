@@ -87,6 +87,21 @@ def test_a_given_flag_that_differs_from_the_checkpoint_is_refused_naming_both_va
         prepared(fine_tuning_command(path, "tupe_r_tiny", *given))
 
 
+def test_a_given_flag_equal_to_what_the_checkpoint_left_unset_uses_is_accepted(tmp_path):
+    """A checkpoint without --layer-norm-eps uses fairseq's LayerNorm default: giving that value computes the
+    same."""
+    _, path = save_pretrained(tmp_path / "pretrained.pt", "tupe_r_tiny")
+    cfg = prepared(fine_tuning_command(path, "tupe_r_tiny", "--layer-norm-eps", "1e-5"))
+    assert cfg.model.layer_norm_eps == 1e-5
+
+
+def test_a_given_flag_other_than_what_the_checkpoint_left_unset_uses_is_refused(tmp_path):
+    _, path = save_pretrained(tmp_path / "pretrained.pt", "tupe_r_tiny")
+    with pytest.raises(ArchitectureMismatchError,
+                       match="--layer-norm-eps 0.001 is given but the checkpoint has"):
+        prepared(fine_tuning_command(path, "tupe_r_tiny", "--layer-norm-eps", "1e-3"))
+
+
 @pytest.mark.parametrize("pretrained_arch, arch, message", [
     ("tupe_r_tiny", "tupe_a_tiny", "--arch tupe_a_tiny gives --rel-pos none but the checkpoint "
                                    r"\(--arch tupe_r_tiny\) has --rel-pos t5"),

@@ -20,7 +20,7 @@ import logging
 
 from ..checkpoint_config import saved_model_config
 from ..encodings.position_config import BEFORE_RELEASED_FORMS, value_as_trained
-from ..models.model_flags import SETTING_OF_FLAG, carry_setting, show_setting
+from ..models.model_flags import SETTING_OF_FLAG, carry_setting, show_setting, value_in_use
 from ..user_errors import UserError
 from .missing_restore_file import checkpoint_to_restore
 from .scope import is_plugin_arch
@@ -132,7 +132,8 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
         if pretrained is _MISSING and setting in BEFORE_RELEASED_FORMS:  # saved before the option existed
             pretrained = value_as_trained(setting, _get(saved, "rel_pos"),
                                           _get(saved, "deberta_share_att_key") is True)
-        if pretrained is _MISSING or (wanted is not _MISSING and _same(wanted, pretrained)):
+        if pretrained is _MISSING or (wanted is not _MISSING and _same(value_in_use(setting, wanted),
+                                                                         value_in_use(setting, pretrained))):
             continue
         if setting in explicit:
             if setting not in MAY_CHANGE_AT_FINE_TUNING:
