@@ -32,6 +32,7 @@ import torch
 from tupe_plugin.conversion import hf_tokenizer
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename, write_safetensors
 from tupe_plugin.extras import MissingExtraError, require
+from tupe_plugin.models.model_flags import value_in_use
 from tupe_plugin.overwritten_inputs import folder_meeting_input
 from tupe_plugin.path_checks import path_problem
 from tupe_plugin.prepared_folder import make_sibling_folder
@@ -236,7 +237,7 @@ def hf_config(args, state, tensors, heads, vocabulary, fast):
         hidden_act=args.activation_fn, pooler_activation=args.pooler_activation_fn,
         hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.attention_dropout,
         activation_dropout=args.activation_dropout, classifier_dropout=args.pooler_dropout,
-        layer_norm_eps=args.layer_norm_eps if args.layer_norm_eps is not None else 1e-5,
+        layer_norm_eps=value_in_use("layer_norm_eps", args.layer_norm_eps),
         pre_layer_norm=bool(args.encoder_normalize_before),
         embedding_layer_norm=bool(args.layernorm_embedding),
         pad_token_id=1, bos_token_id=0, eos_token_id=2, tie_word_embeddings=True,
