@@ -3,7 +3,7 @@
 #
 #   benchmarks/gpu_checks.sh [OUTDIR] [PART ...]     # default gpu-results, parts 1 2
 #
-# Part 1 (430 s), what decides the kernel and the main targets: one layer's attention on each candidate
+# Part 1 (470 s), what decides the kernel and the main targets: one layer's attention on each candidate
 # kernel at T = 512 (bf16, without and with attention dropout: attention_bf16.json, attention_bf16_ad01.json),
 # the training steps of the contenders with targets on SDPA and Triton (bench_bf16.json), every test marked
 # gpu (make test-gpu: numerics.xml, JUnit, each test's measured error a <property>), the same steps on
@@ -75,9 +75,10 @@ step() {  # step SECONDS COMMAND...: one time-limited step, its exit status logg
 part1() {
     # the candidates for a learned bias (sdpa-bias: the memory-efficient kernel auto takes; triton-, flex-,
     # cudnn-graph-bias; sdpa without a bias is the floor), RoPE's rotation, Shaw and DeBERTa gathered into
-    # SDPA's mask or read by offset (FlexAttention's are compiled here: the longest step)
-    step 115 $ATTENTION --rounds 7 --calls 10 --json "$OUTDIR/attention_bf16.json" --results-dir "$RESULTS"
-    step 45 $ATTENTION --rounds 7 --calls 10 --attention-dropout 0.1 --json "$OUTDIR/attention_bf16_ad01.json" \
+    # SDPA's mask or read by offset, a distance bias expanded or as its Toeplitz rows (FlexAttention's are
+    # compiled here: the longest step)
+    step 145 $ATTENTION --rounds 7 --calls 10 --json "$OUTDIR/attention_bf16.json" --results-dir "$RESULTS"
+    step 55 $ATTENTION --rounds 7 --calls 10 --attention-dropout 0.1 --json "$OUTDIR/attention_bf16_ad01.json" \
         --results-dir "$RESULTS"
     step 120 $BENCH --seq-lens 128 512 --rounds 5 --kernels --bf16 --batch-sizes 256 64 \
         --contenders bert_a tupe_r tupe_a bert_r triton_tupe_r triton_tupe_a triton_bert_r \
