@@ -99,6 +99,25 @@ def features_and_grads(model, tokens, weights, features_fn=None, seed=None):
                                if p.grad is not None}
 
 
+def assert_kernel_took_the_terms_rows(model, seq_len, calls):
+    """Each of ``calls`` ((dense bias, rows, cls) a kernel was handed, one a layer) holds the forward's term
+    as the distance bias's O(T) form: its Toeplitz rows and [CLS] values as the term holds them, and as the
+    dense bias TUPE's untied product alone (or none)."""
+    assert len(calls) == model.args.encoder_layers
+    with torch.no_grad():
+        term = model.encoder.sentence_encoder.positional_term.content_free(seq_len)
+        untied = term.folded().bias
+    for bias, rows, cls in calls:
+        if untied is None:
+            assert bias is None
+        else:
+            torch.testing.assert_close(bias, untied[None])
+        torch.testing.assert_close(rows, term.offset_rows)
+        assert (cls is None) == (term.offset_cls is None)
+        if cls is not None:
+            torch.testing.assert_close(cls, term.offset_cls)
+
+
 def assert_gradients_close(actual, expected, atol=1e-5, rtol=1e-4, rename=lambda name: name):
     """Each parameter's gradient in ``actual`` equals ``expected`` up to float32 rounding.
 

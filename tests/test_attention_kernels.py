@@ -235,28 +235,34 @@ MASKS = {
 }
 
 
-@pytest.mark.parametrize("mask_kind", sorted(MASKS))
-@pytest.mark.parametrize("chunk_heads", [1, HEADS, BATCH * HEADS])
-def test_chunked_attention_with_dropout_equals_the_dropped_formula(mask_kind, chunk_heads, monkeypatch):
-    monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", chunk_heads * LENGTH * LENGTH)
-    torch.manual_seed(0)
+def _assert_chunked_dropout_is_the_dropped_formula(mask_kind, input_seed, keep_seed):
+    """ChunkedAttention with dropout against the plain formula under the same keep-mask, forward and the
+    gradients of q, k, v and a learned mask, in float64."""
+    torch.manual_seed(input_seed)
     q, k, v, _ = _inputs(1)
     mask = MASKS[mask_kind]()
     grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
     learned = mask is not None and mask.dtype != torch.bool
     inputs = (q, k, v, mask) if learned else (q, k, v)
 
-    torch.manual_seed(7)
+    torch.manual_seed(keep_seed)
     keep = keep_mask((BATCH, HEADS, LENGTH, LENGTH), DROPOUT, "cpu")
     expected, expected_grads = _value_and_grads(
         lambda q, k, v, m=mask: _plain_dropped(q, k, v, m, keep), inputs, grad_out)
-    torch.manual_seed(7)  # the kernel draws one keep-mask of the whole (B, H, T, T)
+    torch.manual_seed(keep_seed)  # the kernel draws one keep-mask of the whole (B, H, T, T)
     got, got_grads = _value_and_grads(
         lambda q, k, v, m=mask: ChunkedAttention.apply(q, k, v, m, SCALE, DROPOUT), inputs, grad_out)
 
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
     for name, g, e in zip("qkvm", got_grads, expected_grads):
         torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("mask_kind", sorted(MASKS))
+@pytest.mark.parametrize("chunk_heads", [1, HEADS, BATCH * HEADS])
+def test_chunked_attention_with_dropout_equals_the_dropped_formula(mask_kind, chunk_heads, monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", chunk_heads * LENGTH * LENGTH)
+    _assert_chunked_dropout_is_the_dropped_formula(mask_kind, 0, 7)
 
 
 def test_chunked_attention_without_dropout_is_the_plain_formula():
@@ -343,19 +349,4 @@ def test_a_head_whose_logits_exceed_a_chunk_is_computed_by_blocks_of_query_rows(
     monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", LENGTH * LENGTH - 1)
     monkeypatch.setattr(cpu_kernels, "ROW_BLOCK_LOGITS", 4 * LENGTH)
     monkeypatch.setattr(cpu_kernels, "MIN_ROW_BLOCK_ROWS", 1)
-    torch.manual_seed(8)
-    q, k, v, _ = _inputs(1)
-    mask = MASKS[mask_kind]()
-    grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
-    learned = mask is not None and mask.dtype != torch.bool
-    inputs = (q, k, v, mask) if learned else (q, k, v)
-    torch.manual_seed(9)
-    keep = keep_mask((BATCH, HEADS, LENGTH, LENGTH), DROPOUT, "cpu")
-    expected, expected_grads = _value_and_grads(
-        lambda q, k, v, m=mask: _plain_dropped(q, k, v, m, keep), inputs, grad_out)
-    torch.manual_seed(9)
-    got, got_grads = _value_and_grads(
-        lambda q, k, v, m=mask: ChunkedAttention.apply(q, k, v, m, SCALE, DROPOUT), inputs, grad_out)
-    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
-    for name, g, e in zip("qkvm", got_grads, expected_grads):
-        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=name)
+    _assert_chunked_dropout_is_the_dropped_formula(mask_kind, 8, 9)

@@ -7,7 +7,7 @@ checked on CUDA (``make test-gpu``)."""
 
 import pytest
 import torch
-from conftest import build_model, random_tokens
+from conftest import assert_kernel_took_the_terms_rows, build_model, random_tokens
 
 from tupe_plugin.attention import paths
 from tupe_plugin.attention.attend import attend, explicit_attention
@@ -244,19 +244,8 @@ def test_a_distance_bias_reaches_flexattention_as_its_rows_and_no_dense_tensor_i
     model = build_model(f"{preset}_tiny", dictionary, attention_backend="flex", **overrides).to(DEVICE).eval()
     tokens = random_tokens(dictionary, [9, 6, 4]).to(DEVICE)
     _, calls, expanded = flex_features(model, tokens, monkeypatch)
-    assert expanded == [] and len(calls) == model.args.encoder_layers
-    with torch.no_grad():
-        term = model.encoder.sentence_encoder.positional_term.content_free(tokens.size(1))
-        untied = term.folded().bias
-    for bias, rows, cls in calls:
-        if untied is None:
-            assert bias is None
-        else:
-            torch.testing.assert_close(bias, untied[None])
-        torch.testing.assert_close(rows, term.offset_rows)
-        assert (cls is None) == (term.offset_cls is None)
-        if cls is not None:
-            torch.testing.assert_close(cls, term.offset_cls)
+    assert expanded == []
+    assert_kernel_took_the_terms_rows(model, tokens.size(1), calls)
 
 
 def gradients(out, tensors, grad_out):

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
+from conftest import (assert_gradients_close, assert_kernel_took_the_terms_rows, build_model,
+                      features_and_grads, random_tokens)
 from paper_equations import deberta_delta, encoder_features
 
 from tupe_plugin.attention import paths, triton_bias_attention
@@ -494,18 +495,8 @@ def test_a_distance_bias_reaches_the_triton_kernel_as_its_rows_and_no_dense_tens
     expanded, toeplitz = [], positional_term.toeplitz
     monkeypatch.setattr(positional_term, "toeplitz", lambda *a: expanded.append(a) or toeplitz(*a))
     model(tokens, features_only=True)[0].sum().backward()
-    assert expanded == [] and len(calls) == model.args.encoder_layers
-    term = model.encoder.sentence_encoder.positional_term.content_free(tokens.size(1))
-    untied = term.folded().bias
-    for bias, rows, cls in calls:
-        if untied is None:
-            assert bias is None
-        else:
-            torch.testing.assert_close(bias, untied[None])
-        torch.testing.assert_close(rows, term.offset_rows)
-        assert (cls is None) == (term.offset_cls is None)
-        if cls is not None:
-            torch.testing.assert_close(cls, term.offset_cls)
+    assert expanded == []
+    assert_kernel_took_the_terms_rows(model, tokens.size(1), calls)
 
 
 @pytest.mark.gpu
