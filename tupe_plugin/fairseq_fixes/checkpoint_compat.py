@@ -38,16 +38,6 @@ class UnsafeCheckpointError(UserError):
     """A file whose unpickling would build objects a checkpoint does not hold (and could run code)."""
 
 
-def unsafe_checkpoint_error(name, error, fix=CHECKPOINT_FIX):
-    """The :class:`UnsafeCheckpointError` for the file ``name`` when ``error`` is torch's weights-only
-    refusal, else None; ``fix`` says what to do instead."""
-    found = REFUSED_GLOBAL.search(str(error)) if isinstance(error, pickle.UnpicklingError) else None
-    if found is None:
-        return None
-    return UnsafeCheckpointError(f"{name} holds objects a checkpoint does not hold ({found.group(1)}); it "
-                                 f"was not loaded: {fix}")
-
-
 def load(path, flag=None, fix=CHECKPOINT_FIX, **kwargs):
     """``torch.load(path, weights_only=True)`` on the CPU (``kwargs``: ``mmap``, ...); a file that holds
     other objects is refused naming it (after ``flag``, the option that gave it, when there is one) and
@@ -55,11 +45,13 @@ def load(path, flag=None, fix=CHECKPOINT_FIX, **kwargs):
     try:
         return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
     except pickle.UnpicklingError as error:
-        name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path.name
-        refusal = unsafe_checkpoint_error(f"{flag} {name}" if flag else name, error, fix)
-        if refusal is None:
+        found = REFUSED_GLOBAL.search(str(error))
+        if found is None:
             raise
-        raise refusal from None
+        name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path.name
+        shown = f"{flag} {name}" if flag else name
+        raise UnsafeCheckpointError(f"{shown} holds objects a checkpoint does not hold ({found.group(1)}); "
+                                    f"it was not loaded: {fix}") from None
 
 
 class _TorchReadingSafely:
