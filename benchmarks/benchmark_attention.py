@@ -69,7 +69,7 @@ from tupe_plugin.attention.attend import attend  # noqa: E402
 from tupe_plugin.attention.clipped_distances import ClippedDistanceScores  # noqa: E402
 from tupe_plugin.attention.paths import (AttentionPath, cudnn_frontend_installed,  # noqa: E402
                                          sdpa_backends)
-from tupe_plugin.attention.toeplitz_scores import offset_scores  # noqa: E402
+from tupe_plugin.attention.toeplitz_scores import offset_scores_with_transposed  # noqa: E402
 from tupe_plugin.attention.relative_terms import RelativeRows, offsets_of  # noqa: E402
 from tupe_plugin.attention.triton_rotary import rotate_projection  # noqa: E402
 from tupe_plugin.encoder.self_attention import split_heads  # noqa: E402
@@ -186,8 +186,7 @@ def relative_attention(path, q, k, v, scale, dropout, relative):
                       relative=RelativeRows(table[None], offsets), value_offsets=offsets)[0]
     query_rows, key_rows, offsets, p2c_offsets = relative["deberta"]
     if path.startswith("sdpa"):
-        mask = offset_scores(q * scale, key_rows, offsets) \
-            + offset_scores(k * scale, query_rows, p2c_offsets).transpose(-1, -2)
+        mask = offset_scores_with_transposed(q * scale, key_rows, offsets, k * scale, query_rows, p2c_offsets)
         return attend(AttentionPath.SDPA, q, k, v, mask, scale, dropout, backends=backends)[0]
     relative = RelativeRows(key_rows, offsets, query_rows, p2c_offsets.flip(0))
     return attend(kernel, q, k, v, None, scale, dropout, relative=relative)[0]

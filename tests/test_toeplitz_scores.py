@@ -33,9 +33,31 @@ def test_band_scores_equal_the_pairwise_products_forward_and_gradients(seq_len, 
         torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize("transposed_by_blocks", [False, True], ids=["strided", "by_blocks"])
+@pytest.mark.parametrize("seq_len, band_rows", [(1, 32), (7, 3), (9, 4), (8, 8), (6, 1)])
+def test_a_transposed_second_term_adds_its_pairwise_products_by_columns_forward_and_gradients(
+        seq_len, band_rows, transposed_by_blocks, monkeypatch):
+    monkeypatch.setattr(toeplitz_scores, "BAND_ROWS", band_rows)
+    monkeypatch.setattr(toeplitz_scores, "TRANSPOSE_BY_BLOCKS_PAST", 0 if transposed_by_blocks else 512)
+    torch.manual_seed(seq_len)
+    inputs = [torch.randn(BATCH, HEADS, seq_len, HEAD_DIM, dtype=torch.float64, requires_grad=True),
+              torch.randn(HEADS, 2 * seq_len - 1, HEAD_DIM, dtype=torch.float64, requires_grad=True),
+              torch.randn(BATCH, HEADS, seq_len, HEAD_DIM, dtype=torch.float64, requires_grad=True),
+              torch.randn(HEADS, 2 * seq_len - 1, HEAD_DIM, dtype=torch.float64, requires_grad=True)]
+    grad = torch.randn(BATCH, HEADS, seq_len, seq_len, dtype=torch.float64)
+    got = ToeplitzScores.apply(*inputs)
+    expected = _pairwise(*inputs[:2]) + _pairwise(*inputs[2:]).transpose(-1, -2)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-12)
+    for g, e in zip(torch.autograd.grad(got, inputs, grad), torch.autograd.grad(expected, inputs, grad)):
+        torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-12)
+
+
 def test_a_table_of_another_length_is_refused():
     with pytest.raises(ValueError, match="a table of 8 offsets for 5 positions"):
         ToeplitzScores.apply(torch.zeros(1, 1, 5, 2), torch.zeros(1, 8, 2))
+    with pytest.raises(ValueError, match="a table of 8 offsets for 5 positions"):
+        ToeplitzScores.apply(torch.zeros(1, 1, 5, 2), torch.zeros(1, 9, 2), torch.zeros(1, 1, 5, 2),
+                             torch.zeros(1, 8, 2))
 
 
 def _clipped_index(seq_len, reach):

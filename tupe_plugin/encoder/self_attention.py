@@ -23,7 +23,7 @@ from torch import nn
 
 from ..attention.attend import add_bias, attend
 from ..attention.clipped_distances import ClippedDistanceScores
-from ..attention.toeplitz_scores import offset_scores
+from ..attention.toeplitz_scores import offset_scores, offset_scores_with_transposed
 from ..attention.relative_terms import RelativeRows
 from ..attention.triton_rotary import rotate_projection
 from ..encodings.deberta_position import DisentangledProjections
@@ -100,8 +100,7 @@ class PositionalSelfAttention(nn.Module):
             if plan.relative_by_offset:
                 relative = self.disentangled_rows(q.dtype, term)
             else:
-                content_to_position, position_to_content = self.disentangled_terms(q, k, term)
-                attn_mask = add_bias(attn_mask, content_to_position.add_(position_to_content))
+                attn_mask = add_bias(attn_mask, self.disentangled_bias(q, k, term))
         if term.q_extra is not None:
             extra = term.q_extra.size(-1)
             q = torch.cat([q, term.q_extra.to(q.dtype).expand(batch, -1, -1, -1)], -1)
@@ -144,6 +143,14 @@ class PositionalSelfAttention(nn.Module):
         # (query i, key j)
         position_to_content = offset_scores(k * term.scale, query_rows, term.disentangled_p2c_offsets)
         return content_to_position, position_to_content.transpose(-1, -2)
+
+    def disentangled_bias(self, q, k, term):
+        """The sum of :meth:`disentangled_terms` as one (B, H, T, T) tensor, p2c added by bands of key rows
+        (:func:`~tupe_plugin.attention.toeplitz_scores.offset_scores_with_transposed`): no (T, T) term is
+        transposed or added whole."""
+        query_rows, key_rows = self._relative_rows(q.dtype, term)
+        return offset_scores_with_transposed(q * term.scale, key_rows, term.disentangled_offsets,
+                                             k * term.scale, query_rows, term.disentangled_p2c_offsets)
 
     def disentangled_rows(self, dtype, term):
         """The same two terms as the Triton kernel and FlexAttention read them

@@ -21,11 +21,9 @@ i - j is first mapped to its log bucket (:func:`log_bucket`) and the table has 2
 clip(bucket(i - j) + N, 0, 2N - 1).
 
 The terms depend on the content, as Shaw keys do: each layer multiplies q (and k) by the rows of the
-table this length reaches, never building a (T, T, d) tensor: by bands of query rows against the rows
-laid out by offset when the table has more rows than the length
-(:mod:`tupe_plugin.attention.toeplitz_scores`), otherwise against every row, then gathering (T, T)
-entries. The table, the (T, T) index and the offsets are handed over in the forward's positional term;
-the layer adds its terms to the mask.
+table this length reaches, laid out by offset, by bands of query (key) rows, never building a (T, T, d)
+tensor (:mod:`tupe_plugin.attention.toeplitz_scores`). The table and the offsets are handed over in the
+forward's positional term; the layer adds their sum to the mask.
 No absolute position enters the encoder; with ``--deberta-emd`` the Enhanced Mask Decoder (§3.2) adds them
 before the masked-LM head (:mod:`tupe_plugin.encoder.enhanced_mask_decoder`).
 """
