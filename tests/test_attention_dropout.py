@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from tupe_plugin.attention import dropout
 from tupe_plugin.attention.dropout import keep_mask, keep_probability
 from tupe_plugin.attention.attend import explicit_attention
 
@@ -72,3 +73,15 @@ def test_explicit_attention_with_dropout_is_the_dropped_formula_forward_and_grad
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got, want)
     assert torch.all(probs.sum(-1).sub(1).abs() < 1e-12)
+
+
+@pytest.mark.parametrize("chunk_draws", [1, 5, 64])
+def test_a_mask_drawn_by_chunks_is_the_mask_drawn_at_once(chunk_draws, monkeypatch):
+    shape = (2, 3, 7, 11)  # 462 elements: 154 draws, not a multiple of the chunks
+    torch.manual_seed(5)
+    at_once, after = keep_mask(shape, 0.1, "cpu"), torch.rand(3)
+    monkeypatch.setattr(dropout, "CHUNK_DRAWS", chunk_draws)
+    torch.manual_seed(5)
+    by_chunks = keep_mask(shape, 0.1, "cpu")
+    assert torch.equal(by_chunks, at_once) and by_chunks.is_contiguous()
+    torch.testing.assert_close(torch.rand(3), after)  # the generator is left where one draw leaves it

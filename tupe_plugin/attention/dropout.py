@@ -18,6 +18,7 @@ import torch
 
 MASK_BITS = 16
 ELEMENTS_PER_DRAW = 3  # 48 random bits per draw, 16 per element
+CHUNK_DRAWS = 2**20  # draws at a time: 8 MiB of int64
 
 
 def keep_probability(p, device_type="cpu"):
@@ -28,13 +29,21 @@ def keep_probability(p, device_type="cpu"):
 
 
 def keep_mask(shape, p, device):
-    """A boolean mask of ``shape``, True (kept) with probability :func:`keep_probability`."""
+    """A boolean mask of ``shape``, True (kept) with probability :func:`keep_probability`. On CPU its bits
+    are drawn CHUNK_DRAWS at a time, the same bits as one draw for the whole mask (each element of the draw
+    takes the generator's next 64 bits), without its transient: 8 bytes a draw, 2.7 bytes an element of a
+    (B, H, T, T) mask (180 MB at T = 4096, 4 heads, where the mask is 64 MB)."""
     device = torch.device(device)
     if device.type != "cpu":
         return torch.rand(shape, device=device) >= p
     count = math.prod(shape)
     draws = -(-count // ELEMENTS_PER_DRAW)
-    bits = torch.randint(0, 2 ** (MASK_BITS * ELEMENTS_PER_DRAW), (draws,), dtype=torch.int64)
-    lanes = bits.view(torch.int16).view(draws, 64 // MASK_BITS)[:, :ELEMENTS_PER_DRAW]
+    mask = torch.empty(draws * ELEMENTS_PER_DRAW, dtype=torch.bool)
     threshold = round(p * 2**MASK_BITS) - 2 ** (MASK_BITS - 1)  # the lanes are signed int16
-    return (lanes >= threshold).flatten()[:count].view(shape)
+    for first in range(0, draws, CHUNK_DRAWS):
+        chunk = min(CHUNK_DRAWS, draws - first)
+        bits = torch.randint(0, 2 ** (MASK_BITS * ELEMENTS_PER_DRAW), (chunk,), dtype=torch.int64)
+        lanes = bits.view(torch.int16).view(chunk, 64 // MASK_BITS)[:, :ELEMENTS_PER_DRAW]
+        elements = slice(first * ELEMENTS_PER_DRAW, (first + chunk) * ELEMENTS_PER_DRAW)
+        torch.ge(lanes, threshold, out=mask[elements].view(chunk, ELEMENTS_PER_DRAW))
+    return mask[:count].view(shape)
