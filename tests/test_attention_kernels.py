@@ -350,3 +350,30 @@ def test_a_head_whose_logits_exceed_a_chunk_is_computed_by_blocks_of_query_rows(
     monkeypatch.setattr(cpu_kernels, "ROW_BLOCK_LOGITS", 4 * LENGTH)
     monkeypatch.setattr(cpu_kernels, "MIN_ROW_BLOCK_ROWS", 1)
     _assert_chunked_dropout_is_the_dropped_formula(mask_kind, 8, 9)
+
+
+def _far_keys_negligible(kind):
+    """q, k, v and the bias arguments of one query row block where keys three or more positions to the right
+    of a query get a logit of -60 (a probability near 1e-26, below 2^-64) and key 5 a value of 1e30; every
+    other value is 1."""
+    q = k = torch.zeros(1, 1, LENGTH, HEAD_DIM)
+    v = torch.ones(1, 1, LENGTH, HEAD_DIM)
+    v[:, :, LENGTH - 1] = 1e30
+    rows = torch.where(torch.arange(-LENGTH + 1, LENGTH) >= 3, -60.0, 0.0)[None]  # by offset j - i
+    if kind == "rows":
+        return q, k, v, None, rows
+    dense = torch.stack([rows[0, LENGTH - 1 - i: 2 * LENGTH - 1 - i] for i in range(LENGTH)])
+    return q, k, v, dense[None, None], None
+
+
+@pytest.mark.parametrize("kernel, kind", [("chunked", "dense"), ("chunked", "rows"), ("biased_flash", "rows")])
+def test_probabilities_below_2_to_the_minus_64_add_nothing_under_an_additive_bias(kernel, kind):
+    """Set to 0: their products with a step's gradients would be subnormal numbers, slow on CPUs."""
+    q, k, v, mask, rows = _far_keys_negligible(kind)
+    if kernel == "chunked":
+        out = ChunkedAttention.apply(q, k, v, mask, 1.0, 0.0, rows, None, None)
+    else:
+        out = BiasedFlashAttention.apply(q, k, v, mask, 1.0, rows, None, None)
+    far = LENGTH - 3  # queries 0 .. LENGTH - 4 see key 5 at an offset of 3 or more
+    torch.testing.assert_close(out[:, :, :far], torch.ones(1, 1, far, HEAD_DIM), rtol=0, atol=1e-6)
+    assert (out[:, :, far:] > 1e20).all()

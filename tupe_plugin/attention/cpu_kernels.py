@@ -48,10 +48,12 @@ ROW_BLOCK_LOGITS = 2**19
 MIN_ROW_BLOCK_ROWS = 64
 WHOLE_ROWS_UP_TO = 256
 
-# Probabilities below this are set to 0 under a bias of the offset: ALiBi's and KERPLE's long rows put most
-# of a row's probabilities far below float32's smallest normal number, and so their products with a training
-# step's small gradients, and arithmetic on subnormal numbers runs several times slower (T = 2048, ALiBi: the
-# step 1.4 x that of no bias). What is dropped, at most T 2^-64 of a row, is below float32's rounding of it.
+# Probabilities below this are set to 0 under an additive bias, a bias of the offset's rows or a dense float
+# mask: ALiBi's and KERPLE's long rows put most of a row's probabilities far below float32's smallest normal
+# number, and so their products with a training step's small gradients, and arithmetic on subnormal numbers
+# runs several times slower on Intel CPUs (ALiBi's step against no bias: 1.4 x at T = 2048, tiny; 1.27 x
+# against BERT-A's at T = 512, medium, with the bias expanded, its bmm's 3.5 x slower). What is dropped, at
+# most T 2^-64 of a row, is below float32's rounding of it.
 NEGLIGIBLE_PROBABILITY = 2.0**-64
 
 # The compiled backward's block of query rows: BLOCK_LOGITS logits (1 MiB of float32, as much again for
@@ -210,12 +212,17 @@ def _block_logits(q, k, mask, scale, index, offset=None, out=None):
     return logits
 
 
-def _normal_probabilities_(probs, offset):
-    """``probs`` with those below NEGLIGIBLE_PROBABILITY set to 0, in place, under a bias of the offset (see
-    there)."""
-    if offset is None:
+def _normal_probabilities_(probs, biased):
+    """``probs`` with those below NEGLIGIBLE_PROBABILITY set to 0, in place, when ``biased`` (see there)."""
+    if not biased:
         return probs
     return torch.threshold_(probs, NEGLIGIBLE_PROBABILITY, 0.0)
+
+
+def _biased(mask, offset):
+    """Whether the logits carry an additive bias: a bias of the offset or a float mask (a boolean mask is
+    key padding alone)."""
+    return offset is not None or (mask is not None and mask.dtype != torch.bool)
 
 
 def _as_float32(*tensors):
@@ -275,7 +282,7 @@ def _offset_forward(ctx, q, k, v, mask, scale, rows, edge_row, edge_col):
     for index in _blocks(batch, heads, seq_len, _block_rows(seq_len, True)):
         logits = _block_logits(q, k, mask, scale, index, offset)
         torch.logsumexp(logits, -1, keepdim=True, out=lse[index])
-        probs = _normal_probabilities_(logits.sub_(lse[index]).exp_(), offset)
+        probs = _normal_probabilities_(logits.sub_(lse[index]).exp_(), _biased(mask, offset))
         torch.bmm(probs, v[index[0], index[1]], out=out[index])
     ctx.save_for_backward(q, k, v, mask, out, lse, rows, edge_row, edge_col)
     return out.to(ctx.dtype)
@@ -307,7 +314,7 @@ def _offset_backward(ctx, grad_out):
 
         def probs_of(index):
             logits = _block_logits(q, k, mask, ctx.scale, index, offset)
-            return _normal_probabilities_(logits.sub_(lse[index]).exp_(), offset)
+            return _normal_probabilities_(logits.sub_(lse[index]).exp_(), _biased(mask, offset))
 
         mask_shape = mask.shape if mask_grad else None
         grad_q, grad_k, grad_v, grad_mask = _backward(q, k, v, out, grad_out, ctx.scale, mask_shape, probs_of,
@@ -349,6 +356,7 @@ class ChunkedAttention(torch.autograd.Function):
             mask = mask.detach().to(q.dtype)
         batch, heads, seq_len, _ = q.shape
         offset = _offset_bias(rows, edge_row, edge_col, q, False)
+        biased = _biased(mask, offset)
         probs = q.new_empty(batch, heads, seq_len, seq_len)
         keep = keep_mask(probs.shape, dropout, q.device) if dropout > 0 else None
         out = v.new_empty(batch, heads, seq_len, v.size(-1))
@@ -356,7 +364,7 @@ class ChunkedAttention(torch.autograd.Function):
             # the logits are computed in the probabilities' place and normalised there (row by row: the
             # softmax reads a row's logits before it writes the row)
             logits = _block_logits(q, k, mask, scale, index, offset, out=probs[index])
-            block = _normal_probabilities_(torch.ops.aten._softmax.out(logits, -1, False, out=logits), offset)
+            block = _normal_probabilities_(torch.ops.aten._softmax.out(logits, -1, False, out=logits), biased)
             torch.bmm(block if keep is None else block * keep[index], v[index[0], index[1]], out=out[index])
         keep_prob = keep_probability(dropout, q.device.type)
         if keep is not None:
@@ -370,7 +378,8 @@ class ChunkedAttention(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad_out):
         q, k, v, probs, keep, out, rows, edge_row, edge_col = ctx.saved_tensors
-        offset = _offset_bias(rows, edge_row, edge_col, q, any(ctx.needs_input_grad[6:]))
+        # the probabilities are kept: the rows are read again only for their gradient
+        offset = _offset_bias(rows, edge_row, edge_col, q, True) if any(ctx.needs_input_grad[6:]) else None
         grad_q, grad_k, grad_v, grad_mask = _backward(
             q, k, v, out, grad_out.to(q.dtype), ctx.scale, ctx.mask_shape, probs.__getitem__, keep,
             ctx.keep_prob, offset
