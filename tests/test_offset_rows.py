@@ -225,6 +225,32 @@ def test_training_with_the_bias_rows_equals_the_explicit_path_with_the_dense_bia
     assert_gradients_close(fused_grads, explicit_grads, atol=1e-10, rtol=1e-8)
 
 
+@pytest.mark.parametrize("case", ENCODINGS, ids=[_ids(case) for case in ENCODINGS])
+def test_evaluation_with_the_bias_rows_equals_the_explicit_path_with_the_dense_bias(case, dictionary,
+                                                                                    monkeypatch):
+    """Without dropout or gradients, past a chunk, the biased-flash kernel reads the rows, learned or fixed:
+    no dense bias is built."""
+    monkeypatch.setattr(cpu_kernels, "CHUNK_LOGITS", 16 * 75)  # the rows past 40 positions
+    monkeypatch.setattr(cpu_kernels, "ROW_BLOCK_LOGITS", 16 * 75)
+    monkeypatch.setattr(cpu_kernels, "MIN_ROW_BLOCK_ROWS", 1)
+    monkeypatch.setattr(cpu_kernels, "WHOLE_ROWS_UP_TO", 16)
+    preset, flags = case
+    model = build_model(f"{preset}_tiny", dictionary, max_positions=80, **flags).double().eval()
+    tokens = random_tokens(dictionary, [75, 70, 41])
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    expanded = []
+    original = positional_term.toeplitz
+    monkeypatch.setattr(positional_term, "toeplitz", lambda *a: expanded.append(1) or original(*a))
+    with torch.no_grad():
+        plan = model.encoder.sentence_encoder.attention_plan(tokens.device, False, tokens.size(1))
+        assert plan.path is AttentionPath.BIASED_FLASH and plan.offset_bias_as_rows
+        fused = model(tokens, features_only=True)[0]
+        assert expanded == []
+        monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+        explicit = model(tokens, features_only=True)[0]
+    torch.testing.assert_close(fused * keep, explicit * keep, atol=1e-10, rtol=1e-10)
+
+
 @pytest.mark.parametrize("kernel", ["biased_flash", "chunked"])
 def test_under_cpu_autocast_the_kernels_compute_in_float32_and_the_rows_gradient_is_float32(kernel):
     """Biased flash answers in the inputs' dtype; the chunked kernel, whose inputs autocast casts to float32
@@ -249,10 +275,15 @@ def test_under_cpu_autocast_the_kernels_compute_in_float32_and_the_rows_gradient
     torch.testing.assert_close(out.float(), reference, atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("preset", ["bert_r", "bert_alibi"], ids=["learned", "fixed"])
 @pytest.mark.parametrize("seq_len, as_rows", [(512, False), (513, True)])
-def test_the_rows_reach_the_cpu_kernels_where_a_heads_logits_exceed_a_chunk(seq_len, as_rows, dictionary):
-    """Up to T = 512 the dense bias, built once per forward, costs less than the rows' layout in every layer."""
-    config = build_model("bert_r_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
+def test_the_rows_reach_the_cpu_kernels_where_a_heads_logits_exceed_a_chunk(seq_len, as_rows, preset,
+                                                                            dictionary):
+    """Up to T = 512 the dense bias, built once per forward, costs less than the rows' layout in every layer;
+    past it the rows are read in training and in evaluation alike."""
+    config = build_model(f"{preset}_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
     for dropout in (0.1, 0.0):
         assert paths.plan_attention("cpu", dropout, False, config, seq_len).offset_bias_as_rows == as_rows
+    with torch.no_grad():
+        assert paths.plan_attention("cpu", 0.0, False, config, seq_len).offset_bias_as_rows == as_rows
     assert not paths.plan_attention("cpu", 0.1, True, config, seq_len).offset_bias_as_rows  # explicit

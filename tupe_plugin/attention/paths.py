@@ -15,8 +15,9 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   bias (the T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
   Pre-training", arXiv 2006.15595; Shaw key terms; TUPE's untied term folded into one) and sequences
   longer than ``d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the flash
-  kernel runs the forward with the mask as a constant and an exact backward follows (a bias of the offset
-  j - i read from its rows past T = 512, :func:`offset_bias_as_rows`, by blocks of query rows);
+  kernel runs the forward with the mask as a constant and an exact backward follows; and past T = 512
+  every bias of the offset j - i, learned or fixed, in training or evaluation, read from its rows
+  (:func:`offset_bias_as_rows`) by blocks of query rows, so that no (H, T, T) tensor is built for it;
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
   with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
   apart from the bias: no (B, H, T, T) mask) and attention dropout; a bias of the offset j - i as its
@@ -94,6 +95,8 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
         return AttentionPath.EXPLICIT
     if on_cpu and dropout > 0:
         return AttentionPath.CHUNKED
+    if on_cpu and config.offset_bias and reads_offset_rows(seq_len):
+        return AttentionPath.BIASED_FLASH  # the bias as its rows, learned or fixed, with gradients or not
     if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
         if seq_len <= EXPLICIT_MAX_LENGTH_PER_HEAD_DIM * config.head_dim:
             return AttentionPath.EXPLICIT
