@@ -91,10 +91,11 @@ def _blocks(batch, heads, seq_len, block_rows):
 
 class ToeplitzBias:
     """The rows of a bias of the offset (:class:`~.offset_rows.PeriodicRows`) and the [CLS] reset's edges
-    (row (H, T), column (H, T), or None) as the blocks read them, and their gradients."""
+    (row (H, T), column (H, T), or None) as the blocks read them (unless ``reads`` is False: a backward from
+    the kept probabilities), and their gradients."""
 
-    def __init__(self, rows, edge_row, edge_col, block_rows, needs_grad, dtype):
-        self.periodic = PeriodicRows(rows.to(dtype), block_rows)
+    def __init__(self, rows, edge_row, edge_col, block_rows, needs_grad, dtype, reads=True):
+        self.periodic = PeriodicRows(rows.to(dtype), block_rows, values=reads)
         self.edge_row = None if edge_row is None else edge_row.detach().to(dtype)
         self.edge_col = None if edge_col is None else edge_col.detach().to(dtype)
         self.needs_grad = needs_grad
@@ -127,12 +128,12 @@ class ToeplitzBias:
         return self.periodic.folded(), self.grad_row, self.grad_col
 
 
-def _offset_bias(rows, edge_row, edge_col, q, needs_grad):
+def _offset_bias(rows, edge_row, edge_col, q, needs_grad, reads=True):
     """The :class:`ToeplitzBias` of a call with queries ``q`` (B, H, T, d), in their dtype; None without
     rows."""
     if rows is None:
         return None
-    return ToeplitzBias(rows, edge_row, edge_col, _block_rows(q.size(2), True), needs_grad, q.dtype)
+    return ToeplitzBias(rows, edge_row, edge_col, _block_rows(q.size(2), True), needs_grad, q.dtype, reads)
 
 
 def _block_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index, out=None):
@@ -382,7 +383,7 @@ class ChunkedAttention(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad_out):
         q, k, v, probs, keep, out, rows, edge_row, edge_col = ctx.saved_tensors
-        offset = _offset_bias(rows, edge_row, edge_col, q, any(ctx.needs_input_grad[6:]))
+        offset = _offset_bias(rows, edge_row, edge_col, q, any(ctx.needs_input_grad[6:]), reads=False)
         grad_q, grad_k, grad_v, grad_mask = _backward(
             q, k, v, out, grad_out.to(q.dtype), ctx.scale, ctx.mask_shape, probs.__getitem__, keep,
             ctx.keep_prob, offset, ctx.mask_gradient

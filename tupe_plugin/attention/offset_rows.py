@@ -38,14 +38,16 @@ class PeriodicRows:
     i0 .. i0 + m - 1 is the view of row stride P - 1 at offset (T - 1 - i0) mod P: entry (r, j) lies at
     (T - 1 - i0) + r (P - 1) + j, which is j - (i0 + r) + T - 1 modulo P. The rows of the view do not overlap
     (P - 1 >= T), so a gradient buffer of the same layout takes a block's gradient by one addition through the
-    same view; :meth:`folded` sums it back by offset."""
+    same view; :meth:`folded` sums it back by offset. ``values=False``: the layout of the gradient alone (a
+    backward that does not read the bias)."""
 
-    def __init__(self, rows, block_rows):
+    def __init__(self, rows, block_rows, values=True):
         heads, period = rows.shape
         self.seq_len, self.period, self.block_rows = seq_len_of(rows), period, block_rows
         self.length = period + (block_rows - 1) * (period - 1) + self.seq_len
         repeats = -(-self.length // period)
-        self.values = rows.detach().contiguous().repeat(1, repeats)
+        self.values = rows.detach().contiguous().repeat(1, repeats) if values else None
+        self.rows, self.layout = rows.detach(), (heads, repeats * period)
         self.grad = None
 
     def view(self, buffer, heads, queries):
@@ -67,11 +69,11 @@ class PeriodicRows:
     def add_gradient(self, grad, heads, queries):
         """Add ``grad`` (heads, m, T), the logits' gradient of these rows, to the rows' gradient."""
         if self.grad is None:
-            self.grad = torch.zeros_like(self.values)
+            self.grad = self.rows.new_zeros(self.layout)
         self.view(self.grad, heads, queries).add_(grad)
 
     def folded(self):
         """The rows' gradient (H, 2T - 1): the buffer summed by offset (zeros when nothing was added)."""
         if self.grad is None:
-            return self.values.new_zeros(self.values.size(0), self.period)
+            return self.rows.new_zeros(self.rows.shape)
         return self.grad.view(self.grad.size(0), -1, self.period).sum(1)
