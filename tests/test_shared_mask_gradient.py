@@ -113,3 +113,47 @@ def test_a_mask_without_gradients_is_handed_on_as_it_is():
     fixed = bias.detach()
     assert gather_mask_gradient(fixed) == (fixed, None)
     assert gather_mask_gradient(None) == (None, None)
+
+
+def _gradient_handed_on(mask):
+    """The gradient the mask's gather node hands on, recorded by a hook on that node."""
+    handed = []
+    mask.grad_fn.register_hook(lambda grad_inputs, grad_outputs: handed.append(grad_inputs[0]))
+    return handed
+
+
+def test_the_mask_memory_holds_the_gradient_once_only_the_layers_read_it():
+    inputs, grad_out = _inputs(1, seed=8)
+    expected_inputs, got_inputs = _leaves(inputs), _leaves(inputs)
+    _plain_stack(*expected_inputs, keep_seed=9).backward(grad_out)
+    source = got_inputs[3] * 1.0
+    address = source.data_ptr()
+    mask, shared = gather_mask_gradient(source)
+    handed = _gradient_handed_on(mask)
+    del source
+    torch.manual_seed(9)
+    x = got_inputs[0]
+    for k, v in zip(got_inputs[1], got_inputs[2]):
+        x = ChunkedAttention.apply(x, k, v, mask, SCALE, DROPOUT, None, None, None, shared)
+    del mask
+    x.backward(grad_out)
+    assert handed[0].data_ptr() == address
+    torch.testing.assert_close(got_inputs[3].grad, expected_inputs[3].grad, atol=1e-10, rtol=1e-10)
+
+
+def test_a_mask_still_held_elsewhere_keeps_its_values_and_the_gradient_gets_its_own_memory():
+    inputs, grad_out = _inputs(1, seed=10)
+    expected_inputs, got_inputs = _leaves(inputs), _leaves(inputs)
+    _plain_stack(*expected_inputs, keep_seed=11).backward(grad_out)
+    source = got_inputs[3] * 1.0
+    values = source.detach().clone()
+    mask, shared = gather_mask_gradient(source)
+    handed = _gradient_handed_on(mask)
+    torch.manual_seed(11)
+    x = got_inputs[0]
+    for k, v in zip(got_inputs[1], got_inputs[2]):
+        x = ChunkedAttention.apply(x, k, v, mask, SCALE, DROPOUT, None, None, None, shared)
+    x.backward(grad_out)
+    assert handed[0].data_ptr() != source.data_ptr()
+    torch.testing.assert_close(source, values, atol=0, rtol=0)
+    torch.testing.assert_close(got_inputs[3].grad, expected_inputs[3].grad, atol=1e-10, rtol=1e-10)
