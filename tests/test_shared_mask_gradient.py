@@ -1,13 +1,16 @@
 """A mask read by several layers' ChunkedAttention, its gradient summed in one shared buffer
-(:mod:`tupe_plugin.attention.shared_mask_gradient`), against the layers written out with the plain
-formula and autograd's own sum of their gradients, in float64."""
+(:mod:`tupe_plugin.attention.shared_mask_gradient`), with a bias of the offset beside it whose gradient
+comes from that buffer, against the layers written out with the plain formula (the bias's dense twin) and
+autograd's own sum of their gradients, in float64."""
 
 import pytest
 import torch
 from tupe_plugin.attention import cpu_kernels
 from tupe_plugin.attention.cpu_kernels import ChunkedAttention
 from tupe_plugin.attention.dropout import keep_mask, keep_probability
+from tupe_plugin.attention.offset_rows import edges
 from tupe_plugin.attention.shared_mask_gradient import gather_mask_gradient
+from tupe_plugin.encodings.offset_bias import toeplitz
 
 BATCH, HEADS, LENGTH, HEAD_DIM, LAYERS = 3, 2, 6, 8, 3
 SCALE, DROPOUT = 0.3, 0.3
@@ -157,3 +160,33 @@ def test_a_mask_still_held_elsewhere_keeps_its_values_and_the_gradient_gets_its_
     assert handed[0].data_ptr() != source.data_ptr()
     torch.testing.assert_close(source, values, atol=0, rtol=0)
     torch.testing.assert_close(got_inputs[3].grad, expected_inputs[3].grad, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
+@pytest.mark.parametrize("with_cls", [True, False], ids=["cls_reset", "no_reset"])
+def test_a_bias_of_the_offset_beside_the_mask_gets_its_gradient_from_the_shared_buffer(mask_batch, with_cls):
+    """The kernels read the rows and the reset's edges and compute no gradient for them; the gather node
+    folds the layers' summed dS into them: as the layers with the dense twin mask + toeplitz(rows, cls)."""
+    inputs, grad_out = _inputs(mask_batch, seed=12)
+    generator = torch.Generator().manual_seed(13)
+    rows = torch.randn(HEADS, 2 * LENGTH - 1, dtype=torch.float64, generator=generator)
+    cls = torch.randn(HEADS, 2, dtype=torch.float64, generator=generator) if with_cls else None
+    expected_inputs, got_inputs = _leaves(inputs), _leaves(inputs)
+    expected_offset, got_offset = _leaves([rows, cls][: 1 + with_cls]), _leaves([rows, cls][: 1 + with_cls])
+    x, keys, values, bias = expected_inputs
+    twin = bias + toeplitz(*expected_offset)[None]
+    expected = _plain_stack(x, keys, values, twin, keep_seed=14)
+    expected.backward(grad_out)
+
+    x, keys, values, bias = got_inputs
+    got_rows, got_cls = got_offset[0], got_offset[1] if with_cls else None
+    mask, shared = gather_mask_gradient(bias * 1.0, got_rows, got_cls)
+    torch.manual_seed(14)
+    for k, v in zip(keys, values):
+        offset = (got_rows, *((None, None) if got_cls is None else edges(got_rows, got_cls)))
+        x = ChunkedAttention.apply(x, k, v, mask, SCALE, DROPOUT, *offset, shared)
+    x.backward(grad_out)
+    torch.testing.assert_close(x, expected, atol=1e-10, rtol=1e-10)
+    for name, g, e in zip(("x", "keys", "values", "mask", "rows", "cls"), got_inputs + got_offset,
+                          expected_inputs + expected_offset):
+        torch.testing.assert_close(g.grad, e.grad, atol=1e-10, rtol=1e-10, msg=name)

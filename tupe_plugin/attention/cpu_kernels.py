@@ -27,8 +27,9 @@ periodically, adds its dS to their gradient through the same view, and no (H, T,
 rows' gradient is the dS of every cell summed by offset j - i, the edges' gradients dS's row 0 and column 0.
 A dense mask (TUPE's untied product, key padding) is added to it. A learned mask read by every layer gets
 its gradient in one buffer with :class:`ChunkedAttention` (``mask_gradient``, :mod:`.shared_mask_gradient`):
-the first layer's backward computes its blocks' dS in the buffer, the others add theirs. The explicit path of
-:mod:`.attend` is their step-by-step twin in the tests.
+the first layer's backward computes its blocks' dS in the buffer, the others add theirs; where that buffer
+takes the gradient of a bias of the offset too, the kernel computes none. The explicit path of :mod:`.attend`
+is their step-by-step twin in the tests.
 """
 
 
@@ -383,7 +384,10 @@ class ChunkedAttention(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad_out):
         q, k, v, probs, keep, out, rows, edge_row, edge_col = ctx.saved_tensors
-        offset = _offset_bias(rows, edge_row, edge_col, q, any(ctx.needs_input_grad[6:]), reads=False)
+        # a shared buffer that takes the offset's gradient gives it from the summed dS (GatherMaskGradient)
+        offset_grad = any(ctx.needs_input_grad[6:9]) and not (ctx.mask_gradient is not None
+                                                              and ctx.mask_gradient.takes_offset)
+        offset = _offset_bias(rows, edge_row, edge_col, q, offset_grad, reads=False)
         grad_q, grad_k, grad_v, grad_mask = _backward(
             q, k, v, out, grad_out.to(q.dtype), ctx.scale, ctx.mask_shape, probs.__getitem__, keep,
             ctx.keep_prob, offset, ctx.mask_gradient

@@ -9,12 +9,17 @@ i != 0.
 Their dense (H, T, T) form, the twin and what the paths that take a dense bias read, is the encodings'
 (:func:`tupe_plugin.encodings.offset_bias.toeplitz`). The CPU kernels never build it: :class:`PeriodicRows`
 lays the rows out once per call so that the bias of any block of query rows is a strided view (no copy),
-and folds the gradient written through those views back into (H, 2T - 1). The reset reaches them as
+and folds the gradient written through those views back into (H, 2T - 1) (:func:`dense_gradient_folded`
+folds a dense (B, H, T, T) gradient the same way). The reset reaches them as
 :func:`edges`, what it adds to row 0 and column 0 over the Toeplitz values, so that its gradient, and the
 exclusion of the cells it replaces from the rows' gradient, follow by autograd on O(T) tensors.
 """
 
 import torch
+
+# Cells of a head's block of query rows when a dense gradient is folded (:func:`dense_gradient_folded`): the
+# periodic layout holds 2 T a block row.
+BLOCK_CELLS = 2**19
 
 
 def seq_len_of(rows):
@@ -77,3 +82,25 @@ class PeriodicRows:
         if self.grad is None:
             return self.rows.new_zeros(self.rows.shape)
         return self.grad.view(self.grad.size(0), -1, self.period).sum(1)
+
+
+def dense_gradient_folded(grad, with_reset):
+    """The gradients of ``rows`` (H, 2T - 1) and of the reset ``cls`` (H, 2), or None without one, from the
+    gradient ``grad`` (B, H, T, T) of the dense bias they make (every batch row's gradient summed): the cells'
+    gradients summed by offset j - i, those of the reset's cells (row 0, column 0 of the rows i != 0) to
+    ``cls`` instead. By blocks of query rows through :class:`PeriodicRows`, as the kernels fold theirs."""
+    dense = grad[0] if grad.size(0) == 1 else grad.sum(0)
+    heads, seq_len = dense.shape[0], dense.shape[-1]
+    block_rows = min(seq_len, max(1, BLOCK_CELLS // seq_len))
+    periodic = PeriodicRows(dense.new_empty(heads, 2 * seq_len - 1), block_rows, values=False)
+    for first in range(0, seq_len, block_rows):
+        queries = slice(first, min(first + block_rows, seq_len))
+        periodic.add_gradient(dense[:, queries], slice(0, heads), queries)
+    rows = periodic.folded()
+    if not with_reset:
+        return rows, None
+    first_row, first_column = dense[:, 0], dense[:, 1:, 0]
+    rows[:, seq_len - 1:] -= first_row
+    # column 0 of row i holds rows[T - 1 - i]: offsets T - 2 .. 0 for i = 1 .. T - 1
+    rows[:, : seq_len - 1] -= first_column.flip(-1)
+    return rows, torch.stack([first_row.sum(-1), first_column.sum(-1)], -1)

@@ -128,7 +128,7 @@ class PositionalTransformerEncoder(nn.Module):
         term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype,
                                           plan.padding_as_lengths, plan.offset_bias_as_rows)
         if plan.path is AttentionPath.CHUNKED:  # every layer's kernel adds the mask's gradient to one buffer
-            mask, mask_gradient = gather_mask_gradient(term.attn_mask)
+            mask, mask_gradient = gather_mask_gradient(term.attn_mask, term.offset_rows, term.offset_cls)
             term = replace(term, attn_mask=mask, mask_gradient=mask_gradient)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None
