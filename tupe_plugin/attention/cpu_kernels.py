@@ -377,7 +377,8 @@ class ChunkedAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, probs, keep, out, rows, edge_row, edge_col)
         ctx.scale, ctx.keep_prob, ctx.dtype = scale, keep_prob, dtype
         ctx.mask_shape = mask.shape if ctx.needs_input_grad[3] else None
-        ctx.mask_gradient = mask_gradient
+        # the shared buffer only where this call's mask gradient goes to it
+        ctx.mask_gradient = mask_gradient if ctx.mask_shape is not None else None
         return out.to(dtype)
 
     @staticmethod
