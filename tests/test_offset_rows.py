@@ -9,7 +9,8 @@ from conftest import assert_gradients_close, build_model, features_and_grads, ra
 from tupe_plugin.attention import compiled_kernels, cpu_kernels, paths
 from tupe_plugin.attention.cpu_kernels import BiasedFlashAttention, ChunkedAttention
 from tupe_plugin.attention.dropout import keep_mask, keep_probability
-from tupe_plugin.attention.offset_rows import PeriodicRows, edges
+from tupe_plugin.attention import offset_rows
+from tupe_plugin.attention.offset_rows import PeriodicRows, dense_gradient_folded, edges
 from tupe_plugin.attention.paths import AttentionPath
 from tupe_plugin.encodings import positional_term
 from tupe_plugin.encodings.offset_bias import toeplitz
@@ -59,6 +60,24 @@ def test_a_block_reads_its_bias_as_a_view_of_the_periodic_rows_and_its_gradient_
     twin_rows = rows.clone().requires_grad_()
     (_dense_twin(twin_rows, None) * grad).sum().backward()
     torch.testing.assert_close(periodic.folded(), twin_rows.grad)
+
+
+@pytest.mark.parametrize("batch", [1, BATCH], ids=["shared", "per_row"])
+@pytest.mark.parametrize("with_cls", [True, False], ids=["cls_reset", "no_reset"])
+@pytest.mark.parametrize("block", [BLOCK, LENGTH], ids=["row_blocks", "whole_rows"])
+def test_a_dense_gradient_folds_into_the_gradients_of_the_rows_and_the_reset(block, with_cls, batch,
+                                                                              monkeypatch):
+    monkeypatch.setattr(offset_rows, "BLOCK_CELLS", block * LENGTH)
+    rows = torch.randn(HEADS, 2 * LENGTH - 1, dtype=torch.float64, requires_grad=True)
+    cls = torch.randn(HEADS, 2, dtype=torch.float64, requires_grad=True) if with_cls else None
+    grad = torch.randn(batch, HEADS, LENGTH, LENGTH, dtype=torch.float64)
+    (_dense_twin(rows, cls)[None] * grad).sum().backward()
+    grad_rows, grad_cls = dense_gradient_folded(grad, with_cls)
+    torch.testing.assert_close(grad_rows, rows.grad)
+    if with_cls:
+        torch.testing.assert_close(grad_cls, cls.grad)
+    else:
+        assert grad_cls is None
 
 
 def _key_padding():

@@ -33,7 +33,8 @@ def sdpa_mask(mask, dtype):
 
 
 def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None,
-           key_lengths=None, relative=None, value_offsets=None, offset_rows=None, offset_cls=None):
+           key_lengths=None, relative=None, value_offsets=None, offset_rows=None, offset_cls=None,
+           mask_gradient=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
@@ -50,6 +51,9 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     (H, 2T - 1) and ``offset_cls`` (H, 2) or None: a bias of the offset j - i and its [CLS] reset
     (:mod:`.offset_rows`), added to the mask (the dense part alone, or None) by the kernels that read them,
     CHUNKED, BIASED_FLASH, TRITON and FLEX (the plan expands it into the mask for the other paths).
+    ``mask_gradient``: CHUNKED adds the float mask's gradient to this
+    :class:`~.shared_mask_gradient.SharedMaskGradient` (the mask being its
+    :func:`~.shared_mask_gradient.gather_mask_gradient`'s) rather than returning it.
     """
     if path is AttentionPath.EXPLICIT:
         return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
@@ -78,7 +82,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     if path is AttentionPath.BIASED_FLASH:
         return BiasedFlashAttention.apply(q, k, v, mask, scale, *offset), None
     if path is AttentionPath.CHUNKED:
-        return ChunkedAttention.apply(q, k, v, mask, scale, dropout, *offset), None
+        offset = offset or (None, None, None)
+        return ChunkedAttention.apply(q, k, v, mask, scale, dropout, *offset, mask_gradient), None
     if path is AttentionPath.CUDNN_GRAPH:
         return cudnn_biased_attention(q, k, v, mask, key_lengths, scale, dropout), None
     with sdpa_kernel(list(backends)) if backends else contextlib.nullcontext():

@@ -25,8 +25,11 @@ A bias of the offset j - i (the ``--rel-pos`` biases) comes as its Toeplitz rows
 reset's edges (:mod:`.offset_rows`): a block reads its bias as a strided view of the rows laid out
 periodically, adds its dS to their gradient through the same view, and no (H, T, T) tensor is made; the
 rows' gradient is the dS of every cell summed by offset j - i, the edges' gradients dS's row 0 and column 0.
-A dense mask (TUPE's untied product, key padding) is added to it. The explicit path of :mod:`.attend` is
-their step-by-step twin in the tests.
+A dense mask (TUPE's untied product, key padding) is added to it. A learned mask read by every layer gets
+its gradient in one buffer with :class:`ChunkedAttention` (``mask_gradient``, :mod:`.shared_mask_gradient`):
+the first layer's backward computes its blocks' dS in the buffer, the others add theirs; where that buffer
+takes the gradient of a bias of the offset too, the kernel computes none. The explicit path of :mod:`.attend`
+is their step-by-step twin in the tests.
 """
 
 
@@ -91,10 +94,11 @@ def _blocks(batch, heads, seq_len, block_rows):
 
 class ToeplitzBias:
     """The rows of a bias of the offset (:class:`~.offset_rows.PeriodicRows`) and the [CLS] reset's edges
-    (row (H, T), column (H, T), or None) as the blocks read them, and their gradients."""
+    (row (H, T), column (H, T), or None) as the blocks read them (unless ``reads`` is False: a backward from
+    the kept probabilities), and their gradients."""
 
-    def __init__(self, rows, edge_row, edge_col, block_rows, needs_grad, dtype):
-        self.periodic = PeriodicRows(rows.to(dtype), block_rows)
+    def __init__(self, rows, edge_row, edge_col, block_rows, needs_grad, dtype, reads=True):
+        self.periodic = PeriodicRows(rows.to(dtype), block_rows, values=reads)
         self.edge_row = None if edge_row is None else edge_row.detach().to(dtype)
         self.edge_col = None if edge_col is None else edge_col.detach().to(dtype)
         self.needs_grad = needs_grad
@@ -127,27 +131,28 @@ class ToeplitzBias:
         return self.periodic.folded(), self.grad_row, self.grad_col
 
 
-def _offset_bias(rows, edge_row, edge_col, q, needs_grad):
+def _offset_bias(rows, edge_row, edge_col, q, needs_grad, reads=True):
     """The :class:`ToeplitzBias` of a call with queries ``q`` (B, H, T, d), in their dtype; None without
     rows."""
     if rows is None:
         return None
-    return ToeplitzBias(rows, edge_row, edge_col, _block_rows(q.size(2), True), needs_grad, q.dtype)
+    return ToeplitzBias(rows, edge_row, edge_col, _block_rows(q.size(2), True), needs_grad, q.dtype, reads)
 
 
-def _block_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index):
+def _block_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index, out=None):
     """The gradients of one block (``index`` = (b, heads, queries)) written into ``grads`` = (dq, dk^T, dv^T)
     (added to them past a head's first block of rows); ``grad_out`` already divided by the keep probability
-    when ``keep`` is given. Returns dS (the unscaled logits' gradient, also the bias's)."""
+    when ``keep`` is given. Returns dS (the unscaled logits' gradient, also the bias's), computed in ``out``
+    when given."""
     b, heads, queries = index
     q, k, v, grad_out = q[index], k[b, heads], v[b, heads], grad_out[index]
     if keep is None:
-        grad_logits = torch.baddbmm(minus_delta[index], grad_out, v.transpose(-1, -2)).mul_(probs)
+        grad_logits = torch.baddbmm(minus_delta[index], grad_out, v.transpose(-1, -2), out=out).mul_(probs)
         dropped = probs
     else:
         # P * (keep * dP + minus_delta) as (P * keep) * dP + P * minus_delta: P * keep is dv's factor anyway
         dropped = probs * keep
-        grad_logits = torch.bmm(grad_out, v.transpose(-1, -2)).mul_(dropped)
+        grad_logits = torch.bmm(grad_out, v.transpose(-1, -2), out=out).mul_(dropped)
         grad_logits.addcmul_(probs, minus_delta[index])
     grad_q, grad_k_t, grad_v_t = grads
     torch.bmm(grad_logits, k, out=grad_q[index])
@@ -162,8 +167,10 @@ def _block_gradients(q, k, v, grad_out, minus_delta, probs, keep, grads, index):
     return grad_logits
 
 
-def _backward(q, k, v, out, grad_out, scale, mask_shape, probs_of, keep=None, keep_prob=1.0, offset=None):
-    """dq, dk, dv and the mask's gradient (None when ``mask_shape`` is None) by blocks, the gradients of the
+def _backward(q, k, v, out, grad_out, scale, mask_shape, probs_of, keep=None, keep_prob=1.0, offset=None,
+              mask_gradient=None):
+    """dq, dk, dv and the mask's gradient (None when ``mask_shape`` is None; added to ``mask_gradient``'s
+    buffer, a :class:`~.shared_mask_gradient.SharedMaskGradient`, when given) by blocks, the gradients of the
     bias of the offset into ``offset`` (a :class:`ToeplitzBias`); ``probs_of(index)`` gives the probabilities
     of a block, ``keep`` (B, H, T, T) the dropout keep-mask."""
     grad_out = grad_out.contiguous()
@@ -174,15 +181,20 @@ def _backward(q, k, v, out, grad_out, scale, mask_shape, probs_of, keep=None, ke
     grads = (torch.empty_like(q), q.new_empty(batch, heads, head_dim, seq_len),
              v.new_empty(batch, heads, v.size(-1), seq_len))
     shared = mask_shape is not None and mask_shape[0] == 1
-    grad_mask = None if mask_shape is None else q.new_empty(mask_shape)
+    grad_mask, written = None, False
+    if mask_shape is not None:
+        grad_mask, written = (q.new_empty(mask_shape), False) if mask_gradient is None else \
+            mask_gradient.buffer(mask_shape, q)
     for index in _blocks(batch, heads, seq_len, _block_rows(seq_len, offset is not None)):
         b, h, queries = index
+        cells = None if grad_mask is None else grad_mask[0 if shared else b, h, queries]
+        # dS is computed in the mask's gradient where it is the first to reach its cells, else added to it
+        first = cells is not None and not written and not (shared and b > 0)
         grad_logits = _block_gradients(q, k, v, grad_out, minus_delta, probs_of(index),
-                                       None if keep is None else keep[index], grads, index)
-        if shared and b > 0:
-            grad_mask[0, h, queries] += grad_logits
-        elif grad_mask is not None:  # a shared mask's first batch row (the first block of its cells)
-            grad_mask[0 if shared else b, h, queries] = grad_logits
+                                       None if keep is None else keep[index], grads, index,
+                                       cells if first else None)
+        if cells is not None and not first:
+            cells += grad_logits
         if offset is not None:
             offset.add_gradient(grad_logits, h, queries)
     grad_q, grad_k_t, grad_v_t = grads
@@ -367,7 +379,8 @@ class ChunkedAttention(torch.autograd.Function):
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
-    def forward(ctx, q, k, v, mask, scale, dropout, rows=None, edge_row=None, edge_col=None):
+    def forward(ctx, q, k, v, mask, scale, dropout, rows=None, edge_row=None, edge_col=None,
+                mask_gradient=None):
         dtype = q.dtype
         ctx.mask_dtype = None if mask is None else mask.dtype
         q, k, v, rows = _as_float32(q, k, v, rows)
@@ -391,19 +404,26 @@ class ChunkedAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, probs, keep, out, rows, edge_row, edge_col)
         ctx.scale, ctx.keep_prob, ctx.dtype = scale, keep_prob, dtype
         ctx.mask_shape = mask.shape if ctx.needs_input_grad[3] else None
+        # the shared buffer only where this call's mask gradient goes to it
+        ctx.mask_gradient = mask_gradient if ctx.mask_shape is not None else None
         return out.to(dtype)
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad_out):
         q, k, v, probs, keep, out, rows, edge_row, edge_col = ctx.saved_tensors
-        # the probabilities are kept: the rows are read again only for their gradient
-        offset = _offset_bias(rows, edge_row, edge_col, q, True) if any(ctx.needs_input_grad[6:]) else None
+        # the probabilities are kept: the rows are laid out again only for their gradient, and not where a
+        # shared buffer that takes it gives it from the summed dS (GatherMaskGradient)
+        offset_grad = any(ctx.needs_input_grad[6:9]) and not (ctx.mask_gradient is not None
+                                                              and ctx.mask_gradient.takes_offset)
+        offset = _offset_bias(rows, edge_row, edge_col, q, True, reads=False) if offset_grad else None
         grad_q, grad_k, grad_v, grad_mask = _backward(
             q, k, v, out, grad_out.to(q.dtype), ctx.scale, ctx.mask_shape, probs.__getitem__, keep,
-            ctx.keep_prob, offset
+            ctx.keep_prob, offset, ctx.mask_gradient
         )
+        if ctx.mask_gradient is not None:  # the mask's gradient is in the shared buffer, handed on from there
+            grad_mask = None
         grad_mask = None if grad_mask is None else grad_mask.to(ctx.mask_dtype)
         offset_grads = (None, None, None) if offset is None else offset.gradients()
         return (grad_q.to(ctx.dtype), grad_k.to(ctx.dtype), grad_v.to(ctx.dtype), grad_mask, None, None,
-                *offset_grads)
+                *offset_grads, None)

@@ -9,12 +9,17 @@ i != 0.
 Their dense (H, T, T) form, the twin and what the paths that take a dense bias read, is the encodings'
 (:func:`tupe_plugin.encodings.offset_bias.toeplitz`). The CPU kernels never build it: :class:`PeriodicRows`
 lays the rows out once per call so that the bias of any block of query rows is a strided view (no copy),
-and folds the gradient written through those views back into (H, 2T - 1). The reset reaches them as
+and folds the gradient written through those views back into (H, 2T - 1) (:func:`dense_gradient_folded`
+folds a dense (B, H, T, T) gradient the same way). The reset reaches them as
 :func:`edges`, what it adds to row 0 and column 0 over the Toeplitz values, so that its gradient, and the
 exclusion of the cells it replaces from the rows' gradient, follow by autograd on O(T) tensors.
 """
 
 import torch
+
+# Cells of a head's block of query rows when a dense gradient is folded (:func:`dense_gradient_folded`): the
+# periodic layout holds 2 T a block row.
+BLOCK_CELLS = 2**19
 
 
 def seq_len_of(rows):
@@ -38,14 +43,16 @@ class PeriodicRows:
     i0 .. i0 + m - 1 is the view of row stride P - 1 at offset (T - 1 - i0) mod P: entry (r, j) lies at
     (T - 1 - i0) + r (P - 1) + j, which is j - (i0 + r) + T - 1 modulo P. The rows of the view do not overlap
     (P - 1 >= T), so a gradient buffer of the same layout takes a block's gradient by one addition through the
-    same view; :meth:`folded` sums it back by offset."""
+    same view; :meth:`folded` sums it back by offset. ``values=False``: the layout of the gradient alone (a
+    backward that does not read the bias)."""
 
-    def __init__(self, rows, block_rows):
+    def __init__(self, rows, block_rows, values=True):
         heads, period = rows.shape
         self.seq_len, self.period, self.block_rows = seq_len_of(rows), period, block_rows
         self.length = period + (block_rows - 1) * (period - 1) + self.seq_len
         repeats = -(-self.length // period)
-        self.values = rows.detach().contiguous().repeat(1, repeats)
+        self.values = rows.detach().contiguous().repeat(1, repeats) if values else None
+        self.rows, self.layout = rows.detach(), (heads, repeats * period)
         self.grad = None
 
     def view(self, buffer, heads, queries):
@@ -67,11 +74,33 @@ class PeriodicRows:
     def add_gradient(self, grad, heads, queries):
         """Add ``grad`` (heads, m, T), the logits' gradient of these rows, to the rows' gradient."""
         if self.grad is None:
-            self.grad = torch.zeros_like(self.values)
+            self.grad = self.rows.new_zeros(self.layout)
         self.view(self.grad, heads, queries).add_(grad)
 
     def folded(self):
         """The rows' gradient (H, 2T - 1): the buffer summed by offset (zeros when nothing was added)."""
         if self.grad is None:
-            return self.values.new_zeros(self.values.size(0), self.period)
+            return self.rows.new_zeros(self.rows.shape)
         return self.grad.view(self.grad.size(0), -1, self.period).sum(1)
+
+
+def dense_gradient_folded(grad, with_reset):
+    """The gradients of ``rows`` (H, 2T - 1) and of the reset ``cls`` (H, 2), or None without one, from the
+    gradient ``grad`` (B, H, T, T) of the dense bias they make (every batch row's gradient summed): the cells'
+    gradients summed by offset j - i, those of the reset's cells (row 0, column 0 of the rows i != 0) to
+    ``cls`` instead. By blocks of query rows through :class:`PeriodicRows`, as the kernels fold theirs."""
+    dense = grad[0] if grad.size(0) == 1 else grad.sum(0)
+    heads, seq_len = dense.shape[0], dense.shape[-1]
+    block_rows = min(seq_len, max(1, BLOCK_CELLS // seq_len))
+    periodic = PeriodicRows(dense.new_empty(heads, 2 * seq_len - 1), block_rows, values=False)
+    for first in range(0, seq_len, block_rows):
+        queries = slice(first, min(first + block_rows, seq_len))
+        periodic.add_gradient(dense[:, queries], slice(0, heads), queries)
+    rows = periodic.folded()
+    if not with_reset:
+        return rows, None
+    first_row, first_column = dense[:, 0], dense[:, 1:, 0]
+    rows[:, seq_len - 1:] -= first_row
+    # column 0 of row i holds rows[T - 1 - i]: offsets T - 2 .. 0 for i = 1 .. T - 1
+    rows[:, : seq_len - 1] -= first_column.flip(-1)
+    return rows, torch.stack([first_row.sum(-1), first_column.sum(-1)], -1)

@@ -110,6 +110,7 @@ class PositionalSelfAttention(nn.Module):
             plan.path, q, k, v, attn_mask, term.scale, plan.dropout,
             term.rel_table if term.rel_values else None, term.rel_index, plan.backends, term.key_lengths,
             relative, term.rel_offsets, term.offset_rows, term.offset_cls,
+            term.mask_gradient if attn_mask is term.attn_mask else None,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None

@@ -46,7 +46,9 @@ class PositionalTerm:
     (H, 2), the [CLS] reset's theta_1 (row 0) and theta_2 (column 0 of the rows i != 0), which replace the
     rows' values there. They are added to ``bias``, the dense (H, T, T) part (TUPE's untied product when
     folded), by the kernels that read them (the plan's ``offset_bias_as_rows``); for the others
-    :meth:`expanded` adds them to ``bias`` once per forward."""
+    :meth:`expanded` adds them to ``bias`` once per forward. ``mask_gradient``: where the encoder set one
+    (the chunked CPU kernel, :mod:`~tupe_plugin.attention.shared_mask_gradient`), the buffer that every
+    layer's kernel adds the gradient of ``attn_mask`` to."""
 
     scale: float
     q_extra: Optional[torch.Tensor] = None
@@ -67,6 +69,7 @@ class PositionalTerm:
     offset_cls: Optional[torch.Tensor] = None
     attn_mask: Optional[torch.Tensor] = None
     key_lengths: Optional[torch.Tensor] = None
+    mask_gradient: Optional[object] = None
 
     def dense(self):
         """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw and DeBERTa
