@@ -345,7 +345,7 @@ def _offset_backward(ctx, grad_out):
 
         def probs_of(index):
             logits = _block_logits(q, k, mask, ctx.scale, index, offset)
-            return _normal_probabilities_(logits.sub_(lse[index]).exp_(), _biased(mask, offset))
+            return _normal_probabilities_(logits.sub_(lse[index]).exp_(), True)  # a bias of the offset
 
         mask_shape = mask.shape if mask_grad else None
         grad_q, grad_k, grad_v, grad_mask = _backward(q, k, v, out, grad_out, ctx.scale, mask_shape, probs_of,

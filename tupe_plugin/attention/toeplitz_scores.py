@@ -49,33 +49,18 @@ def _check_table(x, table):
         raise ValueError(f"a table of {table.shape[-2]} offsets for {x.size(-2)} positions: it needs 2T - 1")
 
 
-def _transposed(band_scores, seq_len):
-    """(B, H, T, rows) ``band_scores`` (B, H, rows, T) transposed, to be added to columns of S: a view, or
-    past TRANSPOSE_BY_BLOCKS_PAST a copy by blocks."""
-    if seq_len <= TRANSPOSE_BY_BLOCKS_PAST:
-        return band_scores.transpose(-1, -2)
-    rows = band_scores.contiguous()
-    columns = rows.new_empty(*rows.shape[:2], seq_len, rows.size(-2))
-    for b in range(rows.size(0)):
-        for h in range(rows.size(1)):
-            columns[b, h].copy_(rows[b, h].t())
-    return columns
-
-
-def _copy_transposed_(strip, columns):
-    """Write ``columns`` (B, H, T, rows), columns of S's gradient, transposed into a band's ``strip``
-    (B, H, rows, T): directly, or past TRANSPOSE_BY_BLOCKS_PAST through a contiguous copy of the columns
-    and a blocked transpose of each head's."""
-    seq_len = columns.size(-2)
-    if seq_len <= TRANSPOSE_BY_BLOCKS_PAST:
-        strip.copy_(columns.transpose(-1, -2))
-        return
-    gathered = columns.contiguous()
-    rows = columns.new_empty(strip.shape[-2:])
-    for b in range(strip.size(0)):
-        for h in range(strip.size(1)):
-            rows.copy_(gathered[b, h].t())
-            strip[b, h].copy_(rows)
+def _transposed(scores):
+    """(B, H, n, m) ``scores`` (B, H, m, n) transposed, between a band and columns of S (``n`` or ``m`` is T):
+    a view, or past TRANSPOSE_BY_BLOCKS_PAST positions a copy through a contiguous one and each head's
+    blocked transpose."""
+    if max(scores.shape[-2:]) <= TRANSPOSE_BY_BLOCKS_PAST:
+        return scores.transpose(-1, -2)
+    source = scores.contiguous()
+    transposed = source.new_empty(*source.shape[:2], source.size(-1), source.size(-2))
+    for b in range(source.size(0)):
+        for h in range(source.size(1)):
+            transposed[b, h].copy_(source[b, h].t())
+    return transposed
 
 
 def _band_gradients(write_strip, x, table):
@@ -114,7 +99,7 @@ class ToeplitzScores(torch.autograd.Function):
             _check_table(x_t, table_t)
             for keys, rows, reached in _bands(seq_len):
                 band = torch.matmul(x_t[:, :, keys], table_t[:, reached].transpose(-1, -2))
-                scores[:, :, :, keys].add_(_transposed(_strip(band, rows, seq_len), seq_len))
+                scores[:, :, :, keys].add_(_transposed(_strip(band, rows, seq_len)))
         ctx.save_for_backward(x, table, x_t, table_t)
         return scores
 
@@ -124,7 +109,7 @@ class ToeplitzScores(torch.autograd.Function):
         grads = _band_gradients(lambda strip, queries: strip.copy_(grad[:, :, queries]), x, table)
         if x_t is None:
             return *grads, None, None
-        return *grads, *_band_gradients(lambda strip, keys: _copy_transposed_(strip, grad[:, :, :, keys]),
+        return *grads, *_band_gradients(lambda strip, keys: strip.copy_(_transposed(grad[:, :, :, keys])),
                                         x_t, table_t)
 
 
