@@ -62,11 +62,53 @@ def test_a_block_reads_its_bias_as_a_view_of_the_periodic_rows_and_its_gradient_
     torch.testing.assert_close(periodic.folded(), twin_rows.grad)
 
 
+@pytest.fixture(params=["compiled", "periodic"])
+def offset_ops(request, monkeypatch):
+    """How the kernels read the rows and sum their gradient: the compiled ops (which must build here), or
+    the periodic layout's views."""
+    if request.param == "compiled":
+        assert compiled_kernels.offset_rows_ops() is not None, "the compiled ops did not build"
+    else:
+        monkeypatch.setattr(compiled_kernels, "offset_rows_ops", lambda: None)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("block", [1, BLOCK, LENGTH])
+def test_the_compiled_ops_add_a_blocks_bias_from_the_rows_and_sum_its_gradient_by_offset(block, dtype):
+    add_rows, add_gradient = compiled_kernels.offset_rows_ops()
+    rows = torch.randn(HEADS + 1, 2 * LENGTH - 1, dtype=dtype)
+    dense = _dense_twin(rows, None)
+    grad = torch.randn(HEADS, LENGTH, LENGTH, dtype=dtype)
+    grad_rows = torch.zeros_like(rows)
+    for first in range(0, LENGTH, block):
+        queries = slice(first, min(first + block, LENGTH))
+        logits = torch.randn(HEADS, queries.stop - first, LENGTH, dtype=dtype)
+        expected = logits + dense[1:, queries]
+        add_rows(logits, rows, 1, first)  # heads 1 .. HEADS of the rows
+        torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+        add_gradient(grad_rows, grad[:, queries].contiguous(), 1, first)
+    twin_rows = rows.clone().requires_grad_()
+    (_dense_twin(twin_rows, None)[1:] * grad).sum().backward()
+    torch.testing.assert_close(grad_rows, twin_rows.grad)
+
+
+def test_the_compiled_ops_refuse_a_block_outside_the_rows():
+    add_rows, _ = compiled_kernels.offset_rows_ops()
+    rows = torch.randn(HEADS, 2 * LENGTH - 1)
+    with pytest.raises(RuntimeError, match="query rows within T"):
+        add_rows(torch.zeros(HEADS, BLOCK, LENGTH), rows, 0, LENGTH - 1)
+    with pytest.raises(RuntimeError, match="heads within"):
+        add_rows(torch.zeros(HEADS, BLOCK, LENGTH), rows, 1, 0)
+    with pytest.raises(RuntimeError, match="2T - 1"):
+        add_rows(torch.zeros(HEADS, BLOCK, LENGTH + 1), rows, 0, 0)
+
+
 @pytest.mark.parametrize("batch", [1, BATCH], ids=["shared", "per_row"])
 @pytest.mark.parametrize("with_cls", [True, False], ids=["cls_reset", "no_reset"])
 @pytest.mark.parametrize("block", [BLOCK, LENGTH], ids=["row_blocks", "whole_rows"])
 def test_a_dense_gradient_folds_into_the_gradients_of_the_rows_and_the_reset(block, with_cls, batch,
-                                                                              monkeypatch):
+                                                                              offset_ops, monkeypatch):
     monkeypatch.setattr(offset_rows, "BLOCK_CELLS", block * LENGTH)
     rows = torch.randn(HEADS, 2 * LENGTH - 1, dtype=torch.float64, requires_grad=True)
     cls = torch.randn(HEADS, 2, dtype=torch.float64, requires_grad=True) if with_cls else None
@@ -176,7 +218,7 @@ def test_biased_flash_attention_with_rows_is_the_plain_formula_with_the_dense_tw
 @pytest.mark.parametrize("with_cls", [True, False], ids=["cls_reset", "no_reset"])
 @pytest.mark.parametrize("dropout", [True, False], ids=["dropout", "no_dropout"])
 def test_chunked_attention_with_rows_is_the_plain_formula_with_the_dense_twin(
-        dropout, with_cls, dense_kind, padded, small_blocks):
+        dropout, with_cls, dense_kind, padded, offset_ops, small_blocks):
     _assert_close(*_run_against_twin("chunked", dropout, with_cls, dense_kind, padded))
 
 

@@ -1,7 +1,8 @@
 """The plugin's C++ kernels, built on first use with ``torch.utils.cpp_extension`` (a few seconds, once).
 
 ``biased_attention_backward.cpp`` holds the fused CPU backward of attention with a learned additive mask
-(see :mod:`.cpu_kernels`). The build lands in torch's extension cache (``TORCH_EXTENSIONS_DIR``,
+(see :mod:`.cpu_kernels`), ``offset_rows.cpp`` the adds of a bias of the offset's rows to a block of logits and
+of a block's gradient back to the rows (see :mod:`.offset_rows`); one library holds both. The build lands in torch's extension cache (``TORCH_EXTENSIONS_DIR``,
 by default ``~/.cache/torch_extensions``), shared by later runs and by every worker of a run; it needs a
 C++ compiler and the ``ninja`` package. Without them, or with ``TUPE_PLUGIN_COMPILED_KERNELS=0``, the
 plugin says so once and runs the same computation in Python (slower, the same result).
@@ -32,7 +33,8 @@ import time
 
 logger = logging.getLogger(__name__)
 
-SOURCE = pathlib.Path(__file__).with_name("biased_attention_backward.cpp")
+SOURCES = [pathlib.Path(__file__).with_name(name)
+           for name in ("biased_attention_backward.cpp", "offset_rows.cpp")]
 SWITCH = "TUPE_PLUGIN_COMPILED_KERNELS"
 BUILD_WAIT_SECONDS = 300
 
@@ -43,7 +45,8 @@ class BuildWaitTimeout(Exception):
 
 @functools.cache
 def biased_attention_backward():
-    """The compiled ``tupe_plugin::biased_attention_backward`` op, or None where it cannot be built."""
+    """The compiled ``tupe_plugin::biased_attention_backward`` op, or None where the library cannot be built
+    (its build, once a process, for every op of the library)."""
     if os.environ.get(SWITCH, "1") == "0":
         logger.info(f"{SWITCH}=0: the attention backward with a learned mask runs in Python")
         return None
@@ -70,6 +73,16 @@ def biased_attention_backward():
     return torch.ops.tupe_plugin.biased_attention_backward
 
 
+def offset_rows_ops():
+    """The compiled ``(add_offset_rows_, add_offset_gradient_)`` ops, or None where the library cannot be
+    built."""
+    if biased_attention_backward() is None:
+        return None
+    import torch
+
+    return torch.ops.tupe_plugin.add_offset_rows_, torch.ops.tupe_plugin.add_offset_gradient_
+
+
 def _load(name, **flags):
     """torch's ``cpp_extension.load`` of the kernels as extension ``name``, under the plugin's kernel lock;
     a torch ``lock`` file no live build holds is removed first."""
@@ -89,8 +102,8 @@ def _load(name, **flags):
             logger.warning(f"{torch_lock} was left by a build of the compiled attention backward that was "
                            "killed (no process builds it now): removed, the kernel is built again")
             os.remove(torch_lock)
-        cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=folder, is_python_module=False,
-                           verbose=False, **flags)
+        cpp_extension.load(name=name, sources=[str(source) for source in SOURCES], build_directory=folder,
+                           is_python_module=False, verbose=False, **flags)
 
 
 def _try_lock(file):

@@ -22,9 +22,10 @@ the outer loop, so that a shared bias and its gradient stay in cache while every
 them.
 
 A bias of the offset j - i (the ``--rel-pos`` biases) comes as its Toeplitz rows (H, 2T - 1) with the [CLS]
-reset's edges (:mod:`.offset_rows`): a block reads its bias as a strided view of the rows laid out
-periodically, adds its dS to their gradient through the same view, and no (H, T, T) tensor is made; the
-rows' gradient is the dS of every cell summed by offset j - i, the edges' gradients dS's row 0 and column 0.
+reset's edges (:mod:`.offset_rows`): a block adds its bias row by row from the rows (or, without the
+compiled ops, reads it as a strided view of the rows laid out periodically), adds its dS back by offset, and
+no (H, T, T) tensor is made; the rows' gradient is the dS of every cell summed by offset j - i, the edges'
+gradients dS's row 0 and column 0.
 A dense mask (TUPE's untied product, key padding) is added to it. A learned mask read by every layer gets
 its gradient in one buffer with :class:`ChunkedAttention` (``mask_gradient``, :mod:`.shared_mask_gradient`):
 the first layer's backward computes its blocks' dS in the buffer, the others add theirs; where that buffer
@@ -37,7 +38,7 @@ import torch
 
 from . import compiled_kernels
 from .dropout import keep_mask, keep_probability
-from .offset_rows import PeriodicRows
+from .offset_rows import OffsetRows, seq_len_of
 
 # Logits of one chunk (heads of one batch row): 1 MiB of float32, which stays in the CPU's caches
 # while it is normalised, dropped, multiplied and reduced.
@@ -93,12 +94,13 @@ def _blocks(batch, heads, seq_len, block_rows):
 
 
 class ToeplitzBias:
-    """The rows of a bias of the offset (:class:`~.offset_rows.PeriodicRows`) and the [CLS] reset's edges
+    """The rows of a bias of the offset (:class:`~.offset_rows.OffsetRows`) and the [CLS] reset's edges
     (row (H, T), column (H, T), or None) as the blocks read them (unless ``reads`` is False: a backward from
     the kept probabilities), and their gradients."""
 
     def __init__(self, rows, edge_row, edge_col, block_rows, needs_grad, dtype, reads=True):
-        self.periodic = PeriodicRows(rows.to(dtype), block_rows, values=reads)
+        self.offset_rows = OffsetRows(rows.to(dtype), block_rows, values=reads)
+        self.seq_len = seq_len_of(rows)
         self.edge_row = None if edge_row is None else edge_row.detach().to(dtype)
         self.edge_col = None if edge_col is None else edge_col.detach().to(dtype)
         self.needs_grad = needs_grad
@@ -106,8 +108,19 @@ class ToeplitzBias:
         if needs_grad and edge_row is not None:
             self.grad_row, self.grad_col = torch.zeros_like(self.edge_row), torch.zeros_like(self.edge_col)
 
-    def add_edges_(self, logits, heads, queries):
-        """Add the reset's edges to the logits (heads, m, T) of the query rows ``queries``."""
+    def zeros(self, heads, queries):
+        """A block of zeros (heads, m, T) for ``heads`` and ``queries`` (slices), in the rows' dtype."""
+        return self.offset_rows.rows.new_zeros(heads.stop - heads.start, queries.stop - queries.start, self.seq_len)
+
+    def accumulator(self, heads, queries):
+        """The rows' bias of ``heads`` and ``queries`` as a view for a product to accumulate into, or None
+        (:meth:`~.offset_rows.OffsetRows.accumulator`)."""
+        return self.offset_rows.accumulator(heads, queries)
+
+    def add_(self, logits, heads, queries):
+        """Add to the logits (heads, m, T) of the query rows ``queries`` what :meth:`accumulator` did not
+        give: the rows' bias where it gave None, and the reset's edges."""
+        self.offset_rows.add_(logits, heads, queries)
         if self.edge_row is None:
             return
         if queries.start == 0:
@@ -118,7 +131,7 @@ class ToeplitzBias:
         """Add a block's dS to the rows' and the edges' gradients."""
         if not self.needs_grad:
             return
-        self.periodic.add_gradient(grad_logits, heads, queries)
+        self.offset_rows.add_gradient(grad_logits, heads, queries)
         if self.grad_row is not None:
             if queries.start == 0:
                 self.grad_row[heads] += grad_logits[:, 0]
@@ -128,7 +141,7 @@ class ToeplitzBias:
         """(rows, edge row, edge column) gradients, None where not needed."""
         if not self.needs_grad:
             return None, None, None
-        return self.periodic.folded(), self.grad_row, self.grad_col
+        return self.offset_rows.folded(), self.grad_row, self.grad_col
 
 
 def _offset_bias(rows, edge_row, edge_col, q, needs_grad, reads=True):
@@ -207,7 +220,7 @@ def _block_logits(q, k, mask, scale, index, offset=None, out=None):
     attend, fills the padded keys."""
     b, heads, queries = index
     k_t = k[b, heads].transpose(-1, -2)
-    bias = None if offset is None else offset.periodic.bias(heads, queries)
+    bias = None if offset is None else offset.accumulator(heads, queries)
     if mask is not None and mask.dtype != torch.bool:
         mask_rows = mask[0 if mask.size(0) == 1 else b, heads, queries]
         bias = mask_rows if bias is None else torch.add(mask_rows, bias, out=out)
@@ -218,7 +231,7 @@ def _block_logits(q, k, mask, scale, index, offset=None, out=None):
     else:
         logits = torch.baddbmm(bias, q[index], k_t, alpha=scale, out=out)
     if offset is not None:
-        offset.add_edges_(logits, heads, queries)
+        offset.add_(logits, heads, queries)
     if mask is not None and mask.dtype == torch.bool:
         logits.masked_fill_(~mask[b], torch.finfo(logits.dtype).min)
     return logits
@@ -308,12 +321,15 @@ def _block_bias(mask, index, offset):
     """mask + bias of the offset of one block (heads, m, T), the rows' view itself where nothing else adds
     to it; a boolean key-padding mask fills the padded keys."""
     b, heads, queries = index
-    bias = offset.periodic.bias(heads, queries)
+    bias = offset.accumulator(heads, queries)
     if mask is not None and mask.dtype != torch.bool:
-        bias = bias + mask[0 if mask.size(0) == 1 else b, heads, queries]
+        mask_rows = mask[0 if mask.size(0) == 1 else b, heads, queries]
+        bias = mask_rows.clone() if bias is None else bias + mask_rows
+    elif bias is None:
+        bias = offset.zeros(heads, queries)
     elif offset.edge_row is not None:
         bias = bias.clone()
-    offset.add_edges_(bias, heads, queries)
+    offset.add_(bias, heads, queries)
     if mask is not None and mask.dtype == torch.bool:
         bias = bias.masked_fill(~mask[b], torch.finfo(bias.dtype).min)
     return bias

@@ -7,15 +7,19 @@ reset (Eq. 9-11) is two values a head, ``cls`` (H, 2): theta_1 replaces row 0, t
 i != 0.
 
 Their dense (H, T, T) form, the twin and what the paths that take a dense bias read, is the encodings'
-(:func:`tupe_plugin.encodings.offset_bias.toeplitz`). The CPU kernels never build it: :class:`PeriodicRows`
-lays the rows out once per call so that the bias of any block of query rows is a strided view (no copy),
-and folds the gradient written through those views back into (H, 2T - 1) (:func:`dense_gradient_folded`
-folds a dense (B, H, T, T) gradient the same way). The reset reaches them as
+(:func:`tupe_plugin.encodings.offset_bias.toeplitz`). The CPU kernels never build it: :class:`OffsetRows`
+adds the bias of a block of query rows to its logits and sums the block's gradient back by offset (j - i)
+into (H, 2T - 1) (:func:`dense_gradient_folded` folds a dense (B, H, T, T) gradient the same way), with the
+compiled ops of ``offset_rows.cpp``, which read row i's bias as the stretch ``rows[h, T - 1 - i ..]``, or
+where they cannot be built through :class:`PeriodicRows`, which lays the rows out once per call so that the
+bias of any block is a strided view (no copy). The reset reaches them as
 :func:`edges`, what it adds to row 0 and column 0 over the Toeplitz values, so that its gradient, and the
 exclusion of the cells it replaces from the rows' gradient, follow by autograd on O(T) tensors.
 """
 
 import torch
+
+from . import compiled_kernels
 
 # Cells of a head's block of query rows when a dense gradient is folded (:func:`dense_gradient_folded`): the
 # periodic layout holds 2 T a block row.
@@ -84,19 +88,59 @@ class PeriodicRows:
         return self.grad.view(self.grad.size(0), -1, self.period).sum(1)
 
 
+class OffsetRows:
+    """The rows (H, 2T - 1) as blocks of at most ``block_rows`` query rows read them, and their gradient:
+    the compiled ops where the plugin's library builds (:func:`~.compiled_kernels.offset_rows_ops`), else
+    :class:`PeriodicRows`. A block reads its bias through :meth:`accumulator` (the periodic rows' view, for a
+    product to accumulate into) and :meth:`add_` (the compiled add, after the product); ``values=False``:
+    the gradient alone."""
+
+    def __init__(self, rows, block_rows, values=True):
+        self.ops = compiled_kernels.offset_rows_ops() if rows.dtype in (torch.float32, torch.float64) else None
+        self.rows = rows.detach().contiguous()
+        self.periodic = None if self.ops is not None else PeriodicRows(self.rows, block_rows, values)
+        self.grad = None
+
+    def accumulator(self, heads, queries):
+        """The bias of ``heads`` and ``queries`` (slices) as a view that a product may accumulate into, or
+        None where :meth:`add_` adds it."""
+        return None if self.periodic is None else self.periodic.bias(heads, queries)
+
+    def add_(self, logits, heads, queries):
+        """Add the bias of ``heads`` and ``queries`` to ``logits`` (heads, m, T) unless :meth:`accumulator`
+        gave it."""
+        if self.ops is not None:
+            self.ops[0](logits, self.rows, heads.start, queries.start)
+
+    def add_gradient(self, grad, heads, queries):
+        """Add ``grad`` (heads, m, T), the logits' gradient of these rows, to the rows' gradient."""
+        if self.periodic is not None:
+            self.periodic.add_gradient(grad, heads, queries)
+            return
+        if self.grad is None:
+            self.grad = torch.zeros_like(self.rows)
+        self.ops[1](self.grad, grad if grad.stride(-1) == 1 else grad.contiguous(), heads.start, queries.start)
+
+    def folded(self):
+        """The rows' gradient (H, 2T - 1), summed by offset (zeros when nothing was added)."""
+        if self.periodic is not None:
+            return self.periodic.folded()
+        return torch.zeros_like(self.rows) if self.grad is None else self.grad
+
+
 def dense_gradient_folded(grad, with_reset):
     """The gradients of ``rows`` (H, 2T - 1) and of the reset ``cls`` (H, 2), or None without one, from the
     gradient ``grad`` (B, H, T, T) of the dense bias they make (every batch row's gradient summed): the cells'
     gradients summed by offset j - i, those of the reset's cells (row 0, column 0 of the rows i != 0) to
-    ``cls`` instead. By blocks of query rows through :class:`PeriodicRows`, as the kernels fold theirs."""
+    ``cls`` instead. By blocks of query rows through :class:`OffsetRows`, as the kernels fold theirs."""
     dense = grad[0] if grad.size(0) == 1 else grad.sum(0)
     heads, seq_len = dense.shape[0], dense.shape[-1]
     block_rows = min(seq_len, max(1, BLOCK_CELLS // seq_len))
-    periodic = PeriodicRows(dense.new_empty(heads, 2 * seq_len - 1), block_rows, values=False)
+    offset_rows = OffsetRows(dense.new_empty(heads, 2 * seq_len - 1), block_rows, values=False)
     for first in range(0, seq_len, block_rows):
         queries = slice(first, min(first + block_rows, seq_len))
-        periodic.add_gradient(dense[:, queries], slice(0, heads), queries)
-    rows = periodic.folded()
+        offset_rows.add_gradient(dense[:, queries], slice(0, heads), queries)
+    rows = offset_rows.folded()
     if not with_reset:
         return rows, None
     first_row, first_column = dense[:, 0], dense[:, 1:, 0]
