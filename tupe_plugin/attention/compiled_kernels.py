@@ -1,11 +1,12 @@
 """The plugin's C++ kernels, built on first use with ``torch.utils.cpp_extension`` (a few seconds, once).
 
 ``biased_attention_backward.cpp`` holds the fused CPU backward of attention with a learned additive mask
-(see :mod:`.cpu_kernels`), ``offset_rows.cpp`` the adds of a bias of the offset's rows to a block of logits and
-of a block's gradient back to the rows (see :mod:`.offset_rows`); one library holds both. The build lands in torch's extension cache (``TORCH_EXTENSIONS_DIR``,
-by default ``~/.cache/torch_extensions``), shared by later runs and by every worker of a run; it needs a
-C++ compiler and the ``ninja`` package. Without them, or with ``TUPE_PLUGIN_COMPILED_KERNELS=0``, the
-plugin says so once and runs the same computation in Python (slower, the same result).
+(see :mod:`.cpu_kernels`), ``offset_rows.cpp`` the adds of a bias of the offset's rows to a block of logits
+and of a block's gradient back to the rows (see :mod:`.offset_rows`); one library holds both. The build
+lands in torch's extension cache (``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``),
+shared by later runs and by every worker of a run; it needs a C++ compiler and the ``ninja`` package.
+Without them, or with ``TUPE_PLUGIN_COMPILED_KERNELS=0``, the plugin says so once and runs the same
+computation in Python (slower, the same result).
 
 The kernel splits its work over torch's intra-op threads with ``at::parallel_for``, a header template that
 runs every loop on the calling thread unless the library is compiled with OpenMP: it is built with

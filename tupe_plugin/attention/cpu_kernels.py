@@ -110,7 +110,8 @@ class ToeplitzBias:
 
     def zeros(self, heads, queries):
         """A block of zeros (heads, m, T) for ``heads`` and ``queries`` (slices), in the rows' dtype."""
-        return self.offset_rows.rows.new_zeros(heads.stop - heads.start, queries.stop - queries.start, self.seq_len)
+        return self.offset_rows.rows.new_zeros(heads.stop - heads.start, queries.stop - queries.start,
+                                               self.seq_len)
 
     def accumulator(self, heads, queries):
         """The rows' bias of ``heads`` and ``queries`` as a view for a product to accumulate into, or None
