@@ -375,3 +375,20 @@ def test_probabilities_below_2_to_the_minus_64_add_nothing_under_an_additive_bia
     far = LENGTH - 3  # queries 0 .. LENGTH - 4 see key 5 at an offset of 3 or more
     torch.testing.assert_close(out[:, :, :far], torch.ones(1, 1, far, HEAD_DIM), rtol=0, atol=1e-6)
     assert (out[:, :, far:] > 1e20).all()
+
+
+@pytest.mark.parametrize("backward", ["compiled", "python"])
+def test_the_biased_flash_backward_gives_no_gradient_to_probabilities_below_2_to_the_minus_64(backward,
+                                                                                          monkeypatch):
+    """The forward keeps them (the flash kernel's output is exact); the backward, compiled or Python, sets
+    them to 0 as the chunked kernel does: key 5's value of 1e30 would give them gradients near 1e4."""
+    if backward == "compiled":
+        assert compiled_kernels.biased_attention_backward() is not None, "the compiled kernel did not build"
+    else:
+        monkeypatch.setattr(compiled_kernels, "biased_attention_backward", lambda: None)
+    q, k, v, mask, _ = _far_keys_negligible("dense")
+    mask = mask.clone().requires_grad_()
+    BiasedFlashAttention.apply(q, k, v, mask, 1.0).sum().backward()
+    offsets = torch.arange(LENGTH)[None, :] - torch.arange(LENGTH)[:, None]
+    assert (mask.grad[0, 0][offsets >= 3] == 0).all()
+    assert (mask.grad[0, 0][offsets < 3].abs() > 0).any()

@@ -52,10 +52,13 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const d
 }
 
 // exp(x) for float, written so that the compiler vectorises the loop it is in: 2^n times a degree-6
-// polynomial of the remainder r = x - n ln 2, |r| <= ln 2 / 2 (relative error below 2e-7); 0 below -87.3
-// (a masked logit), where the result would be subnormal.
+// polynomial of the remainder r = x - n ln 2, |r| <= ln 2 / 2 (relative error below 2e-7); 0 below
+// ln 2^-64 = -44.36: probabilities below 2^-64 are set to 0, as the Python kernels set them
+// (cpu_kernels.NEGLIGIBLE_PROBABILITY), so that dS = P (dP - delta) holds no subnormal number for the GEMMs
+// that read it (`bert_alibi_asym` at T = 512, medium size: its step 1.14 x BERT-A's with a cut-off at the
+// subnormal range only, 1.03 x with this one, on an Intel Xeon).
 inline float exp_approx(float x) {
-  const float lower = -87.3f, upper = 88.7f;
+  const float lower = -44.3614195558365f, upper = 88.7f;
   const float kept = x < lower ? 0.0f : 1.0f;
   x = x < lower ? lower : x;
   x = x > upper ? upper : x;

@@ -290,7 +290,8 @@ class BiasedFlashAttention(torch.autograd.Function):
         logits_mask = mask.to(q.dtype)
 
         def probs_of(index):
-            return torch.softmax(_block_logits(q, k, logits_mask, ctx.scale, index), dim=-1)
+            probs = torch.softmax(_block_logits(q, k, logits_mask, ctx.scale, index), dim=-1)
+            return _normal_probabilities_(probs, True)  # an additive mask: as the compiled backward
 
         return *_backward(q, k, v, out, grad_out, ctx.scale, mask.shape, probs_of), None, None, None, None
 
