@@ -35,7 +35,28 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
             const int*, const double*, const int*, const double*, double*, const int*);
 }
 
+// a[j] += b[j], j < n: a row of the bias added to a row of logits, a row of dS to a stretch of the rows' gradient
+// (offset_rows.cpp calls it too). The float loop also in AVX-512 and AVX2 + FMA versions, one chosen when the
+// library loads, by the CPU.
+namespace tupe_plugin_kernels {
+
+template <typename scalar_t>
+inline void add_row(scalar_t* a, const scalar_t* b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) a[j] += b[j];
+}
+
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void add_row_of(float* a, const float* b, int64_t n) { add_row<float>(a, b, n); }
+
+void add_row_of(double* a, const double* b, int64_t n) { add_row<double>(a, b, n); }
+
+}  // namespace tupe_plugin_kernels
+
 namespace {
+
+using tupe_plugin_kernels::add_row_of;
 
 // Row-major c (m x n) = alpha op(a) op(b) + beta c, op(x) = x or x^T: the column-major BLAS call on the
 // transposed problem c^T = op(b)^T op(a)^T.
@@ -122,12 +143,6 @@ inline void softmax_gradient_unmasked(int rows, int64_t keys, scalar_t* probs, s
   }
 }
 
-// a[j] += b[j], j < n: a row of the bias added to a row of logits, a row of dS to a stretch of the rows' gradient.
-template <typename scalar_t>
-inline void add_row(scalar_t* a, const scalar_t* b, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) a[j] += b[j];
-}
-
 // The float loop also in AVX-512 and AVX2 + FMA versions, one chosen when the library loads, by the CPU.
 #if defined(__x86_64__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -153,13 +168,6 @@ void softmax_gradient_of(int rows, int64_t keys, double* probs, double* grad, co
                          const double* delta) {
   softmax_gradient_unmasked<double>(rows, keys, probs, grad, lse, delta);
 }
-
-#if defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void add_row_of(float* a, const float* b, int64_t n) { add_row<float>(a, b, n); }
-
-void add_row_of(double* a, const double* b, int64_t n) { add_row<double>(a, b, n); }
 
 // The dot product of two rows, in LANES partial sums: the loop vectorises (one running sum would be a
 // chain of dependent additions, ~0.8 ms of a 35 ms backward at B = 4, H = 8, T = 512, d_h = 64).

@@ -49,7 +49,7 @@ def biased_attention_backward():
     """The compiled ``tupe_plugin::biased_attention_backward`` op, or None where the library cannot be built
     (its build, once a process, for every op of the library)."""
     if os.environ.get(SWITCH, "1") == "0":
-        logger.info(f"{SWITCH}=0: the attention backward with a learned mask runs in Python")
+        logger.info(f"{SWITCH}=0: the compiled CPU kernels are not built; their Python twins run")
         return None
     import torch
 

@@ -100,7 +100,6 @@ class ToeplitzBias:
 
     def __init__(self, rows, edge_row, edge_col, block_rows, needs_grad, dtype, reads=True):
         self.offset_rows = OffsetRows(rows.to(dtype), block_rows, values=reads)
-        self.seq_len = seq_len_of(rows)
         self.edge_row = None if edge_row is None else edge_row.detach().to(dtype)
         self.edge_col = None if edge_col is None else edge_col.detach().to(dtype)
         self.needs_grad = needs_grad
@@ -110,8 +109,8 @@ class ToeplitzBias:
 
     def zeros(self, heads, queries):
         """A block of zeros (heads, m, T) for ``heads`` and ``queries`` (slices), in the rows' dtype."""
-        return self.offset_rows.rows.new_zeros(heads.stop - heads.start, queries.stop - queries.start,
-                                               self.seq_len)
+        rows = self.offset_rows.rows
+        return rows.new_zeros(heads.stop - heads.start, queries.stop - queries.start, seq_len_of(rows))
 
     def accumulator(self, heads, queries):
         """The rows' bias of ``heads`` and ``queries`` as a view for a product to accumulate into, or None

@@ -12,20 +12,15 @@
 
 #include <cstdint>
 
+// a[j] += b[j], j < n, vectorised for the CPU it runs on (biased_attention_backward.cpp)
+namespace tupe_plugin_kernels {
+void add_row_of(float* a, const float* b, int64_t n);
+void add_row_of(double* a, const double* b, int64_t n);
+}  // namespace tupe_plugin_kernels
+
 namespace {
 
-template <typename scalar_t>
-inline void add_stretch(scalar_t* a, const scalar_t* b, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) a[j] += b[j];
-}
-
-// The float loop also in AVX-512 and AVX2 + FMA versions, one chosen when the library loads, by the CPU.
-#if defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void add_stretch_of(float* a, const float* b, int64_t n) { add_stretch<float>(a, b, n); }
-
-void add_stretch_of(double* a, const double* b, int64_t n) { add_stretch<double>(a, b, n); }
+using tupe_plugin_kernels::add_row_of;
 
 void check_block(const char* op, const at::Tensor& block, const at::Tensor& rows, int64_t head, int64_t first) {
   TORCH_CHECK(block.dim() == 3 && block.stride(2) == 1, op, ": a block (heads, m, T) with contiguous rows");
@@ -47,7 +42,7 @@ void add_offset_rows_(at::Tensor logits, const at::Tensor& rows, int64_t head, i
     at::parallel_for(0, heads * m, 16, [&](int64_t begin, int64_t end) {
       for (int64_t x = begin; x < end; ++x) {
         const int64_t h = x / m, r = x % m;
-        add_stretch_of(out + h * head_stride + r * row_stride,
+        add_row_of(out + h * head_stride + r * row_stride,
                        values + (head + h) * period + (length - 1 - first - r), length);
       }
     });
@@ -65,7 +60,7 @@ void add_offset_gradient_(at::Tensor grad_rows, const at::Tensor& grad, int64_t 
     at::parallel_for(0, heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t h = begin; h < end; ++h) {
         for (int64_t r = 0; r < m; ++r) {
-          add_stretch_of(sums + (head + h) * period + (length - 1 - first - r),
+          add_row_of(sums + (head + h) * period + (length - 1 - first - r),
                          cells + h * head_stride + r * row_stride, length);
         }
       }
