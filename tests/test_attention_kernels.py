@@ -79,6 +79,30 @@ def test_forward_and_gradients_equal_the_plain_formula_with_padding(mask_batch, 
     torch.testing.assert_close(got_grads[3], expected_grads[3], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mask_batch", [1, BATCH], ids=["shared_bias", "per_row_mask"])
+def test_a_fixed_bias_gets_no_gradient_and_no_gradient_buffer(mask_batch, biased_backward, monkeypatch):
+    """A fixed bias (ALiBi's in training) is a constant: q, k and v get the plain formula's gradients, the
+    bias none, and the compiled kernel writes no (1 or B, H, T, T) gradient that nobody reads."""
+    compiled = compiled_kernels.biased_attention_backward()
+    written = []
+    if compiled is not None:
+        monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
+                            lambda: lambda *a, **kw: written.append(compiled(*a, **kw)[3]) or compiled(*a, **kw))
+    q, k, v, bias = _inputs(mask_batch)
+    mask = _padded(bias)
+    grad_out = torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    expected, expected_grads = _value_and_grads(lambda q, k, v: _plain(q, k, v, mask), (q, k, v), grad_out)
+    fixed = mask.float()
+    got, got_grads = _value_and_grads(
+        lambda q, k, v: BiasedFlashAttention.apply(q.float(), k.float(), v.float(), fixed, SCALE).double(),
+        (q, k, v), grad_out)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for name, g, e in zip("qkv", got_grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5, msg=name)
+    assert fixed.grad is None
+    assert [t.numel() for t in written] == ([0] if biased_backward == "compiled" else [])
+
+
 def _assert_equal_to_rounding(q, k, v, bias, grad_out):
     """BiasedFlashAttention in float64: output and all four gradients equal the plain formula's to 1e-10."""
     expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)

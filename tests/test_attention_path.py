@@ -14,6 +14,7 @@ TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5",
                         cls_reset="paper")
 TUPE_A = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, untied_pos="tupe", cls_reset="paper")
 SHAW_VALUES = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="shaw-learned")
+ALIBI = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="alibi")
 
 
 LONG = 3 * TUPE_R.head_dim  # longer than the head dimension
@@ -49,6 +50,18 @@ def test_a_learned_bias_without_dropout_takes_the_explicit_path_up_to_the_head_d
 def test_a_learned_bias_without_gradients_keeps_the_plain_fused_kernel(config):
     with torch.no_grad():
         assert choose_path("cpu", 0.0, False, config, LONG) is AttentionPath.SDPA
+
+
+@pytest.mark.parametrize("seq_len, grad, dropout, expected", [
+    (ALIBI.head_dim, True, 0.0, AttentionPath.SDPA), (ALIBI.head_dim + 1, True, 0.0, AttentionPath.BIASED_FLASH),
+    (LONG, False, 0.0, AttentionPath.SDPA), (LONG, True, 0.1, AttentionPath.CHUNKED),
+])
+def test_a_fixed_distance_bias_in_training_past_the_head_dim_takes_the_biased_flash_path(seq_len, grad, dropout,
+                                                                                       expected):
+    """SDPA's CPU backward would compute with ALiBi's subnormal probabilities (slow on Intel CPUs); the biased
+    flash backward drops them. Without gradients SDPA's forward stays."""
+    with torch.set_grad_enabled(grad):
+        assert choose_path("cpu", dropout, False, ALIBI, seq_len) is expected
 
 
 @pytest.mark.parametrize("path", list(AttentionPath))
@@ -185,6 +198,28 @@ def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit
                         lambda: lambda *a, **kw: calls.append(a[6]) or compiled(*a, **kw))
     fused, fused_grads = features_and_grads(model, tokens, weights)
     assert len(calls) == model.args.encoder_layers
+    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    explicit, explicit_grads = features_and_grads(model, tokens, weights)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, explicit_grads)
+
+
+@pytest.mark.parametrize("preset", ["bert_alibi", "bert_sandwich"])
+@pytest.mark.parametrize("lengths", [[75, 70, 40], [75, 75]], ids=["padded", "unpadded"])
+def test_training_with_a_fixed_bias_runs_the_compiled_backward_without_a_mask_gradient_as_the_explicit_path(
+        preset, lengths, dictionary, monkeypatch):
+    """Without dropout, on CPU, past T = d_h: the flash forward and the compiled backward, every layer, asked
+    for no gradient of the fixed bias."""
+    model = build_model(f"{preset}_tiny", dictionary, max_positions=80)
+    tokens = random_tokens(dictionary, lengths)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
+    compiled = compiled_kernels.biased_attention_backward()
+    assert compiled is not None, "the compiled kernel did not build"
+    calls = []
+    monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
+                        lambda: lambda *a, **kw: calls.append(kw.get("mask_grad")) or compiled(*a, **kw))
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    assert calls == [False] * model.args.encoder_layers
     monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
     explicit, explicit_grads = features_and_grads(model, tokens, weights)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)

@@ -103,7 +103,8 @@ inline float exp_approx(float x) {
 inline double exp_approx(double x) { return std::exp(x); }
 
 // One block of rows: probs holds the logits on entry, P on exit; grad holds dP on entry, dS on exit,
-// which is added to (accumulate) or written into grad_mask. Each branch is one loop the compiler vectorises.
+// which is added to (accumulate) or written into grad_mask, or kept in grad alone where grad_mask is null (a
+// mask without a gradient: a fixed bias). Each branch is one loop the compiler vectorises.
 template <typename scalar_t>
 inline void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* probs, scalar_t* grad,
                              const scalar_t* mask, scalar_t* grad_mask, const scalar_t* lse, const scalar_t* delta) {
@@ -111,7 +112,7 @@ inline void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* 
     scalar_t* p = probs + r * keys;
     scalar_t* g = grad + r * keys;
     const scalar_t* mk = mask + r * keys;
-    scalar_t* gm = grad_mask + r * keys;
+    scalar_t* gm = grad_mask == nullptr ? nullptr : grad_mask + r * keys;
     const scalar_t l = lse[r], dl = delta[r];
     const auto element = [&](int64_t j) {
       const scalar_t e = exp_approx(p[j] + mk[j] - l);
@@ -119,7 +120,9 @@ inline void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* 
       g[j] = e * (g[j] - dl);
       return g[j];
     };
-    if (accumulate) {
+    if (grad_mask == nullptr) {
+      for (int64_t j = 0; j < keys; ++j) element(j);
+    } else if (accumulate) {
       for (int64_t j = 0; j < keys; ++j) gm[j] += element(j);
     } else {
       for (int64_t j = 0; j < keys; ++j) gm[j] = element(j);
@@ -223,7 +226,7 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const Heads<scalar_t> Q(q), K(k), V(v), O(out), dO(grad_out), dQ(dq), dK(dk), dV(dv);
   const scalar_t* L = lse.data_ptr<scalar_t>();
   const scalar_t* M = has_mask ? mask.data_ptr<scalar_t>() : nullptr;
-  scalar_t* dM = has_mask ? dmask.data_ptr<scalar_t>() : nullptr;
+  scalar_t* dM = has_mask && dmask.numel() > 0 ? dmask.data_ptr<scalar_t>() : nullptr;
   const int t = static_cast<int>(length), d = static_cast<int>(q.size(3)), dv_dim = static_cast<int>(v.size(3));
   const int64_t period = 2 * length - 1;
   at::parallel_for(0, shared ? heads : batch * heads, 1, [&](int64_t begin, int64_t end) {
@@ -266,7 +269,8 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
           }
           const scalar_t* row_lse = L + (b * heads + h) * length + i0;
           if (has_mask) {
-            softmax_gradient_of(b > first, m, length, P, G, M + mask_block, dM + mask_block, row_lse, delta);
+            softmax_gradient_of(b > first, m, length, P, G, M + mask_block, dM ? dM + mask_block : nullptr, row_lse,
+                                delta);
           } else {
             softmax_gradient_of(m, length, P, G, row_lse, delta);
           }
@@ -296,8 +300,8 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // forward, contiguous; mask: (1 or B, H, T, T) contiguous, the additive mask of the forward, or none; rows:
 // (H, 2T - 1), the bias of the offset, or none, with its reset's edge_row and edge_col (H, T) or none and the
 // key padding key_bias (B, T) or none (only with rows). Returns dq, dk, dv (B, H, T, D), the mask's gradient
-// (the mask's shape; empty without a mask), the rows' and the edges' gradients ((1 or B, H, .): per batch row
-// with a mask per batch row; empty without rows, edges or rows_grad).
+// (the mask's shape; empty without a mask or mask_grad), the rows' and the edges' gradients ((1 or B, H, .):
+// per batch row with a mask per batch row; empty without rows, edges or rows_grad).
 std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   const at::Tensor& out, const at::Tensor& grad_out,
                                                   const at::Tensor& lse, const c10::optional<at::Tensor>& mask_,
@@ -305,7 +309,8 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
                                                   const c10::optional<at::Tensor>& rows_,
                                                   const c10::optional<at::Tensor>& edge_row_,
                                                   const c10::optional<at::Tensor>& edge_col_,
-                                                  const c10::optional<at::Tensor>& key_bias_, bool rows_grad) {
+                                                  const c10::optional<at::Tensor>& key_bias_, bool rows_grad,
+                                                  bool mask_grad) {
   const at::Tensor mask = mask_.value_or(at::Tensor()), rows = rows_.value_or(at::Tensor()),
                    edge_row = edge_row_.value_or(at::Tensor()), edge_col = edge_col_.value_or(at::Tensor()),
                    key_bias = key_bias_.value_or(at::Tensor());
@@ -348,7 +353,7 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
     return at::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
   };
   auto dq = heads_of(q), dk = heads_of(k), dv = heads_of(v);
-  auto dmask = mask.defined() ? at::empty_like(mask) : at::empty({0}, q.options());
+  auto dmask = mask.defined() && mask_grad ? at::empty_like(mask) : at::empty({0}, q.options());
   const int64_t tasks_first = mask.defined() && mask.size(0) == batch && batch > 1 ? batch : 1;
   const bool offset_grads = rows.defined() && rows_grad;
   const bool edge_grads = offset_grads && edge_row.defined();
@@ -391,7 +396,7 @@ TORCH_LIBRARY(tupe_plugin, m) {
   m.def(
       "biased_attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor grad_out, Tensor lse, "
       "Tensor? mask, float scale, int block, Tensor? rows=None, Tensor? edge_row=None, Tensor? edge_col=None, "
-      "Tensor? key_bias=None, bool rows_grad=False) -> Tensor[]");
+      "Tensor? key_bias=None, bool rows_grad=False, bool mask_grad=True) -> Tensor[]");
   m.def("parallel_threads() -> int", &parallel_threads);
 }
 

@@ -5,7 +5,8 @@ fallback is slower still): matmul-softmax-dropout-matmul one cache-sized block o
 batch row at a time, the mask (a learned bias included) added inside the logits' product, the probabilities
 and the keep-mask kept for an exact backward that reduces the bias gradient in the same block.
 :class:`BiasedFlashAttention` runs dropout-free attention whose bias needs a gradient (SDPA would take its
-slow math path): for a dense additive mask the CPU flash kernel forward with the mask as a constant, for a
+slow math path), or whose fixed bias of the offset leaves most probabilities subnormal (SDPA's CPU backward
+computes with them; this one drops them, see ``NEGLIGIBLE_PROBABILITY``): for a dense additive mask the CPU flash kernel forward with the mask as a constant, for a
 bias of the offset the blocks' forward below (the log-sum-exp of each row kept), then an exact backward that
 keeps no (B, H, T, T) tensor: the compiled kernel of :mod:`.compiled_kernels` (blocks of query rows, the
 bias gradient in the pass that computes dS) where it can be built, else the blocks' backward below.
@@ -277,6 +278,7 @@ class BiasedFlashAttention(torch.autograd.Function):
             with torch.autocast("cpu", enabled=False):
                 return _offset_backward(ctx, grad_out)
         q, k, v, mask, out, lse = ctx.saved_tensors
+        mask_grad = ctx.needs_input_grad[3]  # not for a fixed bias: no (1 or B, H, T, T) gradient is written
         compiled = compiled_kernels.biased_attention_backward()
         if compiled is not None and _compiled_backward_applies(q, k, v, mask):
             rows = max(MIN_BLOCK_ROWS, BLOCK_LOGITS // q.size(2))
@@ -284,15 +286,16 @@ class BiasedFlashAttention(torch.autograd.Function):
             # output's (B, T, H, D)): copies to (B, H, T, D) cost more than they save at T = 128 (1.03-1.28 x
             # the backward) and as much as they save at T = 512
             q, k, v, out, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, out, grad_out))
-            grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows)
-            return *grads[:4], None, None, None, None
+            grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows, mask_grad=mask_grad)
+            return *grads[:3], grads[3] if mask_grad else None, None, None, None, None
         logits_mask = mask.to(q.dtype)
 
         def probs_of(index):
             probs = torch.softmax(_block_logits(q, k, logits_mask, ctx.scale, index), dim=-1)
             return _normal_probabilities_(probs, True)  # an additive mask: as the compiled backward
 
-        return *_backward(q, k, v, out, grad_out, ctx.scale, mask.shape, probs_of), None, None, None, None
+        mask_shape = mask.shape if mask_grad else None
+        return *_backward(q, k, v, out, grad_out, ctx.scale, mask_shape, probs_of), None, None, None, None
 
 
 def _offset_forward(ctx, q, k, v, mask, scale, rows, edge_row, edge_col):
@@ -352,9 +355,9 @@ def _offset_backward(ctx, grad_out):
                                                         edge_col.to(q.dtype).contiguous())
         block = max(MIN_BLOCK_ROWS, BLOCK_LOGITS // q.size(2))
         grads = compiled(q, k, v, out, _with_contiguous_rows(grad_out), lse, mask, ctx.scale, block,
-                         rows.to(q.dtype).contiguous(), *edges, key_bias, rows_grad)
-        grad_q, grad_k, grad_v, grad_mask = grads[:4]
-        grad_mask = grad_mask if mask_grad else None
+                         rows.to(q.dtype).contiguous(), *edges, key_bias, rows_grad, mask_grad)
+        grad_q, grad_k, grad_v = grads[:3]
+        grad_mask = grads[3] if mask_grad and mask is not None else None
         offset_grads = (None, None, None) if not rows_grad else \
             (grads[4].sum(0), *((None, None) if edge_row is None else (grads[5].sum(0), grads[6].sum(0))))
     else:

@@ -8,14 +8,18 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
 :class:`AttentionPlan` to every layer, and :func:`~.attend.attend` runs what it is given:
 
 * ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
-  always, on CPU when there is no dropout and no mask that needs a gradient;
+  always, on CPU when there is no dropout and no mask that needs a gradient (nor, in training, a fixed
+  bias of the offset past ``d_h``);
 * ``CHUNKED``: :class:`~.cpu_kernels.ChunkedAttention` — on CPU with attention dropout, where SDPA has no
   fused kernel and its math fallback is slower still;
 * ``BIASED_FLASH``: :class:`~.cpu_kernels.BiasedFlashAttention` — on CPU, no dropout, a learned dense
   bias (the T5 bias of TUPE Eq. 5 / 8, Ke, He, Liu, "Rethinking Positional Encoding in Language
   Pre-training", arXiv 2006.15595; Shaw key terms; TUPE's untied term folded into one) and sequences
   longer than ``d_h``: SDPA would drop to its slow math path for a grad-requiring mask, so the flash
-  kernel runs the forward with the mask as a constant and an exact backward follows; and past T = 512
+  kernel runs the forward with the mask as a constant and an exact backward follows; a fixed bias of the
+  offset (ALiBi, Sandwich) in training past ``d_h`` too, as a constant without a gradient: its long rows
+  leave most probabilities subnormal, which SDPA's CPU backward computes with (several times slower on
+  Intel CPUs: ALiBi's step 1.3 x BERT-A's at T = 512, medium) and this backward drops; and past T = 512
   every bias of the offset j - i, learned or fixed, in training or evaluation, read from its rows
   (:func:`offset_bias_as_rows`) by blocks of query rows, so that no (H, T, T) tensor is built for it;
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
@@ -97,10 +101,11 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
         return AttentionPath.CHUNKED
     if on_cpu and config.offset_bias and reads_offset_rows(seq_len):
         return AttentionPath.BIASED_FLASH  # the bias as its rows, learned or fixed, with gradients or not
+    short = seq_len <= EXPLICIT_MAX_LENGTH_PER_HEAD_DIM * config.head_dim
     if on_cpu and (config.learned_dense_bias or config.untied_table) and torch.is_grad_enabled():
-        if seq_len <= EXPLICIT_MAX_LENGTH_PER_HEAD_DIM * config.head_dim:
-            return AttentionPath.EXPLICIT
-        return AttentionPath.BIASED_FLASH
+        return AttentionPath.EXPLICIT if short else AttentionPath.BIASED_FLASH
+    if on_cpu and config.offset_bias and torch.is_grad_enabled() and not short:
+        return AttentionPath.BIASED_FLASH  # a fixed bias: its subnormal probabilities dropped in the backward
     return AttentionPath.SDPA
 
 
