@@ -206,10 +206,10 @@ def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit
 
 @pytest.mark.parametrize("preset", ["bert_alibi", "bert_sandwich"])
 @pytest.mark.parametrize("lengths", [[75, 70, 40], [75, 75]], ids=["padded", "unpadded"])
-def test_training_with_a_fixed_bias_runs_the_compiled_backward_without_a_mask_gradient_as_the_explicit_path(
+def test_training_with_a_fixed_bias_runs_the_compiled_backward_on_its_rows_as_the_explicit_path(
         preset, lengths, dictionary, monkeypatch):
-    """Without dropout, on CPU, past T = d_h: the flash forward and the compiled backward, every layer, asked
-    for no gradient of the fixed bias."""
+    """Without dropout, on CPU, past T = d_h: the flash forward and the compiled backward, every layer, given
+    the bias's rows (no dense mask: padding as a key bias) and asked for no gradient of them."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=80)
     tokens = random_tokens(dictionary, lengths)
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
@@ -217,9 +217,10 @@ def test_training_with_a_fixed_bias_runs_the_compiled_backward_without_a_mask_gr
     assert compiled is not None, "the compiled kernel did not build"
     calls = []
     monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
-                        lambda: lambda *a, **kw: calls.append(kw.get("mask_grad")) or compiled(*a, **kw))
+                        lambda: lambda *a, **kw: calls.append((a[6], a[9].shape, a[13])) or compiled(*a, **kw))
     fused, fused_grads = features_and_grads(model, tokens, weights)
-    assert calls == [False] * model.args.encoder_layers
+    seq_len = max(lengths)
+    assert calls == [(None, (model.args.encoder_attention_heads, 2 * seq_len - 1), False)] * model.args.encoder_layers
     monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
     explicit, explicit_grads = features_and_grads(model, tokens, weights)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)

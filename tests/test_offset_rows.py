@@ -338,13 +338,22 @@ def test_under_cpu_autocast_the_kernels_compute_in_float32_and_the_rows_gradient
 
 @pytest.mark.parametrize("preset", ["bert_r", "bert_alibi"], ids=["learned", "fixed"])
 @pytest.mark.parametrize("seq_len, as_rows", [(512, False), (513, True)])
-def test_the_rows_reach_the_cpu_kernels_where_a_heads_logits_exceed_a_chunk(seq_len, as_rows, preset,
-                                                                            dictionary):
-    """Up to T = 512 the dense bias, built once per forward, costs less than the rows' layout in every layer;
-    past it the rows are read in training and in evaluation alike."""
+def test_the_rows_reach_the_chunked_kernel_and_evaluation_where_a_heads_logits_exceed_a_chunk(
+        seq_len, as_rows, preset, dictionary):
+    """With dropout, and without gradients, the dense bias built once per forward serves up to T = 512; past
+    it the rows are read."""
     config = build_model(f"{preset}_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
-    for dropout in (0.1, 0.0):
-        assert paths.plan_attention("cpu", dropout, False, config, seq_len).offset_bias_as_rows == as_rows
+    assert paths.plan_attention("cpu", 0.1, False, config, seq_len).offset_bias_as_rows == as_rows
     with torch.no_grad():
         assert paths.plan_attention("cpu", 0.0, False, config, seq_len).offset_bias_as_rows == as_rows
     assert not paths.plan_attention("cpu", 0.1, True, config, seq_len).offset_bias_as_rows  # explicit
+
+
+@pytest.mark.parametrize("preset", ["bert_r", "bert_alibi"], ids=["learned", "fixed"])
+@pytest.mark.parametrize("seq_len", [129, 512, 513])
+def test_the_rows_reach_the_biased_flash_kernel_in_training_at_every_length_past_the_head_dim(seq_len, preset,
+                                                                                            dictionary):
+    """Its backward reads the rows where it would read a dense bias from memory."""
+    config = build_model(f"{preset}_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
+    plan = paths.plan_attention("cpu", 0.0, False, config, seq_len)
+    assert plan.path is paths.AttentionPath.BIASED_FLASH and plan.offset_bias_as_rows
