@@ -357,3 +357,21 @@ def test_the_rows_reach_the_biased_flash_kernel_in_training_at_every_length_past
     config = build_model(f"{preset}_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
     plan = paths.plan_attention("cpu", 0.0, False, config, seq_len)
     assert plan.path is paths.AttentionPath.BIASED_FLASH and plan.offset_bias_as_rows
+
+
+@pytest.mark.parametrize("seq_len, as_rows", [(129, False), (512, False), (513, True)])
+def test_tupe_rs_t5_bias_joins_its_untied_product_on_the_biased_flash_kernel_up_to_512(seq_len, as_rows,
+                                                                                      dictionary):
+    """The untied product is a dense bias the kernel reads anyway; past T = 512 the rows are read beside it."""
+    config = build_model("tupe_r_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
+    plan = paths.plan_attention("cpu", 0.0, False, config, seq_len)
+    assert plan.path is paths.AttentionPath.BIASED_FLASH and plan.offset_bias_as_rows == as_rows
+
+
+def test_the_biased_flash_output_from_rows_merges_its_heads_without_a_copy():
+    """Laid out (B, T, H, D) as the flash kernel's: the layer's (B, T, H D) merge is a view, not a copy that
+    the output projection would keep for its backward beside the kernel's own."""
+    q, k, v = (torch.randn(BATCH, HEADS, LENGTH, HEAD_DIM) for _ in range(3))
+    out = BiasedFlashAttention.apply(q, k, v, None, SCALE, torch.randn(HEADS, 2 * LENGTH - 1))
+    merged = out.transpose(1, 2).reshape(BATCH, LENGTH, HEADS * HEAD_DIM)
+    assert merged.data_ptr() == out.data_ptr() and merged._base is not None

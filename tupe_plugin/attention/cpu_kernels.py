@@ -312,7 +312,9 @@ def _offset_forward(ctx, q, k, v, mask, scale, rows, edge_row, edge_col):
         mask = mask.detach().to(q.dtype)
     batch, heads, seq_len, _ = q.shape
     offset = _offset_bias(rows, edge_row, edge_col, q, False)
-    out = v.new_empty(batch, heads, seq_len, v.size(-1))
+    # the output in the (B, T, H, D) layout, as the flash kernel returns it: the layer's merge of the heads
+    # is then a view, not a copy that the output projection would keep beside it
+    out = v.new_empty(batch, seq_len, heads, v.size(-1)).transpose(1, 2)
     lse = q.new_empty(batch, heads, seq_len, 1)
     per_row = mask is not None and mask.size(0) > 1
     for index in _blocks(batch if per_row else 1, heads, seq_len, _block_rows(seq_len, True)):

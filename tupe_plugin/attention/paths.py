@@ -21,8 +21,8 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   probabilities subnormal, which SDPA's CPU backward computes with (several times slower on Intel CPUs:
   ALiBi's step 1.3 x BERT-A's at T = 512, medium) and this backward drops; and past T = 512 every bias of
   the offset, learned or fixed, in training or evaluation. A bias of the offset j - i reaches it as its
-  rows at every length (:func:`offset_bias_as_rows`), read by blocks of query rows, so that no (H, T, T)
-  tensor is built for it;
+  rows (:func:`offset_bias_as_rows`), read by blocks of query rows, so that no (H, T, T) tensor is built
+  for it: at every length, but for TUPE-R up to T = 512, whose T5 bias joins the untied product there;
 * ``TRITON`` (``--attention-backend triton``): :mod:`.triton_bias_attention`, flash attention in Triton
   with the learned bias shared by the batch, its batch-summed gradient, key padding as row lengths (kept
   apart from the bias: no (B, H, T, T) mask) and attention dropout; a bias of the offset j - i as its
@@ -264,18 +264,19 @@ def plan_attention(device, dropout, need_weights, config, seq_len, requested_bac
     path = choose_path(device, dropout, need_weights, config, seq_len, requested_backend)
     return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
                          fold_untied_term(path, config), fuse_rotary(device, config),
-                         offset_bias_as_rows(path, seq_len))
+                         offset_bias_as_rows(path, seq_len, config))
 
 
-def offset_bias_as_rows(path, seq_len):
+def offset_bias_as_rows(path, seq_len, config):
     """Whether a bias of the offset j - i reaches the kernel as its Toeplitz rows (H, 2T - 1) and [CLS] reset
     (:mod:`.offset_rows`), rather than expanded into the dense (H, T, T) bias once per forward: on the Triton
     kernel (a tile's window of offsets, its gradient summed by offset) and FlexAttention (score_mod reads the
-    rows by j - i) at every length; on the biased flash kernel at every length too (its backward reads the
-    rows where it would read a dense bias from memory: one layer's step at T = 512, 8 heads, B = 2, one
-    thread, 1.02 x SDPA's without a bias against 1.24 x with the dense bias); on the chunked kernel, which
-    keeps its probabilities and reads the bias once, where a head's (T, T) logits exceed a chunk
+    rows by j - i) at every length; on the biased flash kernel at every length too unless TUPE's untied
+    product, a dense bias read anyway, takes it in (its backward reads the rows where it would read a dense
+    bias from memory); on the CPU kernels otherwise where a head's (T, T) logits exceed a chunk
     (:func:`~.cpu_kernels.reads_offset_rows`)."""
-    if path in (AttentionPath.TRITON, AttentionPath.FLEX, AttentionPath.BIASED_FLASH):
+    if path in (AttentionPath.TRITON, AttentionPath.FLEX):
         return True
-    return path is AttentionPath.CHUNKED and reads_offset_rows(seq_len)
+    if path is AttentionPath.BIASED_FLASH and not config.untied_table:
+        return True
+    return path in OFFSET_ROWS_PATHS and reads_offset_rows(seq_len)
