@@ -141,6 +141,35 @@ def test_fixed_tables_rotate_q_and_k_in_place_so_no_second_copy_is_kept():
     assert torch.equal(projection[:, :, 2].transpose(1, 2), v)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rotation_in_place_gives_the_pairwise_rotations_values_and_gradients(dtype):
+    """As complex products in float32 and float64, in the real form otherwise: both are Eq. 34 of RoFormer,
+    the pairs (2k, 2k+1) rotated by theta_k t, and the projection's gradient follows either way."""
+    cos, sin = RotaryPosition(8)(5)
+    projection = torch.randn(2, 5, 3, 4, 8, dtype=torch.float64)
+    weights = torch.randn_like(projection)
+
+    def in_place(x):
+        x = x.to(dtype) * 1
+        rotate_in_place(x[:, :, :2], cos, sin)
+        return x
+
+    def pairwise(x):
+        x = x.to(dtype)
+        qk = rotate(x[:, :, :2], cos[:, None, None], sin[:, None, None])
+        return torch.cat([qk, x[:, :, 2:]], 2)
+
+    results = []
+    for rotation in (in_place, pairwise):
+        leaf = projection.clone().requires_grad_()
+        out = rotation(leaf)
+        (out.double() * weights).sum().backward()
+        results.append((out.double().detach(), leaf.grad))
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-6
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance)
+
+
 def test_learnable_tables_rotate_out_of_place_and_train_their_frequencies():
     rope = RotaryPosition(8, learnable=True)
     cos, sin = rope(5)
