@@ -181,6 +181,24 @@ def test_training_with_attention_dropout_runs_the_chunked_path_as_the_explicit_o
     assert_gradients_close(chunked_grads, explicit_grads)
 
 
+def _compiled_calls_as_the_explicit_path(model, lengths, dictionary, monkeypatch, record):
+    """``record(args)`` of every compiled backward call of one training step without dropout, after checking
+    that the step's features and gradients are the explicit path's."""
+    tokens = random_tokens(dictionary, lengths)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
+    compiled = compiled_kernels.biased_attention_backward()
+    assert compiled is not None, "the compiled kernel did not build"
+    calls = []
+    monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
+                        lambda: lambda *a, **kw: calls.append(record(a)) or compiled(*a, **kw))
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
+    explicit, explicit_grads = features_and_grads(model, tokens, weights)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, explicit_grads)
+    return calls
+
+
 @pytest.mark.parametrize("preset, overrides", [("tupe_r", {}), ("bert_r", {}),
                                                ("bert_rpe", {"shaw_keys_only": True})])
 @pytest.mark.parametrize("lengths", [[75, 70, 40], [75, 75]], ids=["padded", "unpadded"])
@@ -189,19 +207,8 @@ def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit
     """Without dropout, on CPU, past T = d_h: the flash forward and the compiled backward, every layer
     (with padding the mask is per batch row; without, the bias shared by the batch)."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=80, **overrides)
-    tokens = random_tokens(dictionary, lengths)
-    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
-    compiled = compiled_kernels.biased_attention_backward()
-    assert compiled is not None, "the compiled kernel did not build"
-    calls = []
-    monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
-                        lambda: lambda *a, **kw: calls.append(a[6]) or compiled(*a, **kw))
-    fused, fused_grads = features_and_grads(model, tokens, weights)
+    calls = _compiled_calls_as_the_explicit_path(model, lengths, dictionary, monkeypatch, lambda args: args[6])
     assert len(calls) == model.args.encoder_layers
-    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
-    explicit, explicit_grads = features_and_grads(model, tokens, weights)
-    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
-    assert_gradients_close(fused_grads, explicit_grads)
 
 
 @pytest.mark.parametrize("preset", ["bert_alibi", "bert_sandwich"])
@@ -211,20 +218,10 @@ def test_training_with_a_fixed_bias_runs_the_compiled_backward_on_its_rows_as_th
     """Without dropout, on CPU, past T = d_h: the flash forward and the compiled backward, every layer, given
     the bias's rows (no dense mask: padding as a key bias) and asked for no gradient of them."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=80)
-    tokens = random_tokens(dictionary, lengths)
-    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
-    compiled = compiled_kernels.biased_attention_backward()
-    assert compiled is not None, "the compiled kernel did not build"
-    calls = []
-    monkeypatch.setattr(compiled_kernels, "biased_attention_backward",
-                        lambda: lambda *a, **kw: calls.append((a[6], a[9].shape, a[13])) or compiled(*a, **kw))
-    fused, fused_grads = features_and_grads(model, tokens, weights)
-    seq_len = max(lengths)
-    assert calls == [(None, (model.args.encoder_attention_heads, 2 * seq_len - 1), False)] * model.args.encoder_layers
-    monkeypatch.setattr(paths, "choose_path", lambda *a: AttentionPath.EXPLICIT)
-    explicit, explicit_grads = features_and_grads(model, tokens, weights)
-    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
-    assert_gradients_close(fused_grads, explicit_grads)
+    calls = _compiled_calls_as_the_explicit_path(model, lengths, dictionary, monkeypatch,
+                                                 lambda args: (args[6], args[9].shape, args[13]))
+    rows = (model.args.encoder_attention_heads, 2 * max(lengths) - 1)
+    assert calls == [(None, rows, False)] * model.args.encoder_layers
 
 
 @pytest.mark.parametrize("config", [TUPE_A, TUPE_R, SHAW_VALUES])
