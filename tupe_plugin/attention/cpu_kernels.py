@@ -70,10 +70,12 @@ MIN_BLOCK_ROWS = 16
 
 
 def reads_offset_rows(seq_len):
-    """Whether the kernels read a bias of the offset from its rows at length T: where a head's (T, T) logits
-    exceed CHUNK_LOGITS. Below, the dense bias built once per forward costs less than the rows' periodic
-    layout that every layer builds (2 T^2 numbers a head for whole rows): TUPE-R's training step at T = 512,
-    medium size, 1.09 x BERT-A's with the rows, 1.04 x with the dense bias."""
+    """Whether the chunked kernel, and a forward without gradients, read a bias of the offset from its rows
+    at length T (the biased flash kernel in training reads them at every length:
+    :func:`.paths.offset_bias_as_rows`): where a head's (T, T) logits exceed CHUNK_LOGITS. Below, the dense
+    bias built once per forward costs less than the rows' periodic layout that every layer builds (2 T^2
+    numbers a head for whole rows): TUPE-R's training step at T = 512, medium size, 1.09 x BERT-A's with the
+    rows, 1.04 x with the dense bias."""
     return seq_len * seq_len > CHUNK_LOGITS
 
 
