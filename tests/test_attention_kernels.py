@@ -108,6 +108,20 @@ def test_a_fixed_bias_gets_no_gradient_and_no_gradient_buffer(mask_batch, biased
     assert [t.numel() for t in written] == ([0] if biased_backward == "compiled" else [])
 
 
+@pytest.mark.parametrize("wrong", ["shape", "dtype", "no_mask_grad"])
+def test_the_compiled_backward_refuses_a_gradient_buffer_that_does_not_fit_the_mask(wrong):
+    compiled = compiled_kernels.biased_attention_backward()
+    assert compiled is not None, "the compiled kernel did not build"
+    q, k, v, bias = (t.float() for t in _inputs(1))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias,
+                                                                          scale=SCALE)[:2]
+    buffer = {"shape": torch.zeros(BATCH, HEADS, LENGTH, LENGTH), "dtype": torch.zeros_like(bias).double(),
+              "no_mask_grad": torch.zeros_like(bias)}[wrong]
+    with pytest.raises(RuntimeError, match="grad_mask of the mask's shape and dtype"):
+        compiled(q, k, v, out, torch.ones_like(out), lse.contiguous(), bias, SCALE, 2,
+                 mask_grad=wrong != "no_mask_grad", grad_mask=buffer)
+
+
 def _assert_equal_to_rounding(q, k, v, bias, grad_out):
     """BiasedFlashAttention in float64: output and all four gradients equal the plain formula's to 1e-10."""
     expected, expected_grads = _value_and_grads(_plain, (q, k, v, bias), grad_out)

@@ -199,7 +199,7 @@ def _compiled_calls_as_the_explicit_path(model, lengths, dictionary, monkeypatch
     return calls
 
 
-@pytest.mark.parametrize("preset, overrides", [("tupe_r", {}), ("bert_r", {}),
+@pytest.mark.parametrize("preset, overrides", [("tupe_r", {}), ("tupe_a", {}), ("bert_r", {}),
                                                ("bert_rpe", {"shaw_keys_only": True})])
 @pytest.mark.parametrize("lengths", [[75, 70, 40], [75, 75]], ids=["padded", "unpadded"])
 def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit_path(

@@ -51,7 +51,7 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     (H, 2T - 1) and ``offset_cls`` (H, 2) or None: a bias of the offset j - i and its [CLS] reset
     (:mod:`.offset_rows`), added to the mask (the dense part alone, or None) by the kernels that read them,
     CHUNKED, BIASED_FLASH, TRITON and FLEX (the plan expands it into the mask for the other paths).
-    ``mask_gradient``: CHUNKED adds the float mask's gradient to this
+    ``mask_gradient``: CHUNKED and BIASED_FLASH add the float mask's gradient to this
     :class:`~.shared_mask_gradient.SharedMaskGradient` (the mask being its
     :func:`~.shared_mask_gradient.gather_mask_gradient`'s) rather than returning it.
     """
@@ -80,7 +80,8 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     offset = () if offset_rows is None else \
         (offset_rows, *((None, None) if offset_cls is None else edges(offset_rows, offset_cls)))
     if path is AttentionPath.BIASED_FLASH:
-        return BiasedFlashAttention.apply(q, k, v, mask, scale, *offset), None
+        offset = offset or (None, None, None)
+        return BiasedFlashAttention.apply(q, k, v, mask, scale, *offset, mask_gradient), None
     if path is AttentionPath.CHUNKED:
         offset = offset or (None, None, None)
         return ChunkedAttention.apply(q, k, v, mask, scale, dropout, *offset, mask_gradient), None

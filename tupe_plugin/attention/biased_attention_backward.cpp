@@ -7,7 +7,8 @@
 // dv += P^T dO (three GEMMs). The block's logits stay in cache from the first GEMM to the last; no
 // (B, H, T, T) tensor is made. A mask shared by the batch (size 1 in its first dimension) gets its gradient
 // summed over the batch: one task per head walks the batch rows in turn, so no two threads add to the same
-// gradient. The tasks run on torch's intra-op threads (at::parallel_for, which needs the library built with
+// gradient. The gradient may go to a buffer the caller gives (grad_mask), written or added to: the one buffer
+// of the mask that every layer reads (tupe_plugin/attention/shared_mask_gradient.py). The tasks run on torch's intra-op threads (at::parallel_for, which needs the library built with
 // OpenMP); the GEMMs are the BLAS torch is built with (sgemm_ / dgemm_ of libtorch_cpu), one thread each
 // inside a task.
 //
@@ -35,13 +36,21 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
             const int*, const double*, const int*, const double*, double*, const int*);
 }
 
+// The loops below are inlined into each instruction-set version of the function that calls them (a template
+// compiled once on its own would get the baseline's 16-byte vectors in every version).
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 // a[j] += b[j], j < n: a row of the bias added to a row of logits, a row of dS to a stretch of the rows' gradient
 // (offset_rows.cpp calls it too). The float loop also in AVX-512 and AVX2 + FMA versions, one chosen when the
 // library loads, by the CPU.
 namespace tupe_plugin_kernels {
 
 template <typename scalar_t>
-inline void add_row(scalar_t* a, const scalar_t* b, int64_t n) {
+ALWAYS_INLINE void add_row(scalar_t* a, const scalar_t* b, int64_t n) {
   for (int64_t j = 0; j < n; ++j) a[j] += b[j];
 }
 
@@ -106,7 +115,7 @@ inline double exp_approx(double x) { return std::exp(x); }
 // which is added to (accumulate) or written into grad_mask, or kept in grad alone where grad_mask is null (a
 // mask without a gradient: a fixed bias). Each branch is one loop the compiler vectorises.
 template <typename scalar_t>
-inline void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* probs, scalar_t* grad,
+ALWAYS_INLINE void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* probs, scalar_t* grad,
                              const scalar_t* mask, scalar_t* grad_mask, const scalar_t* lse, const scalar_t* delta) {
   for (int r = 0; r < rows; ++r) {
     scalar_t* p = probs + r * keys;
@@ -132,7 +141,7 @@ inline void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* 
 
 // The same without a dense mask (its logits complete on entry) and no mask gradient.
 template <typename scalar_t>
-inline void softmax_gradient_unmasked(int rows, int64_t keys, scalar_t* probs, scalar_t* grad, const scalar_t* lse,
+ALWAYS_INLINE void softmax_gradient_unmasked(int rows, int64_t keys, scalar_t* probs, scalar_t* grad, const scalar_t* lse,
                                       const scalar_t* delta) {
   for (int r = 0; r < rows; ++r) {
     scalar_t* p = probs + r * keys;
@@ -218,7 +227,7 @@ template <typename scalar_t>
 void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                      const at::Tensor& grad_out, const at::Tensor& lse, const at::Tensor& mask, double scale_,
                      int64_t block, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dmask,
-                     const OffsetBias<scalar_t>& offset) {
+                     bool dmask_add, const OffsetBias<scalar_t>& offset) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const bool has_mask = mask.defined();
   const bool shared = !has_mask || mask.size(0) == 1;
@@ -269,8 +278,8 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
           }
           const scalar_t* row_lse = L + (b * heads + h) * length + i0;
           if (has_mask) {
-            softmax_gradient_of(b > first, m, length, P, G, M + mask_block, dM ? dM + mask_block : nullptr, row_lse,
-                                delta);
+            softmax_gradient_of(dmask_add || b > first, m, length, P, G, M + mask_block,
+                                dM ? dM + mask_block : nullptr, row_lse, delta);
           } else {
             softmax_gradient_of(m, length, P, G, row_lse, delta);
           }
@@ -300,8 +309,10 @@ void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // forward, contiguous; mask: (1 or B, H, T, T) contiguous, the additive mask of the forward, or none; rows:
 // (H, 2T - 1), the bias of the offset, or none, with its reset's edge_row and edge_col (H, T) or none and the
 // key padding key_bias (B, T) or none (only with rows). Returns dq, dk, dv (B, H, T, D), the mask's gradient
-// (the mask's shape; empty without a mask or mask_grad), the rows' and the edges' gradients ((1 or B, H, .):
-// per batch row with a mask per batch row; empty without rows, edges or rows_grad).
+// (the mask's shape; empty without a mask or mask_grad, or where grad_mask takes it), the rows' and the edges'
+// gradients ((1 or B, H, .): per batch row with a mask per batch row; empty without rows, edges or rows_grad).
+// grad_mask, a contiguous tensor of the mask's shape and dtype, or none: the mask's gradient is added to it
+// (grad_mask_add) or written into it, in place (one buffer for the layers that read one mask).
 std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   const at::Tensor& out, const at::Tensor& grad_out,
                                                   const at::Tensor& lse, const c10::optional<at::Tensor>& mask_,
@@ -310,7 +321,8 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
                                                   const c10::optional<at::Tensor>& edge_row_,
                                                   const c10::optional<at::Tensor>& edge_col_,
                                                   const c10::optional<at::Tensor>& key_bias_, bool rows_grad,
-                                                  bool mask_grad) {
+                                                  bool mask_grad, const c10::optional<at::Tensor>& grad_mask_,
+                                                  bool grad_mask_add) {
   const at::Tensor mask = mask_.value_or(at::Tensor()), rows = rows_.value_or(at::Tensor()),
                    edge_row = edge_row_.value_or(at::Tensor()), edge_col = edge_col_.value_or(at::Tensor()),
                    key_bias = key_bias_.value_or(at::Tensor());
@@ -346,6 +358,11 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
   TORCH_CHECK(!key_bias.defined() || (rows.defined() && key_bias.is_contiguous() && key_bias.dim() == 2 &&
                                       key_bias.size(0) == batch && key_bias.size(1) == length),
               "biased_attention_backward: key padding of (B, T), contiguous, with rows");
+  const at::Tensor grad_mask = grad_mask_.value_or(at::Tensor());
+  TORCH_CHECK(!grad_mask.defined() || (mask.defined() && mask_grad && grad_mask.is_contiguous() &&
+                                       grad_mask.sizes() == mask.sizes() && grad_mask.device().is_cpu() &&
+                                       grad_mask.scalar_type() == q.scalar_type()),
+              "biased_attention_backward: grad_mask of the mask's shape and dtype, contiguous, with mask_grad");
   TORCH_CHECK(block > 0, "biased_attention_backward: block > 0");
   // dq, dk, dv in the (B, T, H, D) layout viewed as (B, H, T, D), as the flash backward returns them: the
   // projection's gradient (B, T, 3, H, D) is then stacked from them by contiguous rows
@@ -353,7 +370,9 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
     return at::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
   };
   auto dq = heads_of(q), dk = heads_of(k), dv = heads_of(v);
-  auto dmask = mask.defined() && mask_grad ? at::empty_like(mask) : at::empty({0}, q.options());
+  auto dmask = grad_mask.defined()            ? grad_mask
+               : mask.defined() && mask_grad ? at::empty_like(mask)
+                                             : at::empty({0}, q.options());
   const int64_t tasks_first = mask.defined() && mask.size(0) == batch && batch > 1 ? batch : 1;
   const bool offset_grads = rows.defined() && rows_grad;
   const bool edge_grads = offset_grads && edge_row.defined();
@@ -377,8 +396,10 @@ std::vector<at::Tensor> biased_attention_backward(const at::Tensor& q, const at:
       offset.grad_edge_row = dedge_row.data_ptr<scalar_t>();
       offset.grad_edge_col = dedge_col.data_ptr<scalar_t>();
     }
-    backward_kernel<scalar_t>(q, k, v, out, grad_out, lse, mask, scale, block, dq, dk, dv, dmask, offset);
+    backward_kernel<scalar_t>(q, k, v, out, grad_out, lse, mask, scale, block, dq, dk, dv, dmask,
+                              grad_mask.defined() && grad_mask_add, offset);
   });
+  if (grad_mask.defined()) dmask = at::empty({0}, q.options());  // the gradient is in grad_mask
   return {dq, dk, dv, dmask, drows, dedge_row, dedge_col};
 }
 
@@ -396,7 +417,8 @@ TORCH_LIBRARY(tupe_plugin, m) {
   m.def(
       "biased_attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor grad_out, Tensor lse, "
       "Tensor? mask, float scale, int block, Tensor? rows=None, Tensor? edge_row=None, Tensor? edge_col=None, "
-      "Tensor? key_bias=None, bool rows_grad=False, bool mask_grad=True) -> Tensor[]");
+      "Tensor? key_bias=None, bool rows_grad=False, bool mask_grad=True, Tensor(a!)? grad_mask=None, "
+      "bool grad_mask_add=False) -> Tensor[]");
   m.def("parallel_threads() -> int", &parallel_threads);
 }
 

@@ -29,9 +29,9 @@ compiled ops, reads it as a strided view of the rows laid out periodically), add
 no (H, T, T) tensor is made; the rows' gradient is the dS of every cell summed by offset j - i, the edges'
 gradients dS's row 0 and column 0.
 A dense mask (TUPE's untied product, key padding) is added to it. A learned mask read by every layer gets
-its gradient in one buffer with :class:`ChunkedAttention` (``mask_gradient``, :mod:`.shared_mask_gradient`):
-the first layer's backward computes its blocks' dS in the buffer, the others add theirs; where that buffer
-takes the gradient of a bias of the offset too, the kernel computes none. The explicit path of :mod:`.attend`
+its gradient in one buffer (``mask_gradient``, :mod:`.shared_mask_gradient`), on both kernels and the
+compiled backward: the first layer's backward computes its blocks' dS in the buffer, the others add theirs;
+where that buffer takes the gradient of a bias of the offset too, the kernel computes none. The explicit path of :mod:`.attend`
 is their step-by-step twin in the tests.
 """
 
@@ -261,11 +261,13 @@ def _as_float32(*tensors):
 
 class BiasedFlashAttention(torch.autograd.Function):
     """Dropout-free attention with an additive ``mask`` or a bias of the offset (``rows`` with the reset's
-    edges) that needs a gradient (see the module docstring)."""
+    edges) that needs a gradient (see the module docstring); ``mask_gradient``, a
+    :class:`~.shared_mask_gradient.SharedMaskGradient`, takes the mask's gradient where given."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, rows=None, edge_row=None, edge_col=None):
+    def forward(ctx, q, k, v, mask, scale, rows=None, edge_row=None, edge_col=None, mask_gradient=None):
         ctx.scale, ctx.dtype = scale, q.dtype
+        ctx.mask_gradient = mask_gradient if ctx.needs_input_grad[3] else None
         if rows is None:
             out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 q, k, v, 0.0, False, attn_mask=mask.detach(), scale=scale
@@ -289,8 +291,10 @@ class BiasedFlashAttention(torch.autograd.Function):
             # output's (B, T, H, D)): copies to (B, H, T, D) cost more than they save at T = 128 (1.03-1.28 x
             # the backward) and as much as they save at T = 512
             q, k, v, out, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, out, grad_out))
-            grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows, mask_grad=mask_grad)
-            return *grads[:3], grads[3] if mask_grad else None, None, None, None, None
+            grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows, mask_grad=mask_grad,
+                             **_shared_buffer(ctx.mask_gradient, mask, q))
+            grad_mask = grads[3] if mask_grad and ctx.mask_gradient is None else None
+            return *grads[:3], grad_mask, None, None, None, None, None
         logits_mask = mask.to(q.dtype)
 
         def probs_of(index):
@@ -298,7 +302,10 @@ class BiasedFlashAttention(torch.autograd.Function):
             return _normal_probabilities_(probs, True)  # an additive mask: as the compiled backward
 
         mask_shape = mask.shape if mask_grad else None
-        return *_backward(q, k, v, out, grad_out, ctx.scale, mask_shape, probs_of), None, None, None, None
+        grad_q, grad_k, grad_v, grad_mask = _backward(q, k, v, out, grad_out, ctx.scale, mask_shape, probs_of,
+                                                      mask_gradient=ctx.mask_gradient)
+        grad_mask = None if ctx.mask_gradient is not None else grad_mask
+        return grad_q, grad_k, grad_v, grad_mask, None, None, None, None, None
 
 
 def _offset_forward(ctx, q, k, v, mask, scale, rows, edge_row, edge_col):
@@ -353,7 +360,10 @@ def _offset_backward(ctx, grad_out):
     """BiasedFlashAttention's backward with a bias of the offset: the compiled kernel where it applies, else
     the blocks' logits recomputed, P from the forward's log-sum-exp."""
     q, k, v, mask, out, lse, rows, edge_row, edge_col = ctx.saved_tensors
-    mask_grad, rows_grad = ctx.needs_input_grad[3], any(ctx.needs_input_grad[5:])
+    shared = ctx.mask_gradient
+    mask_grad = ctx.needs_input_grad[3]
+    # a shared buffer that takes the rows' gradient gives it from the summed dS (GatherMaskGradient)
+    rows_grad = any(ctx.needs_input_grad[5:8]) and not (shared is not None and shared.takes_offset)
     grad_out = grad_out.to(q.dtype)
     compiled = compiled_kernels.biased_attention_backward()
     if compiled is not None and _compiled_backward_applies(q, k, v, mask, rows):
@@ -365,7 +375,8 @@ def _offset_backward(ctx, grad_out):
                                                         edge_col.to(q.dtype).contiguous())
         block = max(MIN_BLOCK_ROWS, BLOCK_LOGITS // q.size(2))
         grads = compiled(q, k, v, out, _with_contiguous_rows(grad_out), lse, mask, ctx.scale, block,
-                         rows.to(q.dtype).contiguous(), *edges, key_bias, rows_grad, mask_grad)
+                         rows.to(q.dtype).contiguous(), *edges, key_bias, rows_grad, mask_grad,
+                         **_shared_buffer(shared, mask, q))
         grad_q, grad_k, grad_v = grads[:3]
         grad_mask = grads[3] if mask_grad else None
         offset_grads = (None, None, None) if not rows_grad else \
@@ -379,9 +390,19 @@ def _offset_backward(ctx, grad_out):
 
         mask_shape = mask.shape if mask_grad else None
         grad_q, grad_k, grad_v, grad_mask = _backward(q, k, v, out, grad_out, ctx.scale, mask_shape, probs_of,
-                                                      offset=offset)
+                                                      offset=offset, mask_gradient=shared)
         offset_grads = offset.gradients()
-    return (*(g.to(ctx.dtype) for g in (grad_q, grad_k, grad_v)), grad_mask, None, *offset_grads)
+    grad_mask = None if shared is not None else grad_mask  # in the shared buffer, handed on from there
+    return (*(g.to(ctx.dtype) for g in (grad_q, grad_k, grad_v)), grad_mask, None, *offset_grads, None)
+
+
+def _shared_buffer(mask_gradient, mask, like):
+    """The compiled backward's arguments that make it write (the first layer of a backward pass) or add (the
+    others) the mask's gradient into ``mask_gradient``'s buffer (none without one)."""
+    if mask_gradient is None:
+        return {}
+    buffer, written = mask_gradient.buffer(mask.shape, like)
+    return {"grad_mask": buffer, "grad_mask_add": written}
 
 
 def _with_contiguous_rows(t):

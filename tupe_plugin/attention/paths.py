@@ -129,6 +129,10 @@ RELATIVE_OFFSET_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
 OFFSET_ROWS_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH, AttentionPath.TRITON,
                      AttentionPath.FLEX)
 
+# The CPU kernels whose layers add the gradient of the one dense mask they all read (TUPE's untied term) to
+# one buffer (:mod:`.shared_mask_gradient`), rather than each returning its own for autograd to sum
+SHARED_MASK_GRADIENT_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH)
+
 
 def kernel_runs_on(requested, device):
     """Whether the kernel of ``--attention-backend requested`` runs a forward on ``device``: every one on

@@ -1,4 +1,6 @@
-"""One gradient buffer for the dense mask that every layer's :class:`~.cpu_kernels.ChunkedAttention` reads.
+"""One gradient buffer for the dense mask that every layer's CPU kernel reads
+(:class:`~.cpu_kernels.ChunkedAttention`, :class:`~.cpu_kernels.BiasedFlashAttention` and its compiled
+backward).
 
 TUPE's untied product (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training",
 arXiv 2006.15595, Eq. 7: one (H, T, T) term for the whole model) reaches every layer's kernel as one
@@ -9,8 +11,10 @@ layers: each kernel's backward computes (the first) or adds (the others) its blo
 :class:`SharedMaskGradient`'s one buffer and returns no gradient for the mask, and
 :class:`GatherMaskGradient`'s backward, which autograd runs after every layer that read the mask, hands the
 buffer on (plus the gradient of the mask's other readers). The buffer is the mask's own memory where
-nothing else holds it by the backward (the layers' forward read the mask, their backward the probabilities
-they kept): a fresh (H, T, T) tensor's first writing costs more than the product it holds. A learned bias of
+nothing else holds it by the backward (the chunked layers' forward read the mask, their backward the
+probabilities they kept; the biased flash layers keep the mask for their backward, and so get a buffer of
+its own, one a backward pass): a fresh (H, T, T) tensor's first writing costs more than the product it
+holds. A learned bias of
 the offset that the kernels add beside the mask (TUPE-R's T5 rows past T = 512, :mod:`.offset_rows`) takes
 its gradient from the same buffer, folded by offset once (:func:`~.offset_rows.dense_gradient_folded`),
 rather than from every layer's blocks.

@@ -6,7 +6,7 @@ from dataclasses import replace
 from fairseq.modules import LayerDropModuleList, LayerNorm
 from torch import nn
 
-from ..attention.paths import AttentionPath, backend_note, backend_problem, plan_attention
+from ..attention.paths import SHARED_MASK_GRADIENT_PATHS, backend_note, backend_problem, plan_attention
 from ..attention.shared_mask_gradient import gather_mask_gradient
 from ..command_hints import model_setting
 from ..encodings.absolute_position import build_absolute_position
@@ -127,7 +127,7 @@ class PositionalTransformerEncoder(nn.Module):
         plan = self.attention_plan(x.device, need_attn, seq_len)
         term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype,
                                           plan.padding_as_lengths, plan.offset_bias_as_rows)
-        if plan.path is AttentionPath.CHUNKED:  # every layer's kernel adds the mask's gradient to one buffer
+        if plan.path in SHARED_MASK_GRADIENT_PATHS:  # every layer's kernel adds the mask's gradient to one buffer
             mask, mask_gradient = gather_mask_gradient(term.attn_mask, term.offset_rows, term.offset_cls)
             term = replace(term, attn_mask=mask, mask_gradient=mask_gradient)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None

@@ -47,8 +47,8 @@ class PositionalTerm:
     rows' values there. They are added to ``bias``, the dense (H, T, T) part (TUPE's untied product when
     folded), by the kernels that read them (the plan's ``offset_bias_as_rows``); for the others
     :meth:`expanded` adds them to ``bias`` once per forward. ``mask_gradient``: where the encoder set one
-    (the chunked CPU kernel, :mod:`~tupe_plugin.attention.shared_mask_gradient`), the buffer that every
-    layer's kernel adds the gradient of ``attn_mask`` to."""
+    (the CPU kernels, chunked and biased flash, :mod:`~tupe_plugin.attention.shared_mask_gradient`), the
+    buffer that every layer's kernel adds the gradient of ``attn_mask`` to."""
 
     scale: float
     q_extra: Optional[torch.Tensor] = None
