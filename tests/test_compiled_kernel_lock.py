@@ -1,6 +1,6 @@
-"""A build of the compiled attention backward killed by SIGKILL leaves torch's ``lock`` file in the
+"""A build of the compiled CPU kernels killed by SIGKILL leaves torch's ``lock`` file in the
 extension folder: a later run removes it and loads the kernel instead of waiting forever; a build that a
-live process holds for too long is not waited for, the Python backward runs."""
+live process holds for too long is not waited for, their Python twins run."""
 
 import fcntl
 import os
@@ -43,7 +43,7 @@ def test_a_lock_left_by_a_killed_build_is_removed_and_the_kernel_loads(extension
     lock.touch()
     child = load_in_a_new_process(extensions)
     assert child.returncode == 0, child.stderr[-3000:]
-    assert f"{lock} was left by a build of the compiled attention backward that was killed" in child.stderr
+    assert f"{lock} was left by a build of the compiled CPU kernels that was killed" in child.stderr
     assert not lock.exists()
 
 
@@ -54,7 +54,7 @@ def test_a_build_a_live_process_holds_too_long_is_not_waited_for_and_the_message
         fcntl.flock(builder, fcntl.LOCK_EX)
         child = load_in_a_new_process(extensions, wait=1)
     assert child.returncode == 3, child.stderr[-3000:]
-    assert (f"{lock}: another process has been building the compiled attention backward for over 1 s"
+    assert (f"{lock}: another process has been building the compiled CPU kernels for over 1 s"
             in child.stderr)
-    assert "the slower Python backward runs instead" in child.stderr
+    assert "their slower Python twins run instead" in child.stderr
     assert lock.exists()

@@ -22,7 +22,7 @@ it is gone; a build killed by SIGKILL leaves it, and every later run waited fore
 hold a kernel lock (``flock`` on ``tupe_plugin.lock`` beside it, released when its process ends, killed or
 not) around torch's: a ``lock`` file found while holding it belongs to no live build, and is removed. A
 build of another process that holds the lock longer than :data:`BUILD_WAIT_SECONDS` is not waited for:
-the Python backward runs, and the warning names the lock file.
+the Python twins run, and the warning names the lock file.
 """
 
 import fcntl
@@ -60,15 +60,15 @@ def biased_attention_backward():
             _load("tupe_plugin_kernels", extra_cflags=flags + ["-fopenmp"], extra_ldflags=["-fopenmp"])
         except (OSError, RuntimeError) as error:
             _load("tupe_plugin_kernels_one_thread", extra_cflags=flags)
-            logger.warning(f"the compiled attention backward was built without OpenMP ({_last_line(error)}) and "
-                           f"runs on one thread; a compiler with OpenMP (GCC, or clang with libomp) lets it use "
+            logger.warning(f"the compiled CPU kernels were built without OpenMP ({_last_line(error)}) and run "
+                           f"on one thread; a compiler with OpenMP (GCC, or clang with libomp) lets them use "
                            f"torch's {torch.get_num_threads()} threads.")
     except BuildWaitTimeout as error:
-        logger.warning(f"{error}; the slower Python backward runs instead")
+        logger.warning(f"{error}; their slower Python twins run instead")
         return None
     except (OSError, RuntimeError, ImportError) as error:  # no compiler, no ninja, a failed build
-        logger.warning(f"the compiled attention backward could not be built ({_last_line(error)}); the slower "
-                       f"Python backward runs instead. It needs a C++ compiler and `pip install ninja`; "
+        logger.warning(f"the compiled CPU kernels could not be built ({_last_line(error)}); their slower "
+                       f"Python twins run instead. They need a C++ compiler and `pip install ninja`; "
                        f"{SWITCH}=0 skips the attempt.")
         return None
     return torch.ops.tupe_plugin.biased_attention_backward
@@ -96,12 +96,12 @@ def _load(name, **flags):
         while not _try_lock(guard):
             if time.monotonic() > deadline:
                 raise BuildWaitTimeout(f"{torch_lock}: another process has been building the compiled "
-                                       f"attention backward for over {BUILD_WAIT_SECONDS} s (it holds "
+                                       f"CPU kernels for over {BUILD_WAIT_SECONDS} s (it holds "
                                        f"{guard.name})")
             time.sleep(0.1)
         if os.path.exists(torch_lock):
-            logger.warning(f"{torch_lock} was left by a build of the compiled attention backward that was "
-                           "killed (no process builds it now): removed, the kernel is built again")
+            logger.warning(f"{torch_lock} was left by a build of the compiled CPU kernels that was "
+                           "killed (no process builds it now): removed, the kernels are built again")
             os.remove(torch_lock)
         cpp_extension.load(name=name, sources=[str(source) for source in SOURCES], build_directory=folder,
                            is_python_module=False, verbose=False, **flags)
