@@ -216,7 +216,7 @@ def test_a_compiler_without_openmp_gets_a_one_thread_build_and_a_warning(monkeyp
     monkeypatch.setattr(cpp_extension, "load", load)
     assert _first_call(monkeypatch, caplog, "WARNING") is not None
     assert builds == ["tupe_plugin_kernels_one_thread"]
-    assert "without OpenMP (c++: error: unsupported option '-fopenmp') and runs on one thread" in caplog.text
+    assert "without OpenMP (c++: error: unsupported option '-fopenmp') and run on one thread" in caplog.text
 
 
 def test_the_compiled_kernel_splits_its_work_over_torchs_threads():
