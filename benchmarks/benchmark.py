@@ -457,11 +457,14 @@ class Contender:
         self.cpu_times.append(time.process_time() - cpu_start)
 
     def held_bytes(self):
-        """Bytes of parameters and optimizer state held between steps."""
+        """Bytes of parameters and optimizer state held between steps, and the storage a plugin model keeps
+        for its next untied product (written there, it is allocated by no step)."""
         tensors = list(self.params)
         for state in self.optimizer.optimizer.state.values():
             tensors += [t for t in state.values() if torch.is_tensor(t)]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        term = getattr(self.model.encoder.sentence_encoder, "positional_term", None)
+        kept = 0 if term is None else term.product_memory.held_bytes()
+        return kept + sum(t.numel() * t.element_size() for t in tensors)
 
     def peak_bytes(self, sample):
         """Peak bytes during one step (see the module docstring for how, on CPU)."""

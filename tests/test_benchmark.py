@@ -10,6 +10,7 @@ import statistics
 import pytest
 import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, load_benchmark, random_tokens
+from tupe_plugin.encodings import untied_product
 
 benchmark = load_benchmark("benchmark")
 benchmark_attention = load_benchmark("benchmark_attention")
@@ -558,3 +559,20 @@ def test_the_flex_distance_candidate_gives_the_equation_of_the_expanded_bias_and
 def test_the_relative_candidates_give_the_same_attention_and_gradients_on_sdpa_and_on_flexattention(term):
     """The products read by offset in FlexAttention's score_mod against the mask SDPA gets."""
     assert_relative_candidates_agree(term, f"sdpa-{term}", f"flex-{term}", 64, "cuda", atol=1e-4)
+
+
+def test_peak_memory_counts_the_storage_kept_for_the_next_untied_product(tmp_path, monkeypatch):
+    """A step that writes its untied product in the storage kept from the last step allocates none for it:
+    the peak counts that storage among what the model holds between steps, as it counted a fresh one."""
+    args = benchmark.parse_args(["--size", "tiny", "--vocab", "50", "--attention-dropout", "0"])
+    benchmark.write_dictionary(str(tmp_path), args.vocab)
+    contender = benchmark.Contender("tupe_a", "tiny", 64, str(tmp_path), args)
+    sample = benchmark.random_batch(contender.task.source_dictionary, 2, 64, 0.0,
+                                    torch.Generator().manual_seed(0))
+    contender.step(sample)  # the optimizer's state exists from the first step on
+    fresh = contender.peak_bytes(sample)
+    monkeypatch.setattr(untied_product, "KEPT_FROM_BYTES", 0)
+    contender.step(sample)
+    kept = contender.model.encoder.sentence_encoder.positional_term.product_memory.held_bytes()
+    assert kept == 4 * 64 * 64 * 4  # (H, T, T) float32
+    assert abs(contender.peak_bytes(sample) - fresh) < kept / 4

@@ -32,6 +32,7 @@ from .rotary_position import build_rotary
 from .sandwich_position import build_sandwich_bias
 from .shaw_position import build_shaw
 from .untied_position import build_untied_position
+from .untied_product import ProductMemory, untied_product
 
 
 @dataclass
@@ -95,14 +96,16 @@ class PositionalTerm:
         bias = rows if self.bias is None else self.bias + rows
         return replace(self, offset_rows=None, offset_cls=None, bias=bias)
 
-    def folded(self):
+    def folded(self, memory=None):
         """The same term with the untied factors multiplied out into ``bias``, once per forward: for
         the explicit path, and wherever a dense bias (the T5 term) is added in every layer anyway —
         there the untied product joins it for free, while widened heads (d_h -> 2 d_h + 2, padded to
-        a multiple of 8) would double every layer's attention matmuls. A bias of the offset stays apart."""
+        a multiple of 8) would double every layer's attention matmuls. A bias of the offset stays apart.
+        ``memory``: the model's :class:`~.untied_product.ProductMemory`, where a large product is written
+        in the storage of the previous step's gradient."""
         if self.q_extra is None:
             return self
-        untied = torch.bmm(self.q_extra * self.scale, self.k_extra.transpose(1, 2))
+        untied = untied_product(self.q_extra * self.scale, self.k_extra, memory)
         # an addition, not baddbmm: under autocast the product may be bf16, an expanded bias stays float32
         bias = untied if self.bias is None else self.bias + untied
         return replace(self, q_extra=None, k_extra=None, bias=bias)
@@ -149,6 +152,7 @@ class SharedPositionalTerm(nn.Module):
         self.rotary = build_rotary(config)
         self.shaw = build_shaw(config)
         self.disentangled = build_disentangled_table(config)
+        self.product_memory = ProductMemory()
 
     def encodings(self):
         """The encodings this model uses, in the order they add their parts."""
@@ -167,8 +171,10 @@ class SharedPositionalTerm(nn.Module):
         hidden states.
         """
         term = self.content_free(seq_len)
+        if not torch.is_grad_enabled():  # no backward will hand a gradient's storage on: let the kept one go
+            self.product_memory.release()
         if fold_untied:
-            term = term.folded()
+            term = term.folded(self.product_memory)
         if not offset_bias_as_rows:
             term = term.expanded()
         if padding_as_lengths:
