@@ -516,7 +516,9 @@ class Contender:
         return attention_events(self.profiled_step(sample))
 
     def positional_term_seconds(self, sample, repeats):
-        """Median forward time of the shared term and its mask (plugin contenders only)."""
+        """Median forward time of the shared term and its mask (plugin contenders only), each build finding
+        the storage a training step's backward leaves for the next untied product
+        (:mod:`tupe_plugin.encodings.untied_product`)."""
         if self.name == "roberta":
             return None
         encoder = self.model.encoder.sentence_encoder
@@ -531,10 +533,14 @@ class Contender:
             with self.autocast:
                 plan = plan_attention(self.device, encoder.attention_dropout, False, encoder.config,
                                       tokens.size(1))
-                encoder.positional_term.build(tokens.size(1), plan.fold_untied, encoder.padding_mask(tokens),
-                                              dtype, plan.padding_as_lengths, plan.offset_bias_as_rows)
+                term = encoder.positional_term.build(tokens.size(1), plan.fold_untied,
+                                                     encoder.padding_mask(tokens), dtype,
+                                                     plan.padding_as_lengths, plan.offset_bias_as_rows)
             synchronize(self.device)
             times.append(time.perf_counter() - start)
+            if term.attn_mask is not None:  # as the backward leaves its gradient's storage
+                encoder.positional_term.product_memory.keep(term.attn_mask)
+            del term
         return statistics.median(times[1:])
 
 
