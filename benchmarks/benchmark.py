@@ -462,8 +462,8 @@ class Contender:
         tensors = list(self.params)
         for state in self.optimizer.optimizer.state.values():
             tensors += [t for t in state.values() if torch.is_tensor(t)]
-        term = getattr(self.model.encoder.sentence_encoder, "positional_term", None)
-        kept = 0 if term is None else term.product_memory.held_bytes()
+        memory = product_memory(self.model)
+        kept = 0 if memory is None else memory.held_bytes()
         return kept + sum(t.numel() * t.element_size() for t in tensors)
 
     def peak_bytes(self, sample):
@@ -538,10 +538,18 @@ class Contender:
                                                      plan.padding_as_lengths, plan.offset_bias_as_rows)
             synchronize(self.device)
             times.append(time.perf_counter() - start)
-            if term.attn_mask is not None:  # as the backward leaves its gradient's storage
-                encoder.positional_term.product_memory.keep(term.attn_mask)
+            memory = product_memory(self.model)
+            if memory is not None and term.attn_mask is not None:  # as the backward leaves its gradient's
+                memory.keep(term.attn_mask)
             del term
         return statistics.median(times[1:])
+
+
+def product_memory(model):
+    """The :class:`~tupe_plugin.encodings.untied_product.ProductMemory` of a plugin model's shared term, or None
+    (fairseq's RoBERTa, the plain reference's term)."""
+    term = getattr(model.encoder.sentence_encoder, "positional_term", None)
+    return getattr(term, "product_memory", None)
 
 
 @contextlib.contextmanager
