@@ -23,10 +23,11 @@ def _assert_folds_once_without_changing_the_function(model, dictionary, monkeypa
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim)
     folds = []
     original = PositionalTerm.folded
-    monkeypatch.setattr(PositionalTerm, "folded", lambda term: folds.append(1) or original(term))
+    monkeypatch.setattr(PositionalTerm, "folded",
+                        lambda term, memory=None: folds.append(1) or original(term, memory))
     folded, folded_grads = features_and_grads(model, tokens, weights, seed=3)
     assert folds == [1]
-    monkeypatch.setattr(PositionalTerm, "folded", lambda term: term)
+    monkeypatch.setattr(PositionalTerm, "folded", lambda term, memory=None: term)
     factored, factored_grads = features_and_grads(model, tokens, weights, seed=3)
     torch.testing.assert_close(folded, factored, atol=1e-5, rtol=1e-5)
     assert_gradients_close(folded_grads, factored_grads, atol=1e-6)
@@ -53,7 +54,7 @@ def test_cpu_training_without_dropout_folds_the_untied_term_alone_without_changi
 def test_without_a_dense_bias_or_gradients_the_untied_term_stays_factored(dictionary, monkeypatch):
     model = build_model("tupe_a_tiny", dictionary, attention_dropout=0.0).eval()
     folds = []
-    monkeypatch.setattr(PositionalTerm, "folded", lambda term: folds.append(1) or term)
+    monkeypatch.setattr(PositionalTerm, "folded", lambda term, memory=None: folds.append(1) or term)
     with torch.no_grad():
         model(random_tokens(dictionary, [7, 5, 3]), features_only=True)
     assert folds == []
