@@ -31,8 +31,8 @@ gradients dS's row 0 and column 0.
 A dense mask (TUPE's untied product, key padding) is added to it. A learned mask read by every layer gets
 its gradient in one buffer (``mask_gradient``, :mod:`.shared_mask_gradient`), on both kernels and the
 compiled backward: the first layer's backward computes its blocks' dS in the buffer, the others add theirs;
-where that buffer takes the gradient of a bias of the offset too, the kernel computes none. The explicit path of :mod:`.attend`
-is their step-by-step twin in the tests.
+where that buffer takes the gradient of a bias of the offset too, the kernel computes none. The explicit
+path of :mod:`.attend` is their step-by-step twin in the tests.
 """
 
 
