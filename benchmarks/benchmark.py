@@ -526,6 +526,7 @@ class Contender:
         # the dtype the encoder builds its mask in: its activations' (float32 under autocast), not
         # the autocast dtype (a bf16 mask here timed a cast the model does not do)
         dtype = encoder.embed_tokens.weight.dtype
+        memory = product_memory(self.model)
         times = []
         for _ in range(repeats + 1):
             synchronize(self.device)
@@ -538,7 +539,6 @@ class Contender:
                                                      plan.padding_as_lengths, plan.offset_bias_as_rows)
             synchronize(self.device)
             times.append(time.perf_counter() - start)
-            memory = product_memory(self.model)
             if memory is not None and term.attn_mask is not None:  # as the backward leaves its gradient's
                 memory.keep(term.attn_mask)
             del term

@@ -8,9 +8,9 @@
 // (B, H, T, T) tensor is made. A mask shared by the batch (size 1 in its first dimension) gets its gradient
 // summed over the batch: one task per head walks the batch rows in turn, so no two threads add to the same
 // gradient. The gradient may go to a buffer the caller gives (grad_mask), written or added to: the one buffer
-// of the mask that every layer reads (tupe_plugin/attention/shared_mask_gradient.py). The tasks run on torch's intra-op threads (at::parallel_for, which needs the library built with
-// OpenMP); the GEMMs are the BLAS torch is built with (sgemm_ / dgemm_ of libtorch_cpu), one thread each
-// inside a task.
+// of the mask that every layer reads (tupe_plugin/attention/shared_mask_gradient.py). The tasks run on
+// torch's intra-op threads (at::parallel_for, which needs the library built with OpenMP); the GEMMs are the
+// BLAS torch is built with (sgemm_ / dgemm_ of libtorch_cpu), one thread each inside a task.
 //
 // A bias of the offset j - i (T5, ALiBi, KERPLE, Sandwich, FIRE) comes as its Toeplitz rows (H, 2T - 1), with
 // the edges (H, T) its [CLS] reset adds to row 0 and column 0, and key padding as a (B, T) additive row: row i
@@ -116,7 +116,8 @@ inline double exp_approx(double x) { return std::exp(x); }
 // mask without a gradient: a fixed bias). Each branch is one loop the compiler vectorises.
 template <typename scalar_t>
 ALWAYS_INLINE void softmax_gradient(bool accumulate, int rows, int64_t keys, scalar_t* probs, scalar_t* grad,
-                             const scalar_t* mask, scalar_t* grad_mask, const scalar_t* lse, const scalar_t* delta) {
+                                    const scalar_t* mask, scalar_t* grad_mask, const scalar_t* lse,
+                                    const scalar_t* delta) {
   for (int r = 0; r < rows; ++r) {
     scalar_t* p = probs + r * keys;
     scalar_t* g = grad + r * keys;
@@ -141,8 +142,8 @@ ALWAYS_INLINE void softmax_gradient(bool accumulate, int rows, int64_t keys, sca
 
 // The same without a dense mask (its logits complete on entry) and no mask gradient.
 template <typename scalar_t>
-ALWAYS_INLINE void softmax_gradient_unmasked(int rows, int64_t keys, scalar_t* probs, scalar_t* grad, const scalar_t* lse,
-                                      const scalar_t* delta) {
+ALWAYS_INLINE void softmax_gradient_unmasked(int rows, int64_t keys, scalar_t* probs, scalar_t* grad,
+                                             const scalar_t* lse, const scalar_t* delta) {
   for (int r = 0; r < rows; ++r) {
     scalar_t* p = probs + r * keys;
     scalar_t* g = grad + r * keys;
