@@ -7,6 +7,7 @@ Each function is a report section (see :mod:`report`): it takes the matrices of
 
 import numpy as np
 
+from ..encodings.relative_position import exact_distances
 from . import figures
 from . import position_matrices as pm
 from .position_metrics import (
@@ -76,11 +77,6 @@ def content_free_term(context):
     return result
 
 
-def _exact_distances(model):
-    """T5's exact distances per direction (buckets // 4 for bidirectional buckets), at least 1."""
-    return max(1, pm.position_config(model).rel_pos_buckets // 4)
-
-
 def t5_bias(context):
     """TUPE Eq. 5/8: the T5 bias b[h, bucket(j - i)] against the offset, per head."""
     applies = pm.position_config(context.model).t5_bias
@@ -95,20 +91,16 @@ def alibi_bias(context):
                                   "has no alibi bias")
 
 
-DISTANCE_BIAS_TITLES = {
-    "kerple-log": "KERPLE bias -r1_h log(1 + r2_h |j - i|) per head",
-    "kerple-power": "KERPLE bias -r1_h |j - i|^r2_h per head",
-    "sandwich": "Sandwich bias S (p_i . p_j - d'/2) / (8h/H) per head",
-    "fire": "FIRE bias f(psi(|j - i|) / psi(max(L, T))) per head",
-}
-
-
 def distance_bias(context):
-    """KERPLE (Chi et al. 2022), Sandwich (Chi et al. 2023), FIRE (Li et al. 2023): the bias against the
-    offset j - i, per head (learned for KERPLE and FIRE)."""
-    rel_pos = pm.position_config(context.model).rel_pos
-    title = DISTANCE_BIAS_TITLES.get(rel_pos, "KERPLE / Sandwich / FIRE bias per head")
-    return _relative_bias_section(context, rel_pos in DISTANCE_BIAS_TITLES, "distance_bias", title,
+    """KERPLE (Chi et al. 2022), Sandwich (Chi et al. 2023), FIRE (Li et al. 2023), or any other registered
+    bias of the distance but ALiBi's (a section of its own): the bias against the offset j - i, per head;
+    its title is the encoding's description."""
+    config = pm.position_config(context.model)
+    encoding = next((encoding for encoding in config.encodings() if encoding.kind == "distance_bias"), None)
+    applies = config.distance_bias and not config.alibi
+    title = f"{encoding.label} bias per head: {encoding.summary}" if applies \
+        else "KERPLE / Sandwich / FIRE bias per head"
+    return _relative_bias_section(context, applies, "distance_bias", title,
                                   "has no kerple, sandwich or fire bias")
 
 
@@ -120,7 +112,7 @@ def _relative_bias_section(context, applies, name, title, missing):
     result = SectionResult(name, title)
     result.figures.append(figures.per_head_profiles(
         offsets, bias, f"{context.arch}: {title}", context.figure_path(name), ylabel="bias b",
-        linear_within=_exact_distances(context.model),
+        linear_within=exact_distances(pm.position_config(context.model)),
     ))
     zero = len(offsets) // 2
     heads = []

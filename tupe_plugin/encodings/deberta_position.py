@@ -75,6 +75,11 @@ class DebertaOptions:
         "shared (default 2, as released)")
 
     @property
+    def deberta_released_p2c(self):
+        """DeBERTa's p2c term reads delta(i, j), as released."""
+        return self.deberta_p2c == "released"
+
+    @property
     def deberta_own_projections(self):
         """The biases of the W^{q,r}, W^{k,r} by which every layer projects DeBERTa's shared table
         (``--deberta-rel-proj-bias``: query, both or none), or None: no DeBERTa, or its table projected by
@@ -167,7 +172,7 @@ class DisentangledProjections(nn.Module):
 def build_disentangled_table(config):
     """DeBERTa's shared table of a :class:`~.position_config.PositionConfig` that uses it."""
     return DisentangledRelativeTable(config.embed_dim, config.deberta_max_distance, config.deberta_buckets,
-                                     released_p2c=config.deberta_p2c == "released",
+                                     released_p2c=config.deberta_released_p2c,
                                      norm=config.deberta_table_norm)
 
 
@@ -216,7 +221,7 @@ def deberta_sizes(config):
 def trained_value(name, before, default, saved):
     """Layers with --deberta-share-att-key have no relative projections of their own, so no bias of them to
     mark: their --deberta-rel-proj-bias keeps its default."""
-    shared = name == "deberta_rel_proj_bias" and saved.get("deberta_share_att_key") is True
+    shared = name == "deberta_rel_proj_bias" and saved("deberta_share_att_key") is True
     return default if shared else before
 
 

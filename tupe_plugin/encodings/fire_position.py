@@ -45,6 +45,11 @@ class FireOptions:
         "of its last causal row with the appendix code's epsilon (default); length = psi(max(L, T)) "
         "(checkpoints saved before this option)")
 
+    @property
+    def fire_largest_distance(self):
+        """FIRE normalised by psi(max(L, T - 1)) + eps, the paper's last causal row."""
+        return self.fire_normaliser == "largest-distance"
+
 
 class FireBias(OffsetBias):
     """The (H, T, T) FIRE bias, shared by all layers; the MLP, c and L learned."""
@@ -76,8 +81,7 @@ class FireBias(OffsetBias):
 def build_fire_bias(config):
     """The FIRE bias of a :class:`~.position_config.PositionConfig` that uses it."""
     return FireBias(config.num_heads, config.fire_hidden, config.fire_threshold, config.fire_signed,
-                    zero_cls=config.zero_cls_bias,
-                    largest_distance=config.fire_normaliser == "largest-distance")
+                    zero_cls=config.zero_cls_bias, largest_distance=config.fire_largest_distance)
 
 
 def check_fire(config):

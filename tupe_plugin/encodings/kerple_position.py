@@ -42,6 +42,16 @@ class KerpleOptions:
         "released code (default); softplus = r = softplus(a) (the exponent 2 sigmoid(a)), every head "
         "started at r1 = r2 = 1 (checkpoints saved before this option)")
 
+    @property
+    def kerple_power(self):
+        """KERPLE's power variant -r1 |j - i|^r2."""
+        return self.rel_pos == "kerple-power"
+
+    @property
+    def kerple_clamped(self):
+        """r1, r2 learned as they are and clamped, as released."""
+        return self.kerple_param == "clamped"
+
 
 class KerpleBias(OffsetBias):
     """The (H, T, T) KERPLE bias, shared by all layers; r1, r2 learned per head."""
@@ -85,8 +95,8 @@ class KerpleBias(OffsetBias):
 
 def build_kerple_bias(config):
     """The KERPLE bias of a :class:`~.position_config.PositionConfig` that uses it."""
-    return KerpleBias(config.num_heads, power=config.rel_pos == "kerple-power", zero_cls=config.zero_cls_bias,
-                      clamped=config.kerple_param == "clamped")
+    return KerpleBias(config.num_heads, power=config.kerple_power, zero_cls=config.zero_cls_bias,
+                      clamped=config.kerple_clamped)
 
 
 KERPLE = Encoding(

@@ -237,8 +237,8 @@ class PositionChoices:
         errors = []
         if self.four_term:
             errors.append(f"--rotary {self.rotary} with --untied-pos four-term: BERT-A^d adds positions to "
-                          "the query and key that RoPE would rotate again; use --untied-pos tupe (TUPE's untied "
-                          "term beside a rotary word term) or none")
+                          "the query and key that RoPE would rotate again; use --untied-pos tupe (TUPE's "
+                          "untied term beside a rotary word term) or none")
         if self.relative_vectors and not self.deberta:
             errors.append(f"--rotary {self.rotary} with --rel-pos {self.rel_pos}: two query-dependent "
                           "relative encodings; choose one (--rotary may be combined with --rel-pos t5)")

@@ -38,6 +38,11 @@ class SandwichOptions:
         "equation, as NVIDIA NeMo; default), zero-based = k = 0..d'/2-1 (the sinusoids of Vaswani et al., "
         "as PyTorch attention-gym; checkpoints saved before this option)")
 
+    @property
+    def sandwich_one_based(self):
+        """Sandwich's frequencies k = 1..d'/2."""
+        return self.sandwich_frequencies == "one-based"
+
 
 class SandwichBias(OffsetBias):
     """The (H, T, T) Sandwich bias, shared by all layers; never trained."""
@@ -59,7 +64,7 @@ class SandwichBias(OffsetBias):
 def build_sandwich_bias(config):
     """The Sandwich bias of a :class:`~.position_config.PositionConfig` that uses it."""
     return SandwichBias(config.num_heads, config.sandwich_dim, config.sandwich_scale,
-                        zero_cls=config.zero_cls_bias, one_based=config.sandwich_frequencies == "one-based")
+                        zero_cls=config.zero_cls_bias, one_based=config.sandwich_one_based)
 
 
 def check_sandwich(config):
@@ -85,8 +90,8 @@ SANDWICH = Encoding(
     "h = 1..H compressed as ALiBi's slopes (Chi et al. 2023)",
     summary="the fixed bias of the inner product of sinusoidal position embeddings, per head compressed as "
     "ALiBi's slopes",
-    citation="Chi, Fan, Rudnicky, Ramadge, \"Dissecting Transformer Length Extrapolation via the Lens of "
-    "Receptive Field Analysis\", arXiv 2212.10356",
+    citation="Chi, Fan, Rudnicky, Ramadge, Dissecting Transformer Length Extrapolation via the Lens of "
+    "Receptive Field Analysis, arXiv 2212.10356",
     slot="relative_bias", options=SandwichOptions, build=build_sandwich_bias, check=check_sandwich,
     sizes=sandwich_sizes, export_names=(("sinusoid.frequencies", "sandwich_frequencies"),),
 )

@@ -27,6 +27,7 @@ import sys
 
 from ..child_processes import ended_with_parent
 from ..cli_types import finite_float
+from ..encodings.rotary_position import scaling_overrides
 from ..fairseq_logs import valid_lines
 from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
 
@@ -92,8 +93,7 @@ def main(argv=None):
     overrides = {}
     if args.rotary_scaling:
         result["rotary_scaling"] = {"scaling": args.rotary_scaling, "factor": args.rotary_scaling_factor}
-        overrides = {"rotary_scaling": args.rotary_scaling,
-                     "rotary_scaling_factor": args.rotary_scaling_factor}
+        overrides = scaling_overrides(args.rotary_scaling, args.rotary_scaling_factor)
     folder = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(folder, exist_ok=True)
     if learned_table and args.length > trained:
