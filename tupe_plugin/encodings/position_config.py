@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, fields
 import torch
 from fairseq.utils import safe_getattr
 
-from ..cli_types import finite_float
-from ..memory_limits import beyond_memory
-from ..user_errors import UserError
+from ..user_input.cli_types import finite_float
+from ..user_input.memory_limits import beyond_memory
+from ..user_input.user_errors import UserError
 
 ABS_POS_CHOICES = ("none", "learned", "sinusoidal", "learnable-sinusoidal")
 SHAW_TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import nn
 
-from ..command_hints import input_length_fix
+from ..user_input.command_hints import input_length_fix
 
 # The widened heads (d_h + the untied factors) are padded to a multiple of this for the fused kernels.
 KERNEL_HEAD_DIM_MULTIPLE = 8
