@@ -13,8 +13,8 @@ from tupe_plugin.encodings.position_config import PositionFlagError
 kind = {kind!r}
 if kind == "other model's run":
     import argparse
-    from tupe_plugin.fairseq_fixes.binarized_data_checks import BinarizedDataError
     from tupe_plugin.policies.scope import enter_run
+    from tupe_plugin.fairseq_fixes.binarized_data_checks import BinarizedDataError
     enter_run(argparse.Namespace(arch="roberta_base"))
     raise BinarizedDataError("data-bin/train.idx is truncated")
 if kind == "user":
