@@ -14,9 +14,9 @@ from tupe_plugin.analysis import figures
 from tupe_plugin.analysis import position_matrices as pm
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import AnalysisContext, run_sections
-from tupe_plugin.models.architectures import POSITION_PRESETS
+from tupe_plugin.checkpoints.vocabulary import word_indices
 from tupe_plugin.encoder.embedding_diagnosis import embedding_position_diagnosis
-from tupe_plugin.vocabulary import word_indices
+from tupe_plugin.models.architectures import POSITION_PRESETS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS_WITHOUT_FIGURE = {"embeddings_vs_positions"}  # numbers only: norms, their ratio, the probe R^2

@@ -22,7 +22,7 @@ from tupe_plugin.analysis.position_matrices import has_learned_table
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import (AnalysisContext, OutputFolderError, claim_output_folder,
                                          format_table, run_sections, write_json)
-from tupe_plugin.extras import MissingExtraError, require
+from tupe_plugin.cli.extras import MissingExtraError, require
 from tupe_plugin.fairseq_fixes.checkpoint_integrity import CorruptCheckpointError
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
 from tupe_plugin.models.checkpoint_guards import DictionaryMismatchError

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from tupe_plugin.extras import require
+from tupe_plugin.cli.extras import require
 
 PANEL_INCHES = 3.2
 HEATMAP_CMAP = "viridis"

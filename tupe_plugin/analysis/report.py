@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 
 @dataclass

@@ -29,17 +29,17 @@ import sys
 
 import torch
 
+from tupe_plugin.cli.extras import MissingExtraError, require
+from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.conversion import hf_tokenizer
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename, write_safetensors
 from tupe_plugin.encodings import registry
 from tupe_plugin.encodings.encoding import flag_name
 from tupe_plugin.encodings.position_config import DEFAULTS, PositionConfig
-from tupe_plugin.extras import MissingExtraError, require
 from tupe_plugin.models.model_flags import value_in_use
-from tupe_plugin.overwritten_inputs import folder_meeting_input
-from tupe_plugin.path_checks import path_problem
-from tupe_plugin.prepared_folder import make_sibling_folder
-from tupe_plugin.user_errors import UserError
+from tupe_plugin.user_input.overwritten_inputs import folder_meeting_input
+from tupe_plugin.user_input.path_checks import path_problem
+from tupe_plugin.user_input.user_errors import UserError
 
 logger = logging.getLogger("export_hf")
 
@@ -69,7 +69,7 @@ def load_checkpoint(path):
     """(model flags as a Namespace with the plugin's defaults filled in, state dict, checkpoint dict)."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    from tupe_plugin.checkpoint_config import saved_state
+    from tupe_plugin.checkpoints.checkpoint_config import saved_state
     from tupe_plugin.models.tupe_roberta import base_architecture
 
     state = saved_state(path)
@@ -113,8 +113,8 @@ def read_vocabulary(data_bin, rows, args):
     import sentencepiece
     from fairseq.data import Dictionary
 
+    from tupe_plugin.checkpoints.vocabulary import DictionaryFitError, check_dictionary_symbols
     from tupe_plugin.models.checkpoint_guards import dictionary_fingerprint
-    from tupe_plugin.vocabulary import DictionaryFitError, check_dictionary_symbols
 
     path = os.path.join(data_bin, "dict.txt")
     model = os.path.join(data_bin, SENTENCEPIECE_MODEL)

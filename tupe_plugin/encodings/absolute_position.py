@@ -12,7 +12,7 @@ embeddings (:mod:`tupe_plugin.encoder.positional_encoder`).
 import torch
 from torch import nn
 
-from ..command_hints import input_length_fix
+from ..user_input.command_hints import input_length_fix
 from .encoding import Encoding
 from .sinusoid import Sinusoid
 

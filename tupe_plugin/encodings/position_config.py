@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, fields
 
 from fairseq.utils import safe_getattr
 
-from ..cli_types import finite_float
-from ..memory_limits import beyond_memory
-from ..user_errors import UserError
+from ..user_input.cli_types import finite_float
+from ..user_input.memory_limits import beyond_memory
+from ..user_input.user_errors import UserError
 from . import registry
 from .encoding import flag_name, option
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import nn
 
-from ..command_hints import input_length_fix
+from ..user_input.command_hints import input_length_fix
 from .encoding import Encoding, option
 
 # The widened heads (d_h + the untied factors) are padded to a multiple of this for the fused kernels.

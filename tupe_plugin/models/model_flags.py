@@ -23,10 +23,10 @@ from fairseq.modules import LayerNorm
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..attention.paths import ATTENTION_BACKENDS
-from ..cli_types import finite_float
 from ..encodings.encoding import flag_name
 from ..encodings.position_config import PositionFlagError
-from ..memory_limits import beyond_memory
+from ..user_input.cli_types import finite_float
+from ..user_input.memory_limits import beyond_memory
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
 

@@ -25,14 +25,14 @@ from dataclasses import fields
 from fairseq import checkpoint_utils
 from fairseq.registry import REGISTRIES
 
-from ..checkpoint_config import model_config
-from ..command_hints import overrides_named
+from ..checkpoints.checkpoint_config import model_config
 from ..encodings import registry
 from ..encodings.encoding import flag_name
 from ..encodings.position_config import BEFORE_RELEASED_FORMS
 from ..models.checkpoint_guards import record_overrides
 from ..models.model_flags import value_in_use
-from ..user_errors import UserError
+from ..user_input.command_hints import overrides_named
+from ..user_input.user_errors import UserError
 from .restore_architecture import NOT_CARRIED, model_flag_actions
 from .scope import is_plugin_config
 

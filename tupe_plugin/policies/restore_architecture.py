@@ -18,11 +18,11 @@ weights replace that initialisation.
 import argparse
 import logging
 
-from ..checkpoint_config import saved_model_config
+from ..checkpoints.checkpoint_config import saved_model_config
 from ..encodings import registry
 from ..encodings.position_config import BEFORE_RELEASED_FORMS
 from ..models.model_flags import SETTING_OF_FLAG, carry_setting, show_setting, value_in_use
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 from .missing_restore_file import checkpoint_to_restore
 from .scope import is_plugin_arch
 

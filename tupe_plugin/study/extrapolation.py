@@ -25,16 +25,16 @@ import os
 import subprocess
 import sys
 
-from ..child_processes import ended_with_parent
-from ..cli_types import finite_float
+from ..cli.child_processes import ended_with_parent
+from ..cli.fairseq_logs import valid_lines
+from ..cli.fairseq_tools import PLUGIN_DIR, fairseq_tool
 from ..encodings.rotary_position import scaling_overrides
-from ..fairseq_logs import valid_lines
-from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
+from ..user_input.cli_types import finite_float
 
 
 def trained_model(path):
     """``(max_positions, learned table, its PositionConfig)`` of a plugin checkpoint."""
-    from ..checkpoint_config import saved_model_config
+    from ..checkpoints.checkpoint_config import saved_model_config
     from ..encodings.position_config import PositionConfig
 
     model = saved_model_config(path)

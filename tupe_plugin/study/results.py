@@ -7,7 +7,7 @@ be checked against the logs line by line.
   base 2, at each ``num_updates``); speed: the median ``wps`` (input tokens per second, padding
   excluded) and ``ups`` (updates per second) of its ``train_inner`` lines.
 - GLUE: the best validation line of each run by the task's metric, read by
-  :mod:`tupe_plugin.fairseq_logs` as ``tupe-collect-glue`` reads it (a run whose every evaluation
+  :mod:`tupe_plugin.cli.fairseq_logs` as ``tupe-collect-glue`` reads it (a run whose every evaluation
   gave ``nan`` is a failed run); the other metrics of the task from that same line.
 - extrapolation: the loss :mod:`.extrapolation` wrote (fairseq-validate's, in bits), or why none.
 - SQuAD: the score line of ``tupe-evaluate-squad``, with the official scripts' keys (v1.1
@@ -19,7 +19,7 @@ import os
 import re
 import statistics
 
-from ..fairseq_logs import evaluations, train_inner_lines, valid_line_fields
+from ..cli.fairseq_logs import evaluations, train_inner_lines, valid_line_fields
 from ..glue.tasks import GLUE_TASKS
 
 # tupe-evaluate-squad's count line: "GOLD: 247 questions, 113 predicted (0 no answer) -> predictions.json"
