@@ -103,6 +103,11 @@ def check_exportable(args, path):
         if refused:
             raise ExportError(f"{path}: {flag} {value} cannot be exported (the exported model computes "
                               f"{', '.join(ACTIVATIONS)} activations, tied LM weights, plain heads)")
+    for encoding in config.encodings():
+        if not encoding.exported:
+            raise ExportError(f"{path}: {encoding.label} ({flag_name(encoding.family)} "
+                              f"{getattr(config, encoding.family)}) cannot be exported: the exported "
+                              "transformers code does not compute it; use the checkpoint with fairseq")
     return config
 
 

@@ -66,7 +66,8 @@ class Encoding:
     (checkpoint key prefix under the shared term's slot, transformers name) of its tensors;
     ``trained_value(name, before, default, saved)`` refines :meth:`value_as_trained`;
     ``unused_errors(config)`` the errors of its options where it is not used (by default each option given
-    another value than its default is named as this encoding's)."""
+    another value than its default is named as this encoding's); ``exported``: the transformers code of
+    ``tupe-export-hf`` computes it (else the export refuses a model that uses it, naming it)."""
 
     name: str
     label: str
@@ -86,6 +87,7 @@ class Encoding:
     export_names: tuple = ()
     trained_value: Optional[Callable] = None
     unused_errors: Optional[Callable] = None
+    exported: bool = True
 
     def is_learned(self, config):
         return self.learned(config) if callable(self.learned) else self.learned
