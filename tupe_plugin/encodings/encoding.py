@@ -36,10 +36,10 @@ class NoOptions:
     """The options of an encoding that has none of its own."""
 
 
-# What an encoding's term is: a vector added at the input; TUPE's untied term (or BERT-A^d's shifts); the T5
-# bias of the offset; a bias of the distance made for length extrapolation; vectors of the offset that depend
-# on the query (Shaw, DeBERTa); a rotation of q and k.
-KINDS = ("absolute", "untied", "bias", "distance_bias", "relative_vectors", "rotation")
+# What an encoding's term is, in the order the terms are added to the per-forward term: a vector added at the
+# input; TUPE's untied term (or BERT-A^d's shifts); the T5 bias of the offset; a bias of the distance made for
+# length extrapolation; a rotation of q and k; vectors of the offset that depend on the query (Shaw, DeBERTa).
+KINDS = ("absolute", "untied", "bias", "distance_bias", "rotation", "relative_vectors")
 
 
 def _no_errors(config):

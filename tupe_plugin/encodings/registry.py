@@ -1,23 +1,31 @@
-"""The registry of the position encodings: :data:`ENCODINGS`, one :class:`~.encoding.Encoding` per module,
-and the facts other code reads of them (which encoding owns an option, the choices of a family flag, the
-options an evaluation may change, the values of options older checkpoints were trained with, the export
-names, the descriptions and citations). Adding an encoding is one module and one line here.
+"""The registry of the position encodings: :data:`ENCODINGS`, the :class:`~.encoding.Encoding` of every module
+``encodings/*_position.py`` (one each), and the facts other code reads of them (which encoding owns an
+option, the choices of a family flag, the options an evaluation may change, the values of options older
+checkpoints were trained with, the export names, the descriptions and citations). Adding an encoding is
+adding its module: nothing here names one.
 """
 
-from .absolute_position import ABSOLUTE
-from .alibi_position import ALIBI
-from .deberta_position import DEBERTA
-from .encoding import flag_name
-from .fire_position import FIRE
-from .kerple_position import KERPLE
-from .relative_position import T5_BIAS
-from .rotary_position import ROPE
-from .sandwich_position import SANDWICH
-from .shaw_position import SHAW
-from .untied_position import UNTIED
+import importlib
+import pkgutil
 
-# In the order their parts are added to the term (and their options are declared).
-ENCODINGS = (ABSOLUTE, UNTIED, T5_BIAS, ALIBI, KERPLE, SANDWICH, FIRE, ROPE, SHAW, DEBERTA)
+from .encoding import KINDS, Encoding, flag_name
+
+MODULE_SUFFIX = "_position"
+
+
+def _discovered():
+    """The encodings of this package's ``*_position`` modules, in the order their terms are added to the
+    per-forward term (by :data:`~.encoding.KINDS`: absolute, untied, biases, rotation, relative vectors;
+    their modules are registered in the model in that order, which an optimizer's saved state follows)."""
+    found, package = [], importlib.import_module(__package__)
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name.endswith(MODULE_SUFFIX):
+            loaded = importlib.import_module(f"{__package__}.{module.name}")
+            found += [value for value in vars(loaded).values() if isinstance(value, Encoding)]
+    return tuple(sorted(found, key=lambda encoding: (KINDS.index(encoding.kind), encoding.name)))
+
+
+ENCODINGS = _discovered()
 
 # The flags that select an encoding of their family (one at most each), with the help text before the
 # choices: x-transformers' one flag per family.
