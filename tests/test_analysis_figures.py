@@ -163,6 +163,15 @@ def test_near_zero_flag_follows_the_largest_magnitude(factor, flagged):
         assert f"max |v| = {np.abs(matrices).max():.3g}" in notes[0]
 
 
+def test_comparison_caption_names_a_model_drawn_nearly_blank_on_the_shared_scale():
+    rng = np.random.default_rng(0)
+    by_model = {"large": {"matrix": rng.normal(0, 10, (8, 8))},
+                "small": {"matrix": rng.normal(0, 0.02, (8, 8))}}
+    scale = figures.Scale([arrays["matrix"] for arrays in by_model.values()], signed=True)
+    notes = figures.faint_notes(by_model, "matrix", scale)
+    assert len(notes) == 1 and notes[0].startswith("small: max |v|")
+
+
 def test_no_panel_is_empty(analysed):
     for arch, name, figure, _ in drawn_figures(analysed):
         assert all(axes.images or axes.lines for axes in data_axes(figure)), (arch, name)

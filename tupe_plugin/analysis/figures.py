@@ -128,6 +128,20 @@ def near_zero_notes(by_model, key, symbol="v", threshold=NEAR_ZERO):
     return notes
 
 
+def faint_notes(by_model, key, scale, symbol="v", share=0.02):
+    """For a comparison of several models on one colour scale: each model whose largest |v| is under
+    ``share`` of the shared limit (but not near zero), said to be drawn nearly blank on this scale."""
+    if len(by_model) < 2:
+        return []
+    notes = []
+    for label, arrays in by_model.items():
+        largest = float(np.nanmax(np.abs(arrays[key]))) if np.size(arrays[key]) else 0.0
+        if NEAR_ZERO <= largest < share * scale.limits[1]:
+            notes.append(f"{label}: max |{symbol}| = {_number(largest)}, under {100 * share:g}% of the "
+                         "shared limit, nearly blank on this scale (its own analysis draws it on its own)")
+    return notes
+
+
 def _caption(figure, parts):
     text = "; ".join(part for part in parts if part) + "."
     figure.supxlabel(text, fontsize=7.5, wrap=True)
@@ -194,7 +208,8 @@ def heads_heatmaps(by_model, title, path, signed, symbol="v", xlabel="key positi
     if reset:
         who = f" of {', '.join(reset)}" if len(by_model) > 1 else ""
         parts.append(f"row and column 0{who} (the [CLS] reset's θ1, θ2) left out of the scale")
-    flags = near_zero_notes(by_model, "matrices", symbol) if signed else []
+    flags = (near_zero_notes(by_model, "matrices", symbol) if signed else []) \
+        + faint_notes(by_model, "matrices", scale, symbol)
     caption = _caption(figure, parts + flags + [note])
     return save(figure, path), caption
 
@@ -253,7 +268,7 @@ def heads_profiles(by_model, title, path, ylabel, xlabel="offset j - i (key - qu
     what = _shared_by(by_model, "heads", sum(len(arrays["values"]) for arrays in by_model.values()))
     parts = [f"one y-range shared by {what}" if what else ""]
     if linear:
-        parts.append(f"offset axis linear within ±{linear} (the exact distances), logarithmic beyond")
+        parts.append(f"offset axis linear within ±{linear}, logarithmic beyond")
     caption = _caption(figure, parts + near_zero_notes(by_model, "values", symbol) + [note])
     return save(figure, path), caption
 
@@ -284,7 +299,7 @@ def heatmap_with_profile(by_model, title, path, signed, heatmap_title, xlabel, y
                          SIGNED_CMAP if signed else SEQUENTIAL_CMAP)
         name = str(arrays["label"]) if "label" in arrays else ""
         heading = ", ".join(part for part in (heatmap_title, name) if part)
-        _label_axes(left, heading if rows == 1 else f"{label}: {heading}", xlabel, ylabel)
+        _label_axes(left, heading if rows == 1 else f"{label}:\n{heading}", xlabel, ylabel)
         for index, (curve, style) in enumerate(zip(curves, ("-", "--", ":", "-."))):
             color = None if rows == 1 else f"C{row}"
             right.plot(arrays["profile_offsets"], arrays[f"profile_{index}"], lw=1.2, ls=style, marker=".",
@@ -295,7 +310,8 @@ def heatmap_with_profile(by_model, title, path, signed, heatmap_title, xlabel, y
     right.legend(fontsize=7)
     parts = [scale.caption(_shared_by(by_model, "heatmaps", rows), symbol)]
     # unsigned data are probabilities, near 0 when spread over many positions: no flag for them
-    flags = near_zero_notes(by_model, "matrix", symbol) if signed else []
+    flags = (near_zero_notes(by_model, "matrix", symbol) if signed else []) \
+        + faint_notes(by_model, "matrix", scale, symbol)
     caption = _caption(figure, parts + flags + [note])
     return save(figure, path), caption
 
