@@ -19,6 +19,7 @@ import os
 import re
 import statistics
 
+from ..analysis.report import arrays_path
 from ..cli.fairseq_logs import evaluations, train_inner_lines, valid_line_fields
 from ..glue.tasks import GLUE_TASKS
 
@@ -151,16 +152,21 @@ def squad_result(log_path):
 
 
 def analysis_result(positions_json):
-    """Per section: the property-metric rows and figures, or why it does not apply."""
+    """Per section: the property-metric rows, the figures with their captions, the kind and options of
+    each figure (``plots``) and the file of their numbers (``arrays``, positions.npz), or why it does not
+    apply."""
     with open(positions_json, encoding="utf-8") as f:
         report = json.load(f)
+    numbers = arrays_path(positions_json)
     sections = {}
     for name, section in report["sections"].items():
         if not section["applies"]:
             sections[name] = {"title": section["title"], "applies": False, "reason": section["reason"]}
         else:
             sections[name] = {"title": section["title"], "applies": True, "rows": section["rows"],
-                              "figures": section["figures"]}
+                              "figures": section["figures"], "captions": section.get("captions", []),
+                              "plots": section.get("plots", []),
+                              "arrays": numbers if os.path.isfile(numbers) else None}
     return sections
 
 
