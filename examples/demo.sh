@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pre-train a tiny TUPE-R encoder on CPU, end to end, in a few minutes.
+# Pre-train a tiny TUPE-R encoder on CPU, end to end (its summary prints the time it took).
 #
 #   build corpus -> train sentencepiece -> fairseq-preprocess
 #   -> fairseq-train (masked LM) -> fairseq-validate -> compare losses
@@ -116,9 +116,15 @@ TRAIN=("$BIN/fairseq-train" "$DATA_BIN" --user-dir tupe_plugin
     --save-dir "$SAVE_DIR" --tensorboard-logdir "$TENSORBOARD_DIR"
     --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL" --keep-interval-updates 1
     --seed 1 --num-workers 0 --cpu "${EXTRA_TRAIN_ARGS[@]}")
-# The log goes to the screen and to train.log; the progress over the UPDATES
-# requested (not fairseq's per-epoch count) goes to stderr.
-"${TRAIN[@]}" 2>&1 | "$PYTHON" scripts/show_progress.py --total "$UPDATES" --label train | tee "$TRAIN_LOG"
+# fairseq-train's log goes to train.log only; the screen gets one progress line
+# over the UPDATES requested (not fairseq's per-epoch count), which the log's
+# lines would otherwise break up. A failed run shows the end of its log.
+echo "fairseq-train's log: $TRAIN_LOG"
+if ! "${TRAIN[@]}" 2>&1 | "$PYTHON" scripts/show_progress.py --total "$UPDATES" --label train --log "$TRAIN_LOG"
+then
+    tail -n 20 "$TRAIN_LOG" >&2
+    die "fairseq-train failed; its log: $TRAIN_LOG"
+fi
 TRAINED=$SECONDS
 
 step "5/6 fairseq-validate $SAVE_DIR/checkpoint_last.pt"

@@ -179,6 +179,18 @@ def test_spm_pieces_decode_back_to_the_text(spm_corpus, tmp_path):
         assert decoded == text_lines
 
 
+def test_spm_says_how_many_lines_it_split_at_max_pieces_and_why(spm_corpus, tmp_path, capsys):
+    train_small_spm(spm_corpus, tmp_path / "spm", "--max-pieces", "3")
+    lines = (spm_corpus / "train.txt").read_text(encoding="utf-8").splitlines()
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm" / "spm.model"))
+    longer = sum(len(pieces) > 3 for pieces in processor.encode(lines, out_type=str))
+    said = next(line for line in capsys.readouterr().err.splitlines()
+                if line.startswith(f"train_spm: {tmp_path / 'spm' / 'train.bpe'}: "))
+    assert longer > 1 and said.endswith(
+        f" pieces; {longer} lines longer than --max-pieces 3 split into lines of at most 3 pieces (a block "
+        "of --tokens-per-sample 5 holds a whole line with <s> and </s>)")
+
+
 def test_spm_says_in_one_line_when_it_trains_fewer_pieces_than_asked(spm_corpus, tmp_path, capsys):
     train_small_spm(spm_corpus, tmp_path / "spm", "--vocab-size", "5000")
     got = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm" / "spm.model")).get_piece_size()

@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 
 import pytest
@@ -15,6 +16,7 @@ from conftest import VENV_BIN, test_data
 from tupe_plugin.downstream.finetuning import pretrained_architecture
 from tupe_plugin.downstream.run_record import data_fingerprint
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import NotAFairseqCheckpointError
+from tupe_plugin.cli.fairseq_logs import valid_lines
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue import scores as collect_glue_scores
 from tupe_plugin.glue.finetune import main as finetune_glue_main
@@ -138,6 +140,21 @@ def test_finetuning_logs_finite_losses_and_the_task_metric(finetuned, task):
     assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
     assert f"| {GLUE_TASKS[task].metric} " in output.split("valid on 'valid' subset")[-1]
     assert (save_dir / "checkpoint_best.pt").is_file()
+
+
+@pytest.mark.parametrize("task", FINETUNED)
+def test_finetuning_ends_with_the_best_dev_score_the_checkpoint_and_the_folder(finetuned, task):
+    _, save_dir, output = finetuned[task]
+    metric = GLUE_TASKS[task].metric
+    best = max(fields[metric] for fields in valid_lines(save_dir / "train.log"))
+    end = output.splitlines()[-4:]
+    assert end[0] == f"tupe-finetune-glue: {task} done"
+    shown = "".join(rf", {name} [0-9.]+" for name in GLUE_TASKS[task].shown if name != metric)
+    shown = rf" \({shown[2:]}\)" if shown else ""  # STS-B: pearson and spearman beside their mean
+    assert re.fullmatch(rf"dev {metric}: +{best:.3f}{shown}, the best of 1 evaluation\(s\), at update 3",
+                        end[1])
+    assert re.fullmatch(rf"checkpoint: +{re.escape(str(save_dir / 'checkpoint_best.pt'))} .*", end[2])
+    assert re.fullmatch(rf"output folder: +{re.escape(str(save_dir))} \(train.log.*", end[3])
 
 
 @pytest.mark.parametrize("task", FINETUNED)

@@ -342,6 +342,15 @@ def test_arch_of_another_size_is_refused_and_another_encoding_says_how_to_swap(b
     assert "--encoder-embed-dim 32" in caplog.text  # not a preset size: the flags say it
 
 
+def test_command_line_ends_with_the_checkpoint_and_the_output_folder(bert, tmp_path, capsys):
+    _, root = bert
+    assert hf_cli.main(["--hf-model", str(root / "hf"), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        "tupe-convert-hf: done",
+        f"checkpoint:    {tmp_path / 'out' / 'model.pt'}",
+        f"output folder: {tmp_path / 'out'} (model.pt, dict.txt, the tokenizer files)"]
+
+
 def test_command_line_stops_with_one_line_and_keeps_existing_outputs(bert, tmp_path):
     _, root = bert
     with pytest.raises(SystemExit, match=r"^tupe-convert-hf: error: --out .* already holds model.pt and "

@@ -630,6 +630,16 @@ def test_an_out_that_is_holds_or_lies_inside_an_input_is_refused_before_anything
     assert files() == before
 
 
+def test_command_line_ends_with_the_output_folder_and_how_to_load_it(run, tmp_path, capsys):
+    checkpoint, data, _ = run
+    out = tmp_path / "export"
+    assert hf_export.main([str(checkpoint), str(data), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        "tupe-export-hf: done",
+        f"output folder: {out} (model.safetensors, config.json, the tokenizer, README.md: the model card)",
+        f"load it with:  AutoModelForMaskedLM.from_pretrained({str(out)!r}, trust_remote_code=True)"]
+
+
 def test_force_replaces_only_a_previous_export(run, tmp_path):
     checkpoint, data, _ = run
     (tmp_path / "notes").mkdir()

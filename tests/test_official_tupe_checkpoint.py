@@ -612,6 +612,15 @@ def release_checkpoint(release_dir):
     return root
 
 
+def test_command_line_ends_with_the_checkpoint_and_the_output_folder(release_checkpoint, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert convert_official_tupe.main(["--checkpoint", str(release_checkpoint / "model.pt"),
+                                       "--dict", str(release_checkpoint / "dict.txt"), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        "tupe-convert-official: done", f"checkpoint:    {out / 'model.pt'}",
+        f"output folder: {out} (model.pt, dict.txt)"]
+
+
 @pytest.mark.parametrize("existing", [["dict.txt"], ["model.pt"], ["model.pt", "dict.txt"]])
 def test_existing_outputs_stop_the_conversion_untouched(release_checkpoint, tmp_path, existing, capsys):
     out = tmp_path / "out"

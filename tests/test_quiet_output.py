@@ -77,6 +77,26 @@ def test_a_logged_configuration_becomes_a_one_line_summary(monkeypatch):
     assert len(record.getMessage()) < 300
 
 
+@pytest.mark.parametrize("schedule, said", [({"optimization": {"max_update": 400}}, "--max-update 400"),
+                                            ({"optimization": {"max_update": 0},
+                                              "lr_scheduler": {"total_num_update": 20.0}},
+                                             "--total-num-update 20")])
+def test_training_summary_names_the_updates_it_trains(monkeypatch, schedule, said):
+    monkeypatch.delenv(FULL_CONFIG_VARIABLE, raising=False)
+    record = config_record(OmegaConf.merge(big_config(), schedule))
+    ConfigDumpFilter().filter(record)
+    assert record.getMessage().startswith(f"configuration: arch tupe_r_tiny, task masked_lm, criterion "
+                                          f"masked_lm, data data-bin, {said} (")
+
+
+def test_validation_summary_names_no_updates_of_the_saved_training(monkeypatch):
+    monkeypatch.delenv(FULL_CONFIG_VARIABLE, raising=False)
+    saved = OmegaConf.merge(big_config(), {"optimization": {"max_update": 400}})
+    record = logging.LogRecord("fairseq_cli.validate", logging.INFO, "validate.py", 79, saved, None, None)
+    ConfigDumpFilter().filter(record)
+    assert "update" not in record.getMessage()
+
+
 def test_full_configuration_is_logged_when_asked(monkeypatch):
     monkeypatch.setenv(FULL_CONFIG_VARIABLE, "1")
     record = config_record(big_config())

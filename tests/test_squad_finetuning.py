@@ -83,6 +83,17 @@ def test_evaluation_prints_em_and_f1_of_the_written_predictions(finetuned):
     assert 0 <= printed["exact_match"] <= printed["f1"] <= 100
 
 
+def test_finetuning_ends_with_the_dev_scores_the_checkpoint_and_the_folder(finetuned):
+    root, _, output = finetuned
+    printed = json.loads(re.findall(r'^\{"exact_match": .*\}$', output, re.M)[-1])
+    end = output.splitlines()[-4:]
+    assert end[0] == "tupe-finetune-squad: SQuAD v1.1 done"
+    scores = rf"EM {printed['exact_match']:.2f}, F1 {printed['f1']:.2f}"
+    assert re.fullmatch(rf"dev: +{scores} \(official .*\)", end[1])
+    assert re.fullmatch(rf"checkpoint: +{re.escape(str(root / 'run' / 'checkpoint_best.pt'))} .*", end[2])
+    assert re.fullmatch(rf"output folder: +{re.escape(str(root / 'run'))} \(train.log.*", end[3])
+
+
 def test_restore_file_of_another_arch_stops_with_the_checkpoint_and_arch(finetuned, pretrained_dir):
     root, _, _ = finetuned
     checkpoint = pretrained_dir / "checkpoints" / "checkpoint_last.pt"

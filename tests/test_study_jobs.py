@@ -183,14 +183,22 @@ def test_rerun_runs_nothing_that_is_done(tmp_path):
     assert "[2/2 jobs" in progress.getvalue() and "2 job(s) already done, 0 to run" in progress.getvalue()
 
 
-def test_progress_estimates_the_time_left_from_the_jobs_run(tmp_path):
-    from tupe_plugin.study.runner import Progress
+def test_pretraining_plans_the_updates_and_tokens_of_each_stage(config, tmp_path):
+    from tupe_plugin.study.jobs import Training
 
-    progress = Progress(total=3, stream=io.StringIO())
-    progress.durations = {"glue": [10.0, 30.0], "pretrain": [100.0]}
-    remaining = [toy_job(tmp_path, "glue/x", "pass"), toy_job(tmp_path, "analysis/x", "pass")]
-    # glue: its kind's mean (20); analysis, not run yet: the mean of every job run (140 / 3)
-    assert progress.estimate(remaining) == pytest.approx(20 + 140 / 3)
+    config = check_config({"archs": ["tupe_r_tiny"], "pretrain": {"stages": [
+        {"tokens_per_sample": 64, "updates": 30}, {"tokens_per_sample": 128, "updates": 10}]}}, ARCHS)
+    pretrain = next(job for job in build_jobs(config, tmp_path) if job.kind == "pretrain")
+    assert pretrain.training == {0: Training(30, 16 * 64), 1: Training(10, 16 * 128)}
+    assert pretrain.work == 30 * 16 * 64 + 10 * 16 * 128
+
+
+@pytest.mark.parametrize("max_examples, updates", [(None, 2 * 10), (32, 1 * 10)])
+def test_glue_run_plans_its_batches_per_epoch_times_the_tasks_epochs(config, tmp_path, max_examples, updates):
+    config["glue"]["max_examples"] = max_examples  # RTE's test file: 50 examples; batch 32, 10 epochs
+    glue = next(job for job in build_jobs(config, tmp_path) if job.kind == "glue" and "/RTE/" in job.name)
+    assert glue.training[0].updates is None  # its log says, once it runs
+    assert glue.work == updates * 32 * 128
 
 
 def test_evaluate_at_keeps_those_checkpoints_and_evaluates_each(config, tmp_path):

@@ -230,6 +230,28 @@ def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):
     assert report["jobs"]["glue/tupe_r_tiny/seed1/RTE/lr2e-05/seed2"]["status"] == FAILED
 
 
+def pretrain_rows(markdown):
+    """``{arch: its row's cell under "− REFERENCE"}`` of the pre-training table."""
+    rows = [line.split(" | ") for line in markdown.splitlines() if line.startswith("| ")]
+    header = next(row for row in rows if row[0] == "| arch" and row[1] == "valid loss")
+    column = next(index for index, cell in enumerate(header) if cell.startswith("− "))
+    table = rows[rows.index(header) + 1:]
+    return {row[0][2:]: row[column] for row in table[:next((i for i, r in enumerate(table)
+                                                           if r[0] == "| arch"), len(table))]}
+
+
+def test_only_the_reference_row_says_reference_when_the_reference_did_not_finish(study, tmp_path):
+    config, jobs, outcome, _ = study
+    outcome = {**outcome, "pretrain/bert_a_tiny/seed1": (FAILED, "exit status 1; log: somewhere")}
+    markdown = Path(write_report(config, jobs, outcome, tmp_path)["md"]).read_text()
+    assert pretrain_rows(markdown) == {"bert_a_tiny": "reference", "tupe_r_tiny": "–"}
+
+
+def test_only_the_reference_row_says_reference_in_a_finished_study(written):
+    cells = pretrain_rows(written[1])
+    assert cells["bert_a_tiny"] == "reference" and cells["tupe_r_tiny"].startswith("-1.000 (one seed)")
+
+
 def test_commands_behind_every_number_are_in_the_report(written):
     text = written[1]
     assert "-m tupe_plugin.glue.finetune RTE" in text and "--seed 2" in text

@@ -17,6 +17,7 @@ and always when it is the ``--checkpoint`` or ``--dict`` being converted.
 
 import argparse
 import logging
+import os
 import sys
 
 from tupe_plugin.conversion.official_tupe import convert
@@ -40,9 +41,12 @@ def main(argv=None):
         if problem := path_problem(path):
             parser.error(f"{flag} {path}: {problem}")
     try:
-        convert(args.checkpoint, args.dict, args.out, args.allow_pickle, args.force)
+        checkpoint = convert(args.checkpoint, args.dict, args.out, args.allow_pickle, args.force)
     except UserError as error:
         sys.exit(f"tupe-convert-official: error: {error}")
+    print(f"tupe-convert-official: done\n"
+          f"checkpoint:    {checkpoint}\n"
+          f"output folder: {os.path.dirname(checkpoint)} (model.pt, dict.txt)")
     return 0
 
 

@@ -20,6 +20,7 @@ succeeded; files of the same names already in OUT stop the conversion unless ``-
 
 import argparse
 import logging
+import os
 import sys
 
 from tupe_plugin.conversion.hf_deberta import convert_any
@@ -40,9 +41,12 @@ def main(argv=None):
     if problem := path_problem(args.hf_model, "folder"):
         parser.error(f"--hf-model {args.hf_model}: {problem}: give the folder save_pretrained wrote")
     try:
-        convert_any(args.hf_model, args.out, args.arch, args.force)
+        checkpoint = convert_any(args.hf_model, args.out, args.arch, args.force)
     except UserError as error:
         sys.exit(f"tupe-convert-hf: error: {error}")
+    print(f"tupe-convert-hf: done\n"
+          f"checkpoint:    {checkpoint}\n"
+          f"output folder: {os.path.dirname(checkpoint)} (model.pt, dict.txt, the tokenizer files)")
     return 0
 
 

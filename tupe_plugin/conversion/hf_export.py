@@ -389,9 +389,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     try:
-        export(args.checkpoint, args.data_bin, args.out, args.head, args.force)
+        out = export(args.checkpoint, args.data_bin, args.out, args.head, args.force)
     except (UserError, MissingExtraError) as error:
         sys.exit(f"tupe-export-hf: error: {error}")
+    print(f"tupe-export-hf: done\n"
+          f"output folder: {out} (model.safetensors, config.json, the tokenizer, README.md: the model card)\n"
+          f"load it with:  AutoModelForMaskedLM.from_pretrained({out!r}, trust_remote_code=True)")
     return 0
 
 

@@ -75,6 +75,15 @@ def cut(pieces, max_pieces):
     return [pieces[start : start + max_pieces] for start in range(0, len(pieces), max_pieces)]
 
 
+def cut_notice(cut_lines, max_pieces):
+    """What :func:`encode_file` did to the lines longer than ``max_pieces``, in words."""
+    if not cut_lines:
+        return f"no line longer than --max-pieces {max_pieces}"
+    return (f"{cut_lines} line{'s' if cut_lines > 1 else ''} longer than --max-pieces {max_pieces} split into "
+            f"lines of at most {max_pieces} pieces (a block of --tokens-per-sample {max_pieces + 2} holds a "
+            "whole line with <s> and </s>)")
+
+
 def encode_file(processor, source, target, max_pieces):
     """Write ``source`` as space-separated pieces to ``target``.
 
@@ -159,7 +168,7 @@ def main(argv=None):
             continue
         target = args.output_dir / f"{split}.bpe"
         pieces, cut_lines = encode_file(processor, source, target, args.max_pieces)
-        logger.info("%s: %d pieces, %d long lines cut", target, pieces, cut_lines)
+        logger.info("%s: %d pieces; %s", target, pieces, cut_notice(cut_lines, args.max_pieces))
     write_dictionary(processor, args.output_dir / "train.bpe", args.output_dir / "dict.txt")
     logger.info("%s: every piece, for fairseq-preprocess --srcdict", args.output_dir / "dict.txt")
     return 0

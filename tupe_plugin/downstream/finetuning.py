@@ -135,6 +135,13 @@ def run_logged(command, log_path, on_training=None):
         return proc.wait()
 
 
+def summary(title, rows):
+    """The block that ends a command: ``title``, then each ``(label, text)`` of ``rows`` as
+    ``label:  text``, the texts aligned."""
+    width = max(len(label) for label, _ in rows) + 2
+    return "\n".join([title] + [f"{label + ':':<{width}}{text}" for label, text in rows])
+
+
 def description(doc):
     return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                                    allow_abbrev=False)

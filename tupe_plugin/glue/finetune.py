@@ -22,9 +22,10 @@ data (checked on the data prepared aside: --bin-dir is left as it was). Validate
 import os
 import sys
 
+from ..cli.fairseq_logs import evaluations
 from ..downstream.finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
                                      fairseq_train_command, linear_schedule, parse_run_args,
-                                     pretrained_architecture, train_recorded)
+                                     pretrained_architecture, summary, train_recorded)
 from ..user_input.cli_types import at_least_one
 from ..user_input.path_checks import path_problem
 from . import prepare
@@ -78,7 +79,32 @@ def main(argv=None):
         "--shorten-method", "truncate", "--maximize-best-checkpoint-metric",
         *extra,
     ]
-    return train_recorded(command, args.save_dir, record)
+    trained = train_recorded(command, args.save_dir, record)
+    if trained == 0:
+        print(finished_run(task, args.save_dir))
+    return trained
+
+
+def finished_run(task, save_dir):
+    """What ends a run that trained to its end: its best dev score, the checkpoint that has it, the folder."""
+    log = os.path.join(save_dir, "train.log")
+    try:
+        found = evaluations(log, task.metric)
+    except ValueError:
+        score = f"none: {log} reports no {task.metric}"
+    else:
+        if found.failed:
+            score = f"none: {found.nan_summary()}"
+        else:
+            others = [f"{name} {found.best[name]:.3f}" for name in task.shown
+                      if name != task.metric and name in found.best]
+            score = (f"{found.score:.3f}{' (' + ', '.join(others) + ')' if others else ''}, the best of "
+                     f"{found.count} evaluation(s), at update {found.best.get('num_updates', 0):.0f}")
+    return summary(f"tupe-finetune-glue: {task.name} done", [
+        (f"dev {task.metric}", score),
+        ("checkpoint", f"{os.path.join(save_dir, 'checkpoint_best.pt')} (the best dev {task.metric}; "
+                       "checkpoint_last.pt beside it)"),
+        ("output folder", f"{save_dir} (train.log, fairseq-train's log; run.json, the run's settings)")])
 
 
 if __name__ == "__main__":

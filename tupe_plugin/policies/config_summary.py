@@ -2,7 +2,8 @@
 
 fairseq-train and fairseq-validate log their whole configuration as one line of about 12 KB. For a run
 (or checkpoint) of one of the plugin's architectures it is replaced by a one-line summary (architecture,
-task, criterion, data); the full configuration is stored in every checkpoint (``cfg``), and
+task, criterion, data; for fairseq-train its --max-update, else its --total-num-update, which tupe-study
+reads for its progress); the full configuration is stored in every checkpoint (``cfg``), and
 ``TUPE_PLUGIN_FULL_CONFIG=1`` logs it as before. Other models' runs keep fairseq's dump.
 
 fairseq-preprocess, which builds no model, logs its options as a 1.3 KB ``Namespace(...)`` line; run with
@@ -36,8 +37,9 @@ def _get(config, *path):
     return config
 
 
-def config_summary(config):
-    """One line naming what matters of a fairseq configuration."""
+def config_summary(config, training=False):
+    """One line naming what matters of a fairseq configuration; with ``training`` (fairseq-train's, not
+    the saved one fairseq-validate logs), the updates it trains."""
     parts = []
     for label, path in (("arch", ("model", "_name")), ("task", ("task", "_name")),
                         ("criterion", ("criterion", "_name")), ("data", ("task", "data"))):
@@ -46,6 +48,13 @@ def config_summary(config):
             value = _get(config, "model", "arch")
         if value is not None:
             parts.append(f"{label} {value}")
+    # the updates the run trains: --max-update, else the schedule's (a fine-tuning's epochs)
+    for flag, path in (("--max-update", ("optimization", "max_update")),
+                       ("--total-num-update", ("lr_scheduler", "total_num_update"))):
+        updates = _get(config, *path)
+        if training and isinstance(updates, (int, float)) and updates > 0:
+            parts.append(f"{flag} {int(updates)}")
+            break
     return (f"configuration: {', '.join(parts) or 'see the checkpoint'} (the full configuration is stored in "
             f"every checkpoint as cfg; {FULL_CONFIG_VARIABLE}=1 logs it here)")
 
@@ -59,7 +68,7 @@ class ConfigDumpFilter(logging.Filter):
                 or not (OmegaConf.is_config(config) or isinstance(config, argparse.Namespace)):
             return True
         if is_plugin_config(config) and len(str(config)) > LONG_MESSAGE:
-            record.msg = config_summary(config)
+            record.msg = config_summary(config, training=record.name == "fairseq_cli.train")
         return True
 
 

@@ -22,12 +22,13 @@ as it was). Validate the result with
         --task squad_span --criterion squad_span --batch-size 32
 """
 
+import json
 import os
 import sys
 
 from ..downstream.finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
                                      fairseq_train_command, linear_schedule, parse_run_args,
-                                     pretrained_architecture, run_logged, train_recorded)
+                                     pretrained_architecture, run_logged, summary, train_recorded)
 from ..user_input.cli_types import at_least_one, finite_float
 from ..user_input.path_checks import path_problem
 from . import prepare
@@ -105,7 +106,31 @@ def main(argv=None):
                 "--gold-file", files["valid"], "--output", os.path.join(args.save_dir, "predictions.json"),
                 "--max-answer-length", str(args.max_answer_length), *negative, *articles,
                 *(["--cpu"] if args.cpu else [])]
-    return run_logged(evaluate, os.path.join(args.save_dir, "eval.log"))
+    evaluated = run_logged(evaluate, os.path.join(args.save_dir, "eval.log"))
+    if evaluated == 0:
+        print(finished_run(args.version, args.save_dir))
+    return evaluated
+
+
+def finished_run(version, save_dir):
+    """What ends a run that trained and was evaluated: its official dev scores (the last line of them in
+    SAVE_DIR/eval.log), the checkpoint they are of, the folder."""
+    log, scores = os.path.join(save_dir, "eval.log"), None
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith(('{"exact_match"', '{"exact"')):
+                scores = json.loads(line)
+    if scores is None:
+        score = f"none: {log} holds no EM/F1 line of tupe-evaluate-squad"
+    else:
+        exact = scores.get("exact_match", scores.get("exact"))
+        score = f"EM {exact:.2f}, F1 {scores['f1']:.2f} (official evaluation; predictions.json)"
+    return summary(f"tupe-finetune-squad: SQuAD v{version} done", [
+        ("dev", score),
+        ("checkpoint", f"{os.path.join(save_dir, 'checkpoint_best.pt')} (the best dev loss; "
+                       "checkpoint_last.pt beside it)"),
+        ("output folder", f"{save_dir} (train.log, fairseq-train's log; eval.log, the evaluation; "
+                          "run.json, the run's settings)")])
 
 
 if __name__ == "__main__":

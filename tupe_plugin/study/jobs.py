@@ -45,8 +45,18 @@ class Job:
     log: str = "log.txt"           # the output of its commands, in its folder
     model: "Model" = None          # the pre-trained model the job trains or reads
     fingerprint: str = ""
+    training: dict = field(default_factory=dict)  # index of a command that trains -> its Training
+    work: int = 0                  # tokens the job trains on, at most, as planned: what its time scales
+                                   # with (0: it does not train, or the amount is not known ahead)
 
 
+@dataclass(frozen=True)
+class Training:
+    """A fairseq-train command of a job: its updates (None when only its log says, e.g. epochs of a
+    fine-tuning set) and the tokens of one update, at most (batch x block length)."""
+
+    updates: int = None
+    tokens_per_update: int = 0
 
 
 @dataclass(frozen=True)
@@ -147,10 +157,12 @@ def build_jobs(config, out, tools=Tools()):
         for task in glue["tasks"]:
             files = GLUE_TASKS[task].files(glue["dir"])
             digests = {split: file_digest(path) for split, path in files.items()}
-            jobs += [_glue_job(glue, model, task, digests, lr, run_seed, out, tools)
+            plan = _glue_plan(glue, GLUE_TASKS[task], files["train"], pretrain["tokens_per_sample"])
+            jobs += [_glue_job(glue, model, task, digests, lr, run_seed, out, tools, plan)
                      for run_seed in glue["seeds"] for lr in glue["lrs"] for model in models]
     if squad is not None:
-        jobs += [_squad_job(squad, model, version, run_seed, out, tools) for version in squad["versions"]
+        jobs += [_squad_job(squad, model, version, run_seed, out, tools, pretrain["tokens_per_sample"])
+                 for version in squad["versions"]
                  for run_seed in squad["seeds"] for model in models]
     by_name = {}
     for job in jobs:
@@ -227,7 +239,7 @@ def _pretrain_job(pretrain, model, out, tools):
     folder = os.path.join(out, model.pretrain_job)
     stages = pretrain["stages"] or [{"tokens_per_sample": pretrain["tokens_per_sample"],
                                      "updates": pretrain["updates"]}]
-    commands, start = [], None
+    commands, start, training = [], None, {}
     for number, stage in enumerate(stages, 1):
         last = number == len(stages)
         save_dir = os.path.join(folder, "checkpoints" if last else stage_dir(number))
@@ -244,6 +256,8 @@ def _pretrain_job(pretrain, model, out, tools):
         kept = [] if pretrain["stages"] else pretrain["evaluate_at"]
         if kept:  # the checkpoints at multiples of the updates' gcd survive --keep-interval-updates 1
             command += ["--keep-interval-updates-pattern", str(math.gcd(*kept))]
+        training[len(commands)] = Training(stage["updates"],
+                                           pretrain["batch_size"] * stage["tokens_per_sample"])
         commands.append(command + pretrain["extra_args"])
         if kept:
             commands.append([tools.python, "-m", "tupe_plugin.study.snapshots", "--save-dir", save_dir,
@@ -254,7 +268,8 @@ def _pretrain_job(pretrain, model, out, tools):
     if pretrain["init_from"]:
         settings["init_from_sha256"] = file_digest(pretrain["init_from"])
     return _job(out, model.pretrain_job, "pretrain", commands, deps=["data"], settings=settings,
-                resumable=True, log="train.log", model=model,
+                resumable=True, log="train.log", model=model, training=training,
+                work=sum(step.updates * step.tokens_per_update for step in training.values()),
                 outputs=[model.checkpoint(out)] + [m.checkpoint(out) for m in along_models(pretrain, model)])
 
 
@@ -294,9 +309,21 @@ def glue_run_name(model, task, lr, run_seed):
     return f"glue/{model.key}/{task}/lr{lr}/seed{run_seed}"
 
 
-def _glue_job(glue, model, task, digests, lr, run_seed, out, tools):
+def _glue_plan(glue, task, train_file, block):
+    """The updates a GLUE run is expected to train (ceil(examples / batch) an epoch, as the fine-tuning
+    tool's schedule) and the tokens of an update, taken as batch x the pre-training's block length: the
+    weight of the run in the estimate of the time left, which the measured time of the runs corrects."""
+    with open(train_file, "rb") as f:
+        examples = sum(1 for _ in f) - task.header
+    if glue["max_examples"]:
+        examples = min(examples, glue["max_examples"])
+    return Training(-(-examples // glue["batch_size"]) * (glue["max_epoch"] or task.epochs),
+                    glue["batch_size"] * block)
+
+
+def _glue_job(glue, model, task, digests, lr, run_seed, out, tools, plan):
     """Fine-tune ``model`` on ``task`` with learning rate ``lr`` and ``run_seed``; ``digests`` are the
-    sha256 of the task's files, by split."""
+    sha256 of the task's files, by split; ``plan`` the run's expected :class:`Training`."""
     name = glue_run_name(model, task, lr, run_seed)
     folder = os.path.join(out, name)
     command = [tools.python, "-m", "tupe_plugin.glue.finetune", task, model.checkpoint(out),
@@ -308,7 +335,8 @@ def _glue_job(glue, model, task, digests, lr, run_seed, out, tools):
     settings = {key: glue[key] for key in ("dir", "max_examples", "max_epoch", "batch_size", "extra_args")}
     return _job(out, name, "glue", [command], deps=[model.pretrain_job],
                 settings={"task": task, "seed": run_seed, "lr": lr, "sha256": digests, **settings},
-                model=model)
+                model=model, training={0: Training(None, plan.tokens_per_update)},
+                work=plan.updates * plan.tokens_per_update)
 
 
 def _squad_split_job(squad, version, out, tools):
@@ -336,7 +364,10 @@ def squad_run_name(model, version, run_seed):
     return f"squad/{model.key}/v{version}/seed{run_seed}"
 
 
-def _squad_job(squad, model, version, run_seed, out, tools):
+def _squad_job(squad, model, version, run_seed, out, tools, block):
+    """Fine-tune ``model`` on SQuAD ``version`` with ``run_seed``. The tokens of an update are taken as
+    batch x ``squad.max_seq_length`` (else ``block``, the pre-training's block length); its updates are
+    known from its log once it runs."""
     name = squad_run_name(model, version, run_seed)
     folder = os.path.join(out, name)
     train, dev = squad_files(squad, version, out)
@@ -355,7 +386,9 @@ def _squad_job(squad, model, version, run_seed, out, tools):
     settings.update(version=version, seed=run_seed, train=train, dev=dev)
     if given:
         settings.update(train_sha256=file_digest(train), dev_sha256=file_digest(dev))
-    return _job(out, name, "squad", [command], deps=deps, settings=settings, model=model)
+    tokens = squad["batch_size"] * (squad["max_seq_length"] or block)
+    return _job(out, name, "squad", [command], deps=deps, settings=settings, model=model,
+                training={0: Training(None, tokens)})
 
 
 def _analysis_job(model, out, tools):

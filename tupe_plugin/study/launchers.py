@@ -1,9 +1,11 @@
 """Where jobs run: here, one after the other (``local``), or as SLURM jobs through submitit.
 
-Both run a job the same way, :func:`run_commands`: its commands one after the other in the job's
-folder, their output appended to the job's log. A launcher offers ``submit(job)`` and
-``poll(handle)`` (None while running, else ``(exit status, error)``) and says how many jobs may
-run at once (``capacity``; None: no limit, the scheduler decides).
+Both run a job the same way, :class:`CommandsRun`: its commands one after the other in the job's
+folder, their output appended to the job's log, which the study reads for the job's progress. A
+launcher offers ``submit(job)``, which returns once the job is started, and ``poll(handle)`` (None
+while running, else ``(exit status, error)``), may offer ``stop(handle)`` (an interrupted study stops
+the job with it) and says how many jobs may run at once (``capacity``; None: no limit, the scheduler
+decides).
 
 Jobs that run at the same time on this machine (submitit's ``cluster: local``) share its cores:
 each gets ``OMP_NUM_THREADS`` = cores // jobs at once, unless the study's environment sets it.
@@ -21,42 +23,88 @@ from . import state
 from .config import StudyConfigError
 
 
-def run_commands(commands, env, log_path):
-    """Run ``commands`` (argv lists) in order in the folder of ``log_path``, output appended to it; the
-    exit status.
+class CommandsRun:
+    """``commands`` (argv lists) run in order in the folder of ``log_path``, their output appended to it,
+    each command started by :meth:`poll` once the one before it has ended with exit status 0.
 
-    Interrupting it (Ctrl-C, SIGTERM turned into SystemExit) sends SIGTERM to the running command's
-    process group; killing it (SIGKILL) ends the running command, and the job's record names the
-    process group so that a rerun stops what may be left of it.
+    Each command runs in its own process group: stopping the run (:meth:`stop`) stops the command and
+    what it started (the fine-tuning tools' fairseq-train). Killing this process (SIGKILL) ends the
+    running command, and the job's record names its process group so that a rerun stops what may be
+    left of it.
 
-    Under SLURM every task of a multi-task job runs this; tasks other than the first log to
+    Under SLURM every task of a multi-task job runs the commands; tasks other than the first log to
     ``LOG.rankN`` so that they do not interleave with it.
     """
-    cwd = os.path.dirname(os.path.abspath(log_path))
-    rank = os.environ.get("SLURM_PROCID", "0")
-    if rank != "0":
-        log_path = f"{log_path}.rank{rank}"
-    with open(log_path, "a", encoding="utf-8") as log:
-        for argv in commands:
-            log.write(f"$ {shlex.join(argv)}\n")
-            log.flush()
-            # Its own process group: an interrupted study stops the command and what it started
-            # (the fine-tuning tools' fairseq-train), not only the command.
-            proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=log,
-                                    stderr=subprocess.STDOUT, process_group=0,
-                                    preexec_fn=ended_with_parent())
-            if rank == "0":
-                state.record_process(cwd, proc.pid)
+
+    def __init__(self, commands, env, log_path):
+        self.commands, self.env = list(commands), env
+        self.cwd = os.path.dirname(os.path.abspath(log_path))
+        self.rank = os.environ.get("SLURM_PROCID", "0")
+        if self.rank != "0":
+            log_path = f"{log_path}.rank{self.rank}"
+        self.log = open(log_path, "a", encoding="utf-8")
+        self.proc, self.returncode = None, None
+
+    def poll(self):
+        """None while a command runs or is left to run; else the exit status (that of the first command
+        that failed, or 0)."""
+        while self.returncode is None:
+            if self.proc is not None:
+                returncode = self.proc.poll()
+                if returncode is None:
+                    return None
+                self.proc = None
+                if returncode != 0:
+                    self.log.write(f"exit status {returncode}\n")
+                    self._end(returncode)
+                    break
+            if not self.commands:
+                self._end(0)
+                break
+            self._start(self.commands.pop(0))
+        return self.returncode
+
+    def wait(self):
+        """Run the commands to their end; the exit status. Interrupting it (Ctrl-C, SIGTERM turned into
+        SystemExit) stops the running command."""
+        try:
+            while self.poll() is None:
+                self.proc.wait()
+        except BaseException:
+            self.stop()
+            raise
+        return self.returncode
+
+    def stop(self):
+        """Send SIGTERM to the running command's process group and wait for the command to end."""
+        if self.proc is not None:
             try:
-                returncode = proc.wait()
-            except BaseException:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait()
-                raise
-            if returncode != 0:
-                log.write(f"exit status {returncode}\n")
-                return returncode
-    return 0
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
+        if self.returncode is None:
+            self._end(-signal.SIGTERM)
+
+    def _start(self, argv):
+        self.log.write(f"$ {shlex.join(argv)}\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(argv, cwd=self.cwd, env={**os.environ, **self.env}, stdout=self.log,
+                                     stderr=subprocess.STDOUT, process_group=0,
+                                     preexec_fn=ended_with_parent())
+        if self.rank == "0":
+            state.record_process(self.cwd, self.proc.pid)
+
+    def _end(self, returncode):
+        self.returncode = returncode
+        self.log.close()
+
+
+def run_commands(commands, env, log_path):
+    """Run ``commands`` (argv lists) in order in the folder of ``log_path``, output appended to it; the
+    exit status (:class:`CommandsRun`). Interrupting it stops the running command."""
+    return CommandsRun(commands, env, log_path).wait()
 
 
 def available_cores():
@@ -73,15 +121,23 @@ def job_threads(cores, concurrent_jobs, environ):
 
 
 class LocalLauncher:
-    """Runs each job here, to its end, before the next (with all the cores: nothing to share)."""
+    """Runs each job here, to its end, before the next (with all the cores: nothing to share). ``submit``
+    starts the job and returns: the study shows its progress while it runs."""
 
     capacity = 1
 
     def submit(self, job):
-        return run_commands(job.commands, {}, os.path.join(job.folder, job.log)), ""
+        run = CommandsRun(job.commands, {}, os.path.join(job.folder, job.log))
+        run.poll()
+        return run
 
     def poll(self, handle):
-        return handle
+        returncode = handle.poll()
+        return None if returncode is None else (returncode, "")
+
+    def stop(self, handle):
+        """Stop the job's running command (an interrupted study)."""
+        handle.stop()
 
 
 class SubmititLauncher:

@@ -305,9 +305,13 @@ def _spread(value, digits=3):
             f"{value['n']} seeds)")
 
 
-def _versus(result, digits=3):
-    if result is None:
+def _versus(result, is_reference, digits=3):
+    """The cell of the column against the reference: "reference" in its own row; "–" where a loss of
+    either is missing (a job not finished)."""
+    if is_reference:
         return "reference"
+    if result is None:
+        return "–"
     if result["ci95"] is None:
         return f"{result['mean_diff']:+.{digits}f} (one seed)"
     low, high = result["ci95"]
@@ -356,7 +360,8 @@ def _pretrain_section(report, out):
     for arch, entry in report["archs"].items():
         curve = entry["valid_loss_curve"]
         margin = baseline["margins"].get(arch) if baseline else None
-        lines.append(f"| {arch} | {_spread(entry['valid_loss'])} | {_versus(entry['versus_reference'])} | "
+        versus = _versus(entry["versus_reference"], arch == reference)
+        lines.append(f"| {arch} | {_spread(entry['valid_loss'])} | {versus} | "
                      f"{_number(margin)} | {curve[-1][0] if curve else '–'} | "
                      f"{_number(entry['seconds'], 0)} | "
                      f"{_number(entry.get('tokens_per_second'), 0)} | "
