@@ -14,6 +14,7 @@ import subprocess
 import pytest
 import sentencepiece as spm
 import torch
+from fairseq import checkpoint_utils
 from conftest import REPO, VENV_BIN, test_data
 
 from tupe_plugin.fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load
@@ -98,6 +99,13 @@ def test_a_damaged_pickle_is_not_called_unsafe(tmp_path, legacy):
     with pytest.raises(Exception) as error:
         load(path, "--path")
     assert not isinstance(error.value, UnsafeCheckpointError), error.value
+
+
+def test_a_complete_legacy_checkpoint_holding_objects_is_not_called_truncated(tmp_path):
+    path, marker = crafted(tmp_path, legacy=True)
+    with pytest.raises(UnsafeCheckpointError, match=rf"^{re.escape(str(path))} {re.escape(REFUSAL)}"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
 
 
 def test_the_loader_reads_a_checkpoint_of_tensors_and_fairseqs_config(tmp_path):

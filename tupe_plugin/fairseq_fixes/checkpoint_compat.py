@@ -102,8 +102,8 @@ def _pickled_globals(stream):
     for opcode, argument, _ in pickletools.genops(stream):
         if opcode.name in ("GLOBAL", "INST"):  # protocol 2 names Python 2's modules, as unpickling maps them
             module, name = argument.split(" ", 1)
-            named.add(_compat_pickle.NAME_MAPPING.get((module, name),
-                                                      (_compat_pickle.IMPORT_MAPPING.get(module, module), name)))
+            renamed = (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
+            named.add(_compat_pickle.NAME_MAPPING.get((module, name), renamed))
         elif opcode.name == "STACK_GLOBAL":  # protocol 4: the module and the name pushed as strings before it
             named.add(tuple(strings) if len(strings) == 2 else ("?", "a global named from the pickle's memo"))
             strings.clear()
@@ -112,6 +112,61 @@ def _pickled_globals(stream):
         elif opcode.name != "MEMOIZE":
             strings.clear()
     return named
+
+
+ZIP_SIGNATURE = b"PK\x03\x04"
+PICKLE_PROTOCOL = b"\x80"  # the first byte of a file in torch.save's former format (a pickle, protocol 2)
+
+
+def unreadable_reason(path):
+    """Why torch cannot load the file ``path`` (a load of it failed), in a phrase for an error message:
+    "it is truncated" only when it ends before the data its own records announce (found by loading it
+    again and watching for a read past its end); never torch's advice."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return "it is empty"
+    with open(path, "rb") as f:
+        head = f.read(len(ZIP_SIGNATURE))
+    if head == ZIP_SIGNATURE:
+        if zipfile.is_zipfile(path):
+            return "it is a zip archive but not one torch.save wrote, or its records are damaged"
+        return "it is truncated: a zip archive that ends before its directory"
+    if not head.startswith(PICKLE_PROTOCOL):
+        return "it is not a file written by torch.save"
+    with open(path, "rb") as f:
+        watched = _ReadsPastTheEnd(f)
+        try:
+            torch.load(watched, map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001 (the failure is known; only where it stopped is looked at)
+            pass
+    if watched.short:
+        return "it is truncated: it ends before the data it announces"
+    return "its pickled data is damaged or not a checkpoint's"
+
+
+class _ReadsPastTheEnd(io.RawIOBase):
+    """A file read without a buffer, noting whether a read asked for bytes past its end."""
+
+    def __init__(self, file):
+        super().__init__()
+        self.file, self.short = file, False
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def seek(self, offset, whence=os.SEEK_SET):
+        return self.file.seek(offset, whence)
+
+    def tell(self):
+        return self.file.tell()
+
+    def readinto(self, buffer):
+        count = self.file.readinto(buffer)
+        self.short = self.short or count < len(buffer)
+        return count
 
 
 class _TorchReadingSafely:
