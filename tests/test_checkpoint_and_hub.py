@@ -84,9 +84,8 @@ def test_fill_mask_returns_k_tokens_each_with_its_own_probability_when_eos_is_on
         hub.model.encoder.lm_head.bias[dictionary.eos()] += 100.0
         hub.model.encoder.lm_head.bias[dictionary.bos()] += 99.0
     text = "the game was <mask> in the north"
-    tokens = dictionary.encode_line(
-        "<s> " + f" {MASK} ".join(hub.bpe.encode(span.rstrip()) for span in text.split(MASK)).strip() + " </s>",
-        append_eos=False, add_if_not_exist=False).long()
+    pieces = f" {MASK} ".join(hub.bpe.encode(span.rstrip()) for span in text.split(MASK)).strip()
+    tokens = dictionary.encode_line(f"<s> {pieces} </s>", append_eos=False, add_if_not_exist=False).long()
     with torch.no_grad():
         logits = hub.model(tokens[None])[0][0, tokens.tolist().index(hub.task.mask_idx)]
     expected = logits.softmax(dim=-1).topk(5)
