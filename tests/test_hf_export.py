@@ -641,10 +641,25 @@ def test_force_replaces_only_a_previous_export(run, tmp_path):
         "previous export; choose another --out")
     assert (tmp_path / "notes" / "notes.txt").read_text() == "mine"
     export(str(checkpoint), str(data), str(tmp_path / "export"))
-    (tmp_path / "export" / "stale.txt").write_text("of the previous export")
+    (tmp_path / "export" / "README.md").write_text("of the previous export")
     export(str(checkpoint), str(data), str(tmp_path / "export"), force=True)
-    assert not (tmp_path / "export" / "stale.txt").exists()
+    assert (tmp_path / "export" / "README.md").read_text() != "of the previous export"
     assert (tmp_path / "export" / "config.json").is_file()
+
+
+def test_force_into_a_previous_export_holding_the_users_files_is_refused_and_keeps_them(run, tmp_path):
+    checkpoint, data, _ = run
+    out = tmp_path / "export"
+    export(str(checkpoint), str(data), str(out))
+    (out / "NOTES.txt").write_text("mine")
+    (out / "runs").mkdir()
+    (out / "runs" / "log.txt").write_text("mine too")
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert refusal([checkpoint, data, "--out", out, "--force"]) == (
+        f"tupe-export-hf: error: --out {out} holds a previous export and NOTES.txt, runs/, which an export "
+        "does not write: --force replaces only the export's files; move them out of --out or choose another "
+        "--out")
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 
 def test_a_shuffled_dictionary_of_the_same_size_is_refused_by_its_fingerprint(run):
