@@ -6,6 +6,7 @@ from conftest import PRESETS, build_model, random_tokens
 from fairseq import checkpoint_utils
 
 from tupe_plugin.models import TupeRobertaModel
+from tupe_plugin.models.hub import MASK
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_save_then_load_gives_identical_outputs(preset, dictionary, tmp_path):
@@ -72,3 +73,27 @@ def test_hub_is_returned_in_eval_mode_and_two_calls_agree_exactly(pretrained_dir
         first = hub.model(tokens[None], features_only=True, need_attn=True)[1]["attn"]
         second = hub.model(tokens[None], features_only=True, need_attn=True)[1]["attn"]
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_fill_mask_returns_k_tokens_each_with_its_own_probability_when_eos_is_on_top(pretrained_dir):
+    hub = TupeRobertaModel.from_pretrained(
+        str(pretrained_dir / "checkpoints"), "checkpoint_last.pt", str(pretrained_dir / "data-bin"),
+    )
+    dictionary = hub.task.source_dictionary
+    with torch.no_grad():  # </s> the most probable token at every position, <s> the third
+        hub.model.encoder.lm_head.bias[dictionary.eos()] += 100.0
+        hub.model.encoder.lm_head.bias[dictionary.bos()] += 99.0
+    text = "the game was <mask> in the north"
+    pieces = f" {MASK} ".join(hub.bpe.encode(span.rstrip()) for span in text.split(MASK)).strip()
+    tokens = dictionary.encode_line(f"<s> {pieces} </s>", append_eos=False, add_if_not_exist=False).long()
+    with torch.no_grad():
+        logits = hub.model(tokens[None])[0][0, tokens.tolist().index(hub.task.mask_idx)]
+    expected = logits.softmax(dim=-1).topk(5)
+    assert dictionary.eos() == expected.indices[0] and dictionary.bos() in expected.indices
+    filled = hub.fill_mask(text, topk=5)
+    assert len(filled) == 5
+    for (sentence, probability, token), index, softmax in zip(filled, expected.indices.tolist(),
+                                                                expected.values.tolist()):
+        assert token.strip() == hub.bpe.decode(dictionary[index])
+        assert probability == pytest.approx(softmax, rel=1e-6)
+        assert sentence == text.replace(f" {MASK}", token)

@@ -5,6 +5,7 @@ ids against the plugin's hub; the way back through tupe-convert-hf; the refusals
 
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.conversion import hf_export
 from tupe_plugin.conversion.hf import convert
 from tupe_plugin.conversion.hf_export import ExportError, export
+from tupe_plugin.conversion.hf_remote import configuration_tupe
 from tupe_plugin.conversion.official_tupe import converted_state
 from tupe_plugin.models import TupeRobertaModel
 
@@ -649,10 +651,25 @@ def test_force_replaces_only_a_previous_export(run, tmp_path):
         "previous export; choose another --out")
     assert (tmp_path / "notes" / "notes.txt").read_text() == "mine"
     export(str(checkpoint), str(data), str(tmp_path / "export"))
-    (tmp_path / "export" / "stale.txt").write_text("of the previous export")
+    (tmp_path / "export" / "README.md").write_text("of the previous export")
     export(str(checkpoint), str(data), str(tmp_path / "export"), force=True)
-    assert not (tmp_path / "export" / "stale.txt").exists()
+    assert (tmp_path / "export" / "README.md").read_text() != "of the previous export"
     assert (tmp_path / "export" / "config.json").is_file()
+
+
+def test_force_into_a_previous_export_holding_the_users_files_is_refused_and_keeps_them(run, tmp_path):
+    checkpoint, data, _ = run
+    out = tmp_path / "export"
+    export(str(checkpoint), str(data), str(out))
+    (out / "NOTES.txt").write_text("mine")
+    (out / "runs").mkdir()
+    (out / "runs" / "log.txt").write_text("mine too")
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert refusal([checkpoint, data, "--out", out, "--force"]) == (
+        f"tupe-export-hf: error: --out {out} holds a previous export and NOTES.txt, runs/, which an export "
+        "does not write: --force replaces only the export's files; move them out of --out or choose another "
+        "--out")
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 
 def test_a_shuffled_dictionary_of_the_same_size_is_refused_by_its_fingerprint(run):
@@ -742,3 +759,120 @@ def test_convert_hf_on_an_export_with_the_fast_tokenizer_gives_the_checkpoint_ba
     original = torch.load(root / "tupe_r.pt", weights_only=False)["model"]
     back = torch.load(tmp_path / "back" / "model.pt", weights_only=False)["model"]
     assert back.keys() == original.keys() and all(torch.equal(back[key], original[key]) for key in original)
+
+
+# ---------------------------------------------------------------- config.json checked field by field
+
+@pytest.fixture(scope="module")
+def checked_export(data_bin, tmp_path_factory):
+    """A TUPE-R export (T5's bias, the untied term) whose config.json the tests below tamper with."""
+    root = tmp_path_factory.mktemp("checked-export")
+    checkpoint = make_checkpoint(data_bin, root / "tupe_r.pt", "tupe_r_tiny", [], heads=False)
+    return pathlib.Path(export(str(checkpoint), str(data_bin), str(root / "export")))
+
+
+def _bad_values(name):
+    """Values field ``name`` does not take, from what the exported configuration says it takes."""
+    if name in configuration_tupe.CHOICES:
+        return ["bogus", 3, None]
+    if name in configuration_tupe.BOOLEANS:
+        return ["yes", 1]
+    if name in configuration_tupe.INTEGERS:
+        least = configuration_tupe.INTEGERS[name]
+        return [least - 1, -4, 1e9, float(least), "8", True]
+    if name in configuration_tupe.NUMBERS:
+        least, included = configuration_tupe.NUMBERS[name]
+        return [float("nan"), float("inf"), least - 1 if included else least, "1.0"]
+    return [float("nan"), 1.0, -0.1, "0.1"]
+
+
+CHECKED_FIELDS = [*configuration_tupe.CHOICES, *configuration_tupe.BOOLEANS, *configuration_tupe.INTEGERS,
+                  *configuration_tupe.NUMBERS, *configuration_tupe.PROBABILITIES]
+
+
+def _tampered(folder, tmp_path, change):
+    """A copy of the export ``folder``'s config.json, changed by ``change(config)``, in ``tmp_path``."""
+    config = json.loads((folder / "config.json").read_text())
+    change(config)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_every_field_the_configuration_checks_is_in_the_export_and_loads(checked_export):
+    config = json.loads((checked_export / "config.json").read_text())
+    assert set(CHECKED_FIELDS) <= set(config) and set(configuration_tupe.REQUIRED) <= set(config)
+    loaded = configuration_tupe.TupeConfig.from_pretrained(checked_export)
+    assert loaded.rel_pos == "t5" and loaded.untied_pos == "tupe"
+
+
+@pytest.mark.parametrize("name", CHECKED_FIELDS)
+def test_a_config_field_tampered_with_is_refused_naming_it_and_what_it_takes(checked_export, tmp_path, name):
+    for bad in _bad_values(name):
+        folder = _tampered(checked_export, tmp_path, lambda config: config.__setitem__(name, bad))
+        with pytest.raises(ValueError) as error:
+            configuration_tupe.TupeConfig.from_pretrained(folder)
+        message = str(error.value)
+        assert message.startswith(f"config.json: {name} = {bad!r}, but {name} takes "), message
+        assert "\n" not in message and message.endswith("export the checkpoint again with tupe-export-hf, or "
+                                                        "correct the field in config.json")
+
+
+@pytest.mark.parametrize("name", configuration_tupe.REQUIRED)
+def test_a_required_config_field_deleted_is_refused_naming_it(checked_export, tmp_path, name):
+    folder = _tampered(checked_export, tmp_path, lambda config: config.pop(name))
+    with pytest.raises(ValueError, match=rf"^config.json has no {name} \("):
+        configuration_tupe.TupeConfig.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(hidden_size=30), "hidden_size = 30 is no multiple of num_attention_heads = 4"),
+    (dict(rel_pos_buckets=31), "rel_pos_buckets = 31, but T5's buckets"),
+])
+def test_config_fields_that_do_not_fit_together_are_refused(checked_export, tmp_path, change, message):
+    folder = _tampered(checked_export, tmp_path, lambda config: config.update(change))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        configuration_tupe.TupeConfig.from_pretrained(folder)
+
+
+def test_the_activation_names_are_the_models():
+    from tupe_plugin.conversion.hf_remote import modeling_tupe
+
+    assert set(configuration_tupe.ACTIVATION_NAMES) == set(modeling_tupe.ACTIVATIONS)
+
+
+UNEXPLAINED_CHILD = r"""
+import sys, json
+sys.modules["fairseq"] = None
+sys.modules["tupe_plugin"] = None
+from transformers import AutoModel, AutoModelForMaskedLM
+results = {}
+for name, folder in json.loads(sys.argv[1]).items():
+    try:
+        AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)
+        AutoModel.from_pretrained(folder, trust_remote_code=True)
+        results[name] = "loaded"
+    except ValueError as error:
+        results[name] = str(error)
+print(json.dumps(results))
+"""
+
+
+def test_weights_the_config_does_not_explain_are_an_error_not_a_report(checked_export, tmp_path):
+    folders = {}
+    for name, change in {"as exported": {}, "rel_pos none": dict(rel_pos="none"),
+                         "untied_pos none": dict(untied_pos="none"), "rel_pos alibi": dict(rel_pos="alibi"),
+                         "rel_pos bogus": dict(rel_pos="bogus")}.items():
+        folder = tmp_path / name.replace(" ", "-")
+        shutil.copytree(checked_export, folder)
+        _tampered(checked_export, folder, lambda config, change=change: config.update(change))
+        folders[name] = str(folder)
+    output = transformers_only(UNEXPLAINED_CHILD, json.dumps(folders), modules=tmp_path / "modules")
+    results = json.loads(output.strip().splitlines()[-1])
+    assert results["as exported"] == "loaded"
+    for name in ("rel_pos none", "untied_pos none"):
+        assert results[name].startswith("the export holds weights its config.json does not describe ("), \
+            results[name]
+    assert results["rel_pos alibi"].startswith("the export holds weights its config.json does not "
+                                               "describe"), results["rel_pos alibi"]
+    assert results["rel_pos bogus"].startswith("config.json: rel_pos = 'bogus', but rel_pos takes one of "
+                                               "'none'"), results["rel_pos bogus"]

@@ -4,6 +4,7 @@ models where tokenizers and sentencepiece can differ: byte fallback, normalisati
 from dict.txt, BPE; a tokenizer that cannot give fairseq's ids is not built."""
 
 import re
+import sys
 
 import pytest
 import sentencepiece as spm
@@ -55,9 +56,13 @@ def fairseq_encode(folder, model, text):
     return [0, *Dictionary.load(str(folder / "dict.txt")).encode_line(words, add_if_not_exist=False).tolist()]
 
 
-@pytest.mark.parametrize("options", [{}, {"normalization_rule_name": "nmt_nfkc_cf"},
-                                     {"add_dummy_prefix": False}],
-                         ids=["nmt_nfkc", "nmt_nfkc_cf", "no dummy prefix"])
+NORMALISATIONS = {"nmt_nfkc": {}, "nmt_nfkc_cf": {"normalization_rule_name": "nmt_nfkc_cf"},
+                  "no dummy prefix": {"add_dummy_prefix": False},
+                  "identity": {"normalization_rule_name": "identity"},
+                  "nfkc": {"normalization_rule_name": "nfkc"}}
+
+
+@pytest.mark.parametrize("options", NORMALISATIONS.values(), ids=NORMALISATIONS)
 def test_the_tokenizer_gives_fairseqs_ids_under_each_normalisation(tmp_path, options):
     model = sentencepiece_model(tmp_path, **options)
     vocabulary = dictionary(tmp_path, model)
@@ -67,14 +72,31 @@ def test_the_tokenizer_gives_fairseqs_ids_under_each_normalisation(tmp_path, opt
         assert tokenizer.encode(text).ids == fairseq_encode(tmp_path, model, text), text
 
 
-@pytest.mark.parametrize("options", [{"normalization_rule_name": "identity"},
-                                     {"normalization_rule_name": "nfkc"},
-                                     {"remove_extra_whitespaces": False}],
-                         ids=["identity", "nfkc", "spaces kept"])
-def test_a_normalisation_that_keeps_tabs_or_new_lines_keeps_the_custom_tokenizer(tmp_path, options):
-    """fairseq drops a piece of whitespace alone (its Dictionary splits the pieces at whitespace), and
-    tokenizers reads "\r\n" as one character where sentencepiece reads two."""
+WHITESPACE_CASES = dict(NORMALISATIONS, **{"byte fallback": {"byte_fallback": True, "vocab_size": 400}})
+
+
+@pytest.mark.parametrize("options", WHITESPACE_CASES.values(), ids=WHITESPACE_CASES)
+def test_every_character_python_reads_as_whitespace_is_encoded_as_fairseq_encodes_it(tmp_path, options):
+    """fairseq's Dictionary splits the pieces at str.isspace characters, which a normalisation may keep
+    (NEL, U+0085, under nmt_nfkc; tabs and new lines under identity), and drops them: inside a word,
+    doubled, alone, at either end, beside a character the model does not hold; with byte fallback they are
+    byte pieces, which it keeps."""
     model = sentencepiece_model(tmp_path, **options)
+    tokenizer, reason = hf_tokenizer.fast_tokenizer(model, dictionary(tmp_path, model))
+    assert reason is None
+    spaces = [chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace()]
+    assert "\x85" in spaces and "\x1c" in spaces  # str.isspace's, beyond Unicode's White_Space
+    for space in spaces:
+        for text in (f"a{space}b", f"the{space}{space}game", space, f"{space}x ", f"漢{space}字",
+                     f"é{space}"):
+            assert tokenizer.encode(text).ids == fairseq_encode(tmp_path, model, text), (hex(ord(space)),
+                                                                                        text)
+
+
+def test_a_normalisation_that_keeps_runs_of_spaces_keeps_the_custom_tokenizer(tmp_path):
+    """Without sentencepiece's removal of extra whitespace, tokenizers reads "\r\n" as one character where
+    sentencepiece reads two (two "▁" pieces, which fairseq keeps)."""
+    model = sentencepiece_model(tmp_path, remove_extra_whitespaces=False)
     vocabulary = dictionary(tmp_path, model)
     text = "tabs\tand\nnew lines\r\n"
     assert hf_tokenizer.fast_tokenizer(model, vocabulary) == (

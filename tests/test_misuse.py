@@ -109,10 +109,12 @@ def test_unreadable_checkpoint_is_refused_naming_the_file(damage, trained, tmp_p
     path = tmp_path / "checkpoint_last.pt"
     if damage == "truncated":
         path.write_bytes(trained.read_bytes()[:100000])
+        reason = "it is truncated: a zip archive that ends before its directory"
     else:
         path.write_text("not a checkpoint\n")
-    with pytest.raises(UnreadableCheckpointError, match=f"{path} .* is not a complete checkpoint.*"
-                                                        "--restore-file"):
+        reason = "it is not a file written by torch.save"
+    with pytest.raises(UnreadableCheckpointError, match=f"^{path} .* cannot be read as a checkpoint: "
+                                                        f"{reason}. Resume .*--restore-file"):
         checkpoint_utils.load_model_ensemble_and_task([str(path)])
 
 
@@ -144,7 +146,7 @@ def test_misuse_reaches_the_command_line(case, trained, wikitext_bin, tmp_path):
     if case == "corrupt checkpoint_last.pt":
         save_dir.mkdir()
         (save_dir / "checkpoint_last.pt").write_bytes(trained.read_bytes()[:100000])
-        message = "checkpoint_last.pt (100000 bytes) is not a complete checkpoint"
+        message = "checkpoint_last.pt (100000 bytes) cannot be read as a checkpoint: it is truncated"
     proc = run_fairseq("train", *train_args(data, save_dir, arch, 1, *extra), check=False)
     assert proc.returncode != 0
     assert message in proc.stdout, proc.stdout[-3000:]

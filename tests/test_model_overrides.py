@@ -77,6 +77,7 @@ def test_the_command_line_settings_and_overrides_that_take_effect_still_load():
      "this checkpoint, trained with activation_fn = 'gelu'"),
     ("{'max_positions': 'abc'}", "error: --model-overrides \"{'max_positions': 'abc'}\": 'max_positions' "
      "(--max-positions) takes an integer"),
+    ("{'arch': 'bert_a_tiny'}", "error: --model-overrides \"{'arch': 'bert_a_tiny'}\": "),
 ])
 def test_fairseq_validate_names_the_override_that_cannot_apply_in_one_line(override, message):
     arch = "bert_lrope" if "rotary" in override or "activation" in override else "bert_fire"
@@ -210,3 +211,18 @@ def test_fairseq_validate_refuses_model_overrides_that_is_no_dict_in_argparses_l
     assert proc.stdout.strip().splitlines()[-1].startswith(
         "fairseq-validate: error: argument --model-overrides: \"{'max_positions': }\" is no Python dict")
     assert "Traceback" not in proc.stdout
+
+
+@pytest.mark.parametrize("key", ["arch", "_name"])
+def test_an_override_of_the_architecture_is_refused_as_it_would_be_ignored(key):
+    with pytest.raises(OverrideError, match=rf"^arg_overrides \{{'{key}': 'bert_a_tiny'\}}: .*tupe_r.pt is a "
+                       r"tupe_r_tiny checkpoint and an override cannot change its architecture .*it would be "
+                       r"ignored: drop it"):
+        checkpoint_utils.load_model_ensemble_and_task([f"{FIXTURE}/tupe_r.pt"],
+                                                      arg_overrides={"data": FIXTURE, key: "bert_a_tiny"})
+
+
+def test_an_override_naming_the_checkpoints_own_architecture_loads():
+    (model,), _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [f"{FIXTURE}/tupe_r.pt"], arg_overrides={"data": FIXTURE, "arch": "tupe_r_tiny"})
+    assert model.args.untied_pos == "tupe"

@@ -4,6 +4,7 @@ docs/official_tupe.md (not from the plugin's modules)."""
 
 import argparse
 import math
+import os
 import re
 import sys
 import types
@@ -427,20 +428,64 @@ def _truncated(path, legacy):
     path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
 
 
-@pytest.mark.parametrize("damage", ["truncated", "truncated legacy format", "text file", "empty file"])
+def _damaged_legacy(path):
+    """A complete file in torch.save's former format whose first pickle (torch's magic number) is damaged."""
+    state = torch.load(path, weights_only=False)
+    torch.save(state, path, _use_new_zipfile_serialization=False)
+    data = bytearray(path.read_bytes())
+    data[4] ^= 0xFF  # a byte of the magic number, inside the first pickle
+    path.write_bytes(bytes(data))
+
+
+DAMAGES = {
+    "truncated": "it is truncated: a zip archive that ends before its directory",
+    "truncated legacy format": "it is truncated: it ends before the data it announces",
+    "damaged legacy format": "its pickled data is damaged or not a checkpoint's",
+    "text file": "it is not a file written by torch.save",
+    "empty file": "it is empty",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_a_file_that_is_not_a_complete_pytorch_checkpoint_is_named(release_checkpoint, tmp_path, damage):
     path = release_checkpoint / "model.pt"
     if damage.startswith("truncated"):
         _truncated(path, legacy=damage.endswith("legacy format"))
+    elif damage.startswith("damaged"):
+        _damaged_legacy(path)
     else:
         path.write_text("" if damage == "empty file" else "w0 100\nw1 99\n")
     with pytest.raises(SystemExit) as error:
         convert_official_tupe.main(["--checkpoint", str(path), "--dict", str(release_checkpoint / "dict.txt"),
                                     "--out", str(tmp_path / "converted")])
     assert str(error.value) == (
-        f"tupe-convert-official: error: --checkpoint {path} ({path.stat().st_size} bytes) is not a "
-        "complete PyTorch checkpoint: it is truncated or not a file written by torch.save; pass the "
-        "release's model.pt (extract tupe_ckp.tar.gz again)")
+        f"tupe-convert-official: error: --checkpoint {path} ({path.stat().st_size} bytes) cannot be read as "
+        f"a PyTorch checkpoint: {DAMAGES[damage]}; pass the release's model.pt (extract tupe_ckp.tar.gz "
+        "again)")
+
+
+class RunsShell:
+    """Unpickled, it runs ``os.system`` (a module torch's weights-only loader blocks)."""
+
+    def __reduce__(self):
+        return os.system, ("true",)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_a_complete_crafted_checkpoint_is_refused_as_holding_objects_not_as_truncated(release_dir, tmp_path,
+                                                                                      legacy):
+    root, vocab = release_dir
+    path = save_release(root / "model.pt", release_state_dict(vocab))
+    state = torch.load(path, weights_only=False)
+    state["extra_state"]["note"] = RunsShell()
+    torch.save(state, path, _use_new_zipfile_serialization=not legacy)
+    with pytest.raises(SystemExit) as error:
+        convert_official_tupe.main(["--checkpoint", str(path), "--dict", str(root / "dict.txt"),
+                                    "--out", str(tmp_path / "converted")])
+    assert str(error.value) == (
+        f"tupe-convert-official: error: --checkpoint {path} holds objects a checkpoint does not hold "
+        f"({os.system.__module__}.system); it was not loaded: if you trust the file, rerun with "
+        "--allow-pickle")
 
 
 def test_command_line_reports_errors_without_a_traceback(release_dir, tmp_path):

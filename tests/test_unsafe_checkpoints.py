@@ -6,6 +6,7 @@ create a marker file."""
 import json
 import os
 import pathlib
+import pickle
 import re
 import shutil
 import subprocess
@@ -13,42 +14,97 @@ import subprocess
 import pytest
 import sentencepiece as spm
 import torch
+from fairseq import checkpoint_utils
 from conftest import REPO, VENV_BIN, test_data
 
 from tupe_plugin.fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load
 from tupe_plugin.squad import prepare as prepare_squad
 
 SQUAD = test_data("squad", "dev-v1.1.head.json")
-REFUSAL = "holds objects a checkpoint does not hold (getattr); it was not loaded: "
+REFUSAL = f"holds objects a checkpoint does not hold ({os.system.__module__}.system); it was not loaded: "
 
 
-class WritesMarker:
-    """Unpickled, it creates the file ``marker`` (what a crafted checkpoint could do instead)."""
+class RunsShell:
+    """Unpickled, it runs a shell that creates the file ``marker`` (``os.system``: a module torch blocks)."""
 
     def __init__(self, marker):
         self.marker = pathlib.Path(marker)
 
     def __reduce__(self):
+        return os.system, (f"touch '{self.marker}'",)
+
+
+class WritesMarker(RunsShell):
+    """Unpickled, it creates the file ``marker`` (a reducer: ``getattr`` of ``pathlib.Path.touch``)."""
+
+    def __reduce__(self):
         return pathlib.Path.touch, (self.marker,)
 
 
-def crafted(folder, legacy=False):
+class UnknownObject(RunsShell):
+    """An object of a class torch does not know; unpickled, its ``__setstate__`` creates ``marker``."""
+
+    def __reduce__(self):
+        return object.__reduce__(self)
+
+    def __setstate__(self, state):
+        pathlib.Path(state["marker"]).touch()
+
+
+# the payloads a crafted checkpoint holds, with the globals the refusal names
+PAYLOADS = {
+    "a blocked module": (RunsShell, [f"{os.system.__module__}.system"]),
+    "an unknown global": (UnknownObject, [f"{UnknownObject.__module__}.UnknownObject"]),
+    "a reducer": (WritesMarker, ["builtins.getattr", "pathlib.Path"]),
+}
+
+
+def crafted(folder, legacy=False, payload=RunsShell):
     """(the crafted checkpoint, the marker its unpickling would create) in ``folder``, beside its
     dict.txt."""
     state = torch.load(test_data("checkpoints", "tupe_r.pt"), weights_only=False)
     marker = folder / "MARKER"
-    state["extra_state"] = dict(state.get("extra_state") or {}, note=WritesMarker(marker))
+    state["extra_state"] = dict(state.get("extra_state") or {}, note=payload(marker))
     path = folder / "crafted.pt"
     torch.save(state, path, _use_new_zipfile_serialization=not legacy)
     shutil.copy(test_data("checkpoints", "dict.txt"), folder / "dict.txt")
     return path, marker
 
 
+@pytest.mark.parametrize("payload", PAYLOADS)
 @pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
-def test_the_loader_refuses_a_crafted_checkpoint_by_name_without_running_it(tmp_path, legacy):
-    path, marker = crafted(tmp_path, legacy)
-    with pytest.raises(UnsafeCheckpointError, match=rf"^--path {path} {re.escape(REFUSAL)}pass a "):
+def test_the_loader_refuses_a_crafted_checkpoint_by_name_without_running_it(tmp_path, legacy, payload):
+    kind, names = PAYLOADS[payload]
+    path, marker = crafted(tmp_path, legacy, kind)
+    with pytest.raises(pickle.UnpicklingError):  # the installed torch's own refusal, whatever its wording
+        torch.load(path, weights_only=True)
+    with pytest.raises(UnsafeCheckpointError) as refusal:
         load(path, "--path")
+    message = str(refusal.value)
+    held = re.fullmatch(rf"--path {re.escape(str(path))} holds objects a checkpoint does not hold \((.+)\); "
+                        r"it was not loaded: pass a checkpoint written by fairseq-train .*", message)
+    assert held and set(names) <= set(held.group(1).split(", ")), message
+    assert "\n" not in message and "weights_only" not in message
+    assert not marker.exists()
+    torch.load(path, weights_only=False)  # the payload does what the refusal prevents
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_a_damaged_pickle_is_not_called_unsafe(tmp_path, legacy):
+    path, _ = crafted(tmp_path, legacy)
+    data = path.read_bytes()
+    start = data.index(b"system")
+    path.write_bytes(data[:start] + b"\xff" * 8 + data[start + 8:])
+    with pytest.raises(Exception) as error:
+        load(path, "--path")
+    assert not isinstance(error.value, UnsafeCheckpointError), error.value
+
+
+def test_a_complete_legacy_checkpoint_holding_objects_is_not_called_truncated(tmp_path):
+    path, marker = crafted(tmp_path, legacy=True)
+    with pytest.raises(UnsafeCheckpointError, match=rf"^{re.escape(str(path))} {re.escape(REFUSAL)}"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
     assert not marker.exists()
 
 
@@ -130,4 +186,5 @@ def test_a_crafted_checkpoint_is_refused_in_one_line(wikitext_bin, tmp_path, rea
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     read = "pytorch_model.bin" if reader == "tupe-convert-hf" else path.name
     assert REFUSAL in lines[-1] and f"{read} holds" in lines[-1], result.stderr[-3000:]
+    assert "weights_only" not in result.stderr, result.stderr[-3000:]
     assert not marker.exists()

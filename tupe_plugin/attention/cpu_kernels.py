@@ -32,7 +32,8 @@ A dense mask (TUPE's untied product, key padding) is added to it. A learned mask
 its gradient in one buffer (``mask_gradient``, :mod:`.shared_mask_gradient`), on both kernels and the
 compiled backward: the first layer's backward computes its blocks' dS in the buffer, the others add theirs;
 where that buffer takes the gradient of a bias of the offset too, the kernel computes none. The explicit
-path of :mod:`.attend` is their step-by-step twin in the tests.
+path of :mod:`.attend` is their step-by-step twin in the tests, and the path for a gradient of a gradient
+(``create_graph=True``), which both kernels refuse (:class:`DoubleBackwardError`).
 """
 
 
@@ -254,6 +255,22 @@ def _biased(mask, offset):
     return offset is not None or (mask is not None and mask.dtype != torch.bool)
 
 
+class DoubleBackwardError(RuntimeError):
+    """A gradient of a gradient (``create_graph=True``) asked through a CPU attention kernel."""
+
+
+def _refuse_double_backward(kernel):
+    """Raise :class:`DoubleBackwardError` when this backward is asked to build a graph of its own: the
+    backward runs with gradients enabled only under ``create_graph=True``. Its arithmetic (the compiled
+    kernel, blocks written in place) has no gradient: torch would warn that the compiled op has no autograd
+    kernel and hand on gradients that are wrong (NaN a step later)."""
+    if torch.is_grad_enabled():
+        raise DoubleBackwardError(
+            f"a gradient of a gradient (create_graph=True) through the CPU attention kernel {kernel} is not "
+            "supported: its backward has no gradient of its own; run the forward on the explicit path "
+            "(need_attn=True: torch's operations, which have one) for second-order gradients")
+
+
 def _as_float32(*tensors):
     """The tensors (None kept) in float32 at least."""
     return tuple(None if t is None else t.to(torch.promote_types(t.dtype, torch.float32)) for t in tensors)
@@ -279,6 +296,7 @@ class BiasedFlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        _refuse_double_backward("BiasedFlashAttention")
         if len(ctx.saved_tensors) == 9:
             with torch.autocast("cpu", enabled=False):
                 return _offset_backward(ctx, grad_out)
@@ -462,6 +480,7 @@ class ChunkedAttention(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad_out):
+        _refuse_double_backward("ChunkedAttention")
         q, k, v, probs, keep, out, rows, edge_row, edge_col = ctx.saved_tensors
         # the probabilities are kept: the rows are laid out again only for their gradient, and not where a
         # shared buffer that takes it gives it from the summed dS (GatherMaskGradient)

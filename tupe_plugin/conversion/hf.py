@@ -53,7 +53,7 @@ from tupe_plugin.conversion import hf_import
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
-from tupe_plugin.fairseq_fixes.checkpoint_compat import load
+from tupe_plugin.fairseq_fixes.checkpoint_compat import load, unreadable_reason
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
 from tupe_plugin.user_input.memory_limits import beyond_memory
 from tupe_plugin.user_input.user_errors import UserError
@@ -210,8 +210,8 @@ def load_weights(hf_dir):
             state = load(path, "--hf-model", fix="save the model with save_pretrained (model.safetensors, or "
                          "a pytorch_model.bin of tensors)")
         except (pickle.UnpicklingError, EOFError, RuntimeError) as error:
-            raise HfCheckpointError(f"{path} is not a complete PyTorch state dict of tensors "
-                                    f"({str(error).splitlines()[0]}): download it again") from error
+            raise HfCheckpointError(f"{path} cannot be read as a PyTorch state dict of tensors "
+                                    f"({unreadable_reason(path)}): download it again") from error
         if not isinstance(state, dict):
             raise HfCheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
     weights = {}

@@ -17,7 +17,7 @@ the labels of its data's ``label/dict.txt``) and span head are exported; a check
 kind needs ``--head``. Every input is checked before anything is written, as fairseq-validate and the
 fine-tuning tools check it (the dictionary's fingerprint, the sentencepiece model, the checkpoint's
 checksums; an ``--out`` that is, holds or lies inside an input is refused, ``--force`` replaces only a
-previous export); the folder is written aside and moved into place.
+previous export that holds nothing else); the folder is written aside and moved into place.
 """
 
 import argparse
@@ -47,6 +47,10 @@ REMOTE_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_remot
 CODE_FILES = ("configuration_tupe.py", "modeling_tupe.py")
 TOKENIZER_CODE = "tokenization_tupe.py"
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
+# Every name an export writes (with tokenizer.json, or the custom tokenizer's code): --force replaces a folder
+# that holds no other
+EXPORT_FILES = frozenset({"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
+                          TOKENIZER_CODE, "vocab.txt", SENTENCEPIECE_MODEL, *CODE_FILES, "README.md"})
 AUTO_MAP = {
     "AutoConfig": "configuration_tupe.TupeConfig",
     "AutoModel": "modeling_tupe.TupeModel",
@@ -291,7 +295,8 @@ def is_export(folder):
 def check_output(out, force, inputs):
     """Refuse an ``out`` the export may not replace: a link or a file, a folder that is, holds or lies inside
     one of ``inputs`` ((name, path) pairs), a non-empty folder without ``force`` or, with it, one that is no
-    previous export."""
+    previous export or holds anything an export does not write (the user's notes: replacing the folder whole
+    would remove them)."""
     if os.path.islink(out):
         raise ExportError(f"--out {out} is a symbolic link: give the folder itself (the export replaces "
                           "--out whole)")
@@ -307,6 +312,12 @@ def check_output(out, force, inputs):
         if not is_export(out):
             raise ExportError(f"--out {out} holds files but no previous export (no config.json of a tupe "
                               "model): --force replaces only a previous export; choose another --out")
+        if others := sorted(set(os.listdir(out)) - EXPORT_FILES):
+            shown = ", ".join(name + ("/" if os.path.isdir(os.path.join(out, name)) else "")
+                              for name in others)
+            raise ExportError(f"--out {out} holds a previous export and {shown}, which an export does not "
+                              "write: --force replaces only the export's files; move them out of --out or "
+                              "choose another --out")
 
 
 def sibling_folder(out):

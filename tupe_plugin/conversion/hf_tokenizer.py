@@ -6,8 +6,10 @@ unigram model of Kudo, Subword Regularization, arXiv 1804.10959) as: the model's
 each looked up in ``dict.txt`` (a piece that is not there is ``<unk>``), framed as ``<s> A </s>`` or
 ``<s> A </s></s> B </s>``. The tokenizer.json holds the same steps: sentencepiece's precompiled character
 map, its whitespace rules (runs of spaces made one, none at either end, ``▁`` for a space and one in
-front), a unigram model whose ids are fairseq's dictionary order and whose scores are sentencepiece's
-(a symbol sentencepiece does not hold never wins), and that framing. As in every Hugging Face tokenizer,
+front), fairseq's split of the pieces at the characters Python reads as whitespace (dropped: the
+normalisation may keep some, NEL under nmt_nfkc, tabs under identity), a unigram model whose ids are
+fairseq's dictionary order and whose scores are sentencepiece's (a symbol sentencepiece does not hold
+never wins), and that framing. As in every Hugging Face tokenizer,
 the special tokens ``<s> <pad> </s> <unk> <mask>`` written in a text are read as those tokens (fairseq
 spells them out in pieces; its ``fill_mask`` reads ``<mask>`` too). Each step keeps the offsets into the
 original text.
@@ -21,6 +23,7 @@ symbols that sentencepiece does not hold (fairseq's ``madeupword`` padding); a d
 """
 
 import struct
+import sys
 from typing import NamedTuple
 
 # fairseq's framing of one sentence and of a pair (RobertaHubInterface.encode, sentence_prediction)
@@ -30,6 +33,10 @@ SPECIAL = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 # the score of a dictionary symbol sentencepiece does not hold: never the best segmentation
 FOREIGN_SCORE = -1e9
 NORMAL, USER_DEFINED, BYTE = 1, 4, 6
+# The characters at which fairseq's Dictionary splits the pieces (its tokenize_line: regex \s, then
+# str.split(), both Python's str.isspace): a normaliser may leave them in the text (NEL, U+0085, under
+# nmt_nfkc), and fairseq drops them, where sentencepiece made them a piece (<unk>) or part of one
+WHITESPACE = "".join(chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace())
 UNIGRAM = 1
 # texts whose encodings the built tokenizer must reproduce before it is written
 PROBES = (
@@ -42,6 +49,7 @@ PROBES = (
     "▁ a literal ▁, madeupword0000 and <un k>",
     "",
     "   ",
+    "a" + "a".join(WHITESPACE) + "a",  # every character at which fairseq splits, between letters
 )
 
 
@@ -130,7 +138,8 @@ def unsupported(model, vocabulary):
 
 def build(model, vocabulary):
     """The ``tokenizers.Tokenizer`` of ``model`` with fairseq's ids for ``vocabulary``."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, processors
+    from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                            processors)
 
     scores = {piece: score for piece, score, kind in model.pieces if kind in (NORMAL, BYTE)}
     pieces = [(symbol, scores.get(symbol, FOREIGN_SCORE)) for symbol in vocabulary]
@@ -143,6 +152,13 @@ def build(model, vocabulary):
     if model.add_dummy_prefix:
         steps.append(normalizers.Prepend("▁"))
     tokenizer.normalizer = normalizers.Sequence(steps)
+    if not model.byte_fallback:
+        # fairseq's split of the pieces at whitespace, before the segmentation: a character the model does
+        # not hold is a piece of its own (with the unknown characters next to it), so no piece spans it, and
+        # the text on each side is segmented as sentencepiece segments it. With byte fallback that character
+        # is byte pieces, which fairseq keeps, as tokenizers' byte fallback makes them.
+        separators = "".join(f"\\x{{{ord(character):x}}}" for character in WHITESPACE)
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{separators}]+"), behavior="removed")
     tokenizer.decoder = decoders.Metaspace(replacement="▁",
                                            prepend_scheme="always" if model.add_dummy_prefix else "never")
     tokenizer.post_processor = processors.TemplateProcessing(

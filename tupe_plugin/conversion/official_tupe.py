@@ -40,7 +40,7 @@ import torch
 
 from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.cli.prepared_folder import make_sibling_folder
-from tupe_plugin.fairseq_fixes.checkpoint_compat import load
+from tupe_plugin.fairseq_fixes.checkpoint_compat import load, unreadable_reason
 from tupe_plugin.models.architectures import SIZES
 from tupe_plugin.user_input.user_errors import UserError
 
@@ -114,8 +114,8 @@ def load_release(path, allow_pickle=False):
     """(state dict with float32 tensors, args Namespace or None) of a fairseq 0.8 checkpoint.
 
     The fork's training meters (``extra_state['train_meters']``) load as inert placeholders and are dropped.
-    A file in neither of torch.save's formats (a zip archive, formerly a pickle), or one that ends early, is
-    refused as not a complete PyTorch checkpoint.
+    A file torch cannot read is refused saying what it is: truncated (it ends before the data it announces),
+    damaged, or in neither of torch.save's formats (a zip archive, formerly a pickle).
     """
     with open(path, "rb") as f:
         pickled = f.read(1) == PICKLE_PROTOCOL_OPCODE
@@ -148,9 +148,8 @@ def load_release(path, allow_pickle=False):
 
 def _incomplete_checkpoint(path):
     return ReleaseCheckpointError(
-        f"--checkpoint {path} ({os.path.getsize(path)} bytes) is not a complete PyTorch checkpoint: it is "
-        "truncated or not a file written by torch.save; pass the release's model.pt (extract tupe_ckp.tar.gz "
-        "again)"
+        f"--checkpoint {path} ({os.path.getsize(path)} bytes) cannot be read as a PyTorch checkpoint: "
+        f"{unreadable_reason(path)}; pass the release's model.pt (extract tupe_ckp.tar.gz again)"
     )
 
 

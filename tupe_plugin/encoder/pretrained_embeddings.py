@@ -154,7 +154,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     """
     from fairseq.data import Dictionary
 
-    from ..fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load
+    from ..fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load, unreadable_reason
     from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 
     verify_checkpoint(path)
@@ -162,10 +162,10 @@ def read_checkpoint_vectors(path, dictionary_path=None):
         state = load(path, "--embed-init-path")
     except UnsafeCheckpointError:
         raise
-    except Exception as error:  # torch raises many types for a file that is not a checkpoint
+    except Exception:  # torch raises many types for a file that is not a checkpoint
         raise ValueError(
             f"--embed-init-path {path}: neither word2vec/GloVe text nor a readable fairseq checkpoint "
-            f"({type(error).__name__}: {error})"
+            f"({unreadable_reason(path)})"
         ) from None
     weights = state.get("model", {})
     key = next((k for k in CHECKPOINT_EMBEDDING_KEYS if k in weights), None)

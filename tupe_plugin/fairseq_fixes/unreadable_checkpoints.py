@@ -14,7 +14,7 @@ import zipfile
 
 from fairseq import checkpoint_utils
 from ..user_input.user_errors import UserError
-from .checkpoint_compat import UnsafeCheckpointError, load
+from .checkpoint_compat import UnsafeCheckpointError, load, unreadable_reason
 from .checkpoint_integrity import verify_checkpoint
 
 
@@ -42,13 +42,14 @@ def load_checkpoint_to_cpu(path, *args, **kwargs):
 
 def raise_if_unreadable(path, err):
     """Raise :class:`UnreadableCheckpointError` from ``err`` when ``path`` is a local file that is no
-    complete zip archive (the plugin's other readers of checkpoints call this on a failed load); a file
-    refused as unsafe (a legacy pickle may be one) is left to that refusal."""
+    complete zip archive (the plugin's other readers of checkpoints call this on a failed load), saying
+    what it is (truncated, damaged, not torch's); a file refused as unsafe (a legacy pickle may be one)
+    is left to that refusal."""
     if isinstance(err, UnsafeCheckpointError) or not os.path.isfile(path) or zipfile.is_zipfile(path):
         return
     raise UnreadableCheckpointError(
-        f"{path} ({os.path.getsize(path)} bytes) is not a complete checkpoint: it is truncated or "
-        "not a file written by torch.save. Resume or fine-tune from another checkpoint of the run "
+        f"{path} ({os.path.getsize(path)} bytes) cannot be read as a checkpoint: {unreadable_reason(path)}. "
+        "Resume or fine-tune from another checkpoint of the run "
         "(--restore-file SAVE_DIR/checkpoint_EPOCH_UPDATES.pt) and remove or replace this one"
     ) from err
 

@@ -5,7 +5,8 @@ fairseq applies fairseq-validate's ``--model-overrides`` (and the ``arg_override
 of the checkpoint (a typo) was set and never read, and a setting that only gave a tensor stored in the
 checkpoint its starting value (FIRE's learned threshold, RoPE's frequencies) was undone without a word
 when the weights loaded. Both are refused as the checkpoint is read, and so is a value a model flag does not
-take (``{'max_positions': 'abc'}``, an ``attention_backend`` that does not exist), naming what it takes.
+take (``{'max_positions': 'abc'}``, an ``attention_backend`` that does not exist), naming what it takes, and
+another ``arch`` (fairseq builds the model the checkpoint's config names: the override was set, never read).
 The settings an override changes, other than those meant to change at evaluation
 (:data:`MAY_CHANGE_AT_EVALUATION`) and the loaders' own (``load_checkpoint_heads``, which
 ``from_pretrained`` sets, and the other flags that only initialise a new model), are handed to the check of
@@ -48,6 +49,10 @@ MAY_CHANGE_AT_EVALUATION = (
     "encoder_layers_to_keep", "max_positions", "checkpoint_activations", "offload_activations",
     "min_params_to_wrap", "attention_backend", *registry.evaluation_options(),
 )
+
+# The keys naming the checkpoint's architecture: fairseq builds the model its config names (``_name``) with
+# the settings the architecture filled in when it was trained; an override of them sets a value no one reads.
+ARCHITECTURE_KEYS = {"arch", "_name"}
 
 _fairseq_overwrite_args_by_name = checkpoint_utils.overwrite_args_by_name
 _fairseq_load_checkpoint_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
@@ -136,6 +141,7 @@ def overwrite_args_by_name(cfg, overrides):
         model = _settings(cfg.get("model"))
         in_use = settings_in_use(model)
         _read.update(known=known, flags=flags, saved={key: in_use.get(key) for key in overrides},
+                     arch=in_use.get("arch") or model.get("_name"),
                      unset={key for key in overrides  # an option added since has its value as trained
                             if model.get(key) is None and key not in BEFORE_RELEASED_FORMS})
     _fairseq_overwrite_args_by_name(cfg, overrides)
@@ -161,6 +167,13 @@ def check_overrides(path, overrides, weights):
                 f"{overrides_named({key: value})}: {key!r} is no setting of {path}"
                 f"{f' (did you mean {close[0]!r}?)' if close else ''}; it would be ignored: correct it or "
                 "drop it")
+    for key in ARCHITECTURE_KEYS & overrides.keys():
+        if overrides[key] != _read["arch"]:
+            raise OverrideError(
+                f"{overrides_named({key: overrides[key]})}: {path} is a {_read['arch']} checkpoint and an "
+                "override cannot change its architecture (the model is built from the checkpoint's "
+                "settings); it would be ignored: drop it, and set a setting of the architecture by its own "
+                "key ({'rel_pos': ...}) where it may change")
     changed = {key: (_read["saved"].get(key), value) for key, value in overrides.items()
                if key in _read["flags"] and _read["saved"].get(key) != value}
     for key in changed.keys() & STARTING_VALUES.keys():

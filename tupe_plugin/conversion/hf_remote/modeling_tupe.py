@@ -566,12 +566,33 @@ class TupeEmbeddings(nn.Module):
         return self.dropout(x)
 
 
+# The weights of the task heads: a model class without one leaves the file's (the encoder alone leaves the
+# masked-LM head's), and one the file lacks is new (a classifier to fine-tune).
+HEAD_WEIGHTS = ("lm_head.", "classifier.", "qa_outputs.")
+
+
 class TupePreTrainedModel(PreTrainedModel):
     config_class = TupeConfig
     config: TupeConfig
     base_model_prefix = "tupe"
     _supports_sdpa = True
     _supports_attention_backend = False
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' loader; encoder weights of the file that the config does not describe, or that it
+        describes and the file lacks, are a ValueError naming them (transformers would only report them,
+        as weights that "can be ignored" or new ones, and compute other outputs)."""
+        wanted = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        for keys, problem in ((info["unexpected_keys"], "holds weights its config.json does not describe"),
+                              (info["missing_keys"], "lacks weights its config.json describes")):
+            encoder = sorted(key for key in keys if not key.startswith(HEAD_WEIGHTS))
+            if encoder:
+                shown = ", ".join(encoder[:3]) + (f" and {len(encoder) - 3} more" if len(encoder) > 3 else "")
+                raise ValueError(f"the export {problem} ({shown}): config.json was edited or is another "
+                                 "export's; export the checkpoint again with tupe-export-hf")
+        return (model, info) if wanted else model
 
 
 class TupeModel(TupePreTrainedModel):
