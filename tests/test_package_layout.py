@@ -1,5 +1,5 @@
-"""The package's layout: encodings -> attention -> encoder, imports downward only, no import circle, and
-docs/layout.md listing exactly the modules there are."""
+"""The package's layout: terms -> encodings, attention -> encoder, imports downward only, no import circle,
+and docs/layout.md listing exactly the modules there are."""
 
 import ast
 import os
@@ -13,11 +13,13 @@ GRAPH = import_graph(package_sources())
 
 # what each room may import of the plugin, besides itself
 MAY_IMPORT = {
-    "tupe_plugin.encodings": ("tupe_plugin.user_errors", "tupe_plugin.command_hints",
+    "tupe_plugin.terms": (),
+    "tupe_plugin.encodings": ("tupe_plugin.terms", "tupe_plugin.user_errors", "tupe_plugin.command_hints",
                               "tupe_plugin.cli_types", "tupe_plugin.memory_limits"),
-    "tupe_plugin.attention": (),
-    "tupe_plugin.encoder": ("tupe_plugin.encodings", "tupe_plugin.attention", "tupe_plugin.fairseq_fixes",
-                            "tupe_plugin.path_checks", "tupe_plugin.command_hints"),
+    "tupe_plugin.attention": ("tupe_plugin.terms",),
+    "tupe_plugin.encoder": ("tupe_plugin.terms", "tupe_plugin.encodings", "tupe_plugin.attention",
+                            "tupe_plugin.fairseq_fixes", "tupe_plugin.path_checks",
+                            "tupe_plugin.command_hints"),
 }
 
 
