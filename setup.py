@@ -16,7 +16,7 @@ COMMANDS = {
     "tupe-export-hf": "tupe_plugin.conversion.hf_export",
     "tupe-build-corpus": "tupe_plugin.corpus.build",
     "tupe-train-spm": "tupe_plugin.corpus.train_spm",
-    "tupe-show-progress": "tupe_plugin.progress",
+    "tupe-show-progress": "tupe_plugin.cli.progress",
 }
 
 setup(

@@ -1,12 +1,13 @@
-"""The analysis writes only into a folder it owns, and its table never prints a non-zero value as 0.000."""
+"""The analysis writes only into a folder it owns; its table never prints a non-zero value as 0.000, prints
+each column in one format and names the sections that do not apply on one line."""
 
 import json
 import math
 
 import pytest
 
-from tupe_plugin.analysis.report import (OutputFolderError, SectionResult, claim_output_folder,
-                                         format_table)
+from tupe_plugin.analysis.report import (TABLE_COLUMNS, OutputFolderError, SectionResult,
+                                         claim_output_folder, format_table)
 
 REPORT = "positions.json"
 
@@ -82,32 +83,39 @@ def test_table_prints_nan_as_nan():
     assert format_table([result]).splitlines()[-1].split()[2] == "nan"
 
 
-def drawn_figure(monkeypatch):
-    from tupe_plugin.analysis import figures
-
-    drawn = []
-    monkeypatch.setattr(figures, "_save", lambda figure, path: drawn.append(figure) or str(path))
-    return figures, drawn
-
-
-def test_signed_heatmaps_share_one_diverging_scale_centred_on_zero(monkeypatch, tmp_path):
-    figures, drawn = drawn_figure(monkeypatch)
-    matrices = [[[0.5, -2.0], [1.0, 0.0]], [[0.1, 0.2], [-0.3, 0.05]]]
-    figures.per_head_heatmaps(matrices, "t", tmp_path / "x.png", signed=True)
-    images = [axes.images[0] for axes in drawn[0].axes if axes.images]
-    assert [image.get_clim() for image in images] == [(-2.0, 2.0)] * 2
-    assert {image.get_cmap().name for image in images} == {"RdBu_r"}
+def table_column(rows, key="translation_invariance_violation"):
+    """The printed cells of column ``key`` for a section of ``rows`` ({key: value})."""
+    result = SectionResult("s", "title")
+    for index, row in enumerate(rows):
+        result.add_row(f"m{index}", row)
+    column = [k for k, _ in TABLE_COLUMNS].index(key)
+    return [line.split()[2 + column] for line in format_table([result]).splitlines()[2:]]
 
 
-def test_unsigned_heatmaps_keep_their_own_scale(monkeypatch, tmp_path):
-    figures, drawn = drawn_figure(monkeypatch)
-    figures.per_head_heatmaps([[[0.0, 1.0], [1.0, 0.0]], [[0.0, 3.0], [3.0, 0.0]]], "t", tmp_path / "x.png")
-    assert [a.images[0].get_clim() for a in drawn[0].axes if a.images] == [(0.0, 1.0), (0.0, 3.0)]
+def test_table_prints_a_column_in_one_format_when_one_value_is_small():
+    assert table_column([{"translation_invariance_violation": 0.888},
+                         {"translation_invariance_violation": 0.0005}]) == ["8.88e-01", "5.00e-04"]
 
 
-def test_t5_profile_axis_is_linear_over_the_exact_distances(monkeypatch, tmp_path):
-    figures, drawn = drawn_figure(monkeypatch)
-    offsets = list(range(-20, 21))
-    figures.per_head_profiles(offsets, [offsets, offsets], "t", tmp_path / "x.png", "b", linear_within=8)
-    panels = [a for a in drawn[0].axes if a.lines]
-    assert all(a.get_xscale() == "symlog" and a.xaxis.get_transform().linthresh == 8 for a in panels)
+@pytest.mark.parametrize("windows, printed", [([3, 0], ["3", "0"]), ([0.25, 1], ["0.25", "1.00"])])
+def test_window_columns_print_whole_windows_or_two_decimals_for_means_over_heads(windows, printed):
+    rows = [{"decreasing_window_forward": w} for w in windows]
+    assert table_column(rows, "decreasing_window_forward") == printed
+
+
+def test_table_leaves_out_sections_that_do_not_apply_and_names_them_on_one_line():
+    measured = SectionResult("measured", "title")
+    measured.add_row("m", {"translation_invariance_violation": 0.5})
+    missing = [SectionResult.not_applicable(name, "title", f"has no {name}") for name in ("t5_bias", "alibi")]
+    lines = format_table([missing[0], measured, missing[1]]).splitlines()
+    assert [line.split(":")[0] for line in lines[2:-1]] == ["measured"]
+    assert lines[-1] == "not applicable (positions.json says why): t5_bias, alibi"
+
+
+def test_earlier_report_vector_files_and_arrays_are_removed(tmp_path):
+    out = tmp_path / "analysis"
+    earlier_report(out, ["content_free_term"])
+    (out / "content_free_term.pdf").write_bytes(b"%PDF-")
+    (out / "positions.npz").write_bytes(b"PK")
+    claim_output_folder(str(out), REPORT)
+    assert list(out.iterdir()) == []

@@ -10,7 +10,7 @@ import torch
 from conftest import build_model, test_data
 from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
-from tupe_plugin.checkpoint_config import saved_model_config
+from tupe_plugin.checkpoints.checkpoint_config import saved_model_config
 from tupe_plugin.encodings.position_config import BEFORE_RELEASED_FORMS, DEFAULTS
 from tupe_plugin.policies.restore_architecture import carry_checkpoint_architecture
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from conftest import build_model
 
-from tupe_plugin.command_hints import current_command, input_length_fix, model_setting
 from tupe_plugin.models.checkpoint_guards import check_checkpoint
+from tupe_plugin.user_input.command_hints import current_command, input_length_fix, model_setting
 
 VALIDATE = ["/x/.venv/bin/fairseq-validate", "/x/.venv/lib/python3.11/site-packages/fairseq_cli/validate.py",
             "fairseq-eval-lm"]

@@ -184,7 +184,7 @@ def test_relative_projections_carry_the_released_biases(flags, biases, dictionar
 @pytest.mark.parametrize("flags, message", [
     (dict(deberta_share_att_key=True, deberta_rel_proj_bias="both"),
      "--deberta-rel-proj-bias both with --deberta-share-att-key"),
-    (dict(rel_pos="t5", deberta_p2c="paper"), "--deberta-p2c is an option of --rel-pos deberta"),
+    (dict(rel_pos="t5", deberta_p2c="paper"), "--deberta-p2c is an option of DeBERTa; add --rel-pos deberta"),
     (dict(rel_pos="t5", deberta_table_norm=True), "--deberta-table-norm is an option of DeBERTa"),
 ])
 def test_deberta_options_are_refused_where_they_cannot_apply(flags, message, dictionary):

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from tupe_plugin.analysis import cli as analyze_positions
-from tupe_plugin.extras import MissingExtraError, require
+from tupe_plugin.cli.extras import MissingExtraError, require
 from tupe_plugin.study import cli as study
 from tupe_plugin.study.launchers import SubmititLauncher
 

@@ -1,8 +1,8 @@
-"""tupe_plugin.fairseq_logs: the fields of fairseq-train's log lines and the nan policy of evaluations."""
+"""tupe_plugin.cli.fairseq_logs: the fields of fairseq-train's log lines and the nan policy of evaluations."""
 
 import pytest
 
-from tupe_plugin.fairseq_logs import evaluations, train_inner_lines, valid_lines
+from tupe_plugin.cli.fairseq_logs import evaluations, train_inner_lines, valid_lines
 
 VALID = "2026-01-01 00:00:00 | INFO | valid | epoch 00{0} | valid on 'valid' subset | loss 0.7 | mcc {1} | " \
         "num_updates {0}\n"

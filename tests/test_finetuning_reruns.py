@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import test_data
 
-from tupe_plugin.finetuning import train_recorded
+from tupe_plugin.downstream.finetuning import train_recorded
+from tupe_plugin.downstream.run_record import data_conflict, data_fingerprint, setting_changes
 from tupe_plugin.glue import finetune as finetune_glue
-from tupe_plugin.run_record import data_conflict, data_fingerprint, setting_changes
 from tupe_plugin.squad import finetune as finetune_squad
 
 CHECKPOINT = test_data("checkpoints", "tupe_r.pt")  # a masked_lm run of --arch tupe_r_tiny

@@ -12,13 +12,13 @@ import torch
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import VENV_BIN, test_data
 
+from tupe_plugin.downstream.finetuning import pretrained_architecture
+from tupe_plugin.downstream.run_record import data_fingerprint
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import NotAFairseqCheckpointError
-from tupe_plugin.finetuning import pretrained_architecture
 from tupe_plugin.glue import prepare as prepare_glue
+from tupe_plugin.glue import scores as collect_glue_scores
 from tupe_plugin.glue.finetune import main as finetune_glue_main
 from tupe_plugin.glue.tasks import GLUE_TASKS
-from tupe_plugin.glue import scores as collect_glue_scores
-from tupe_plugin.run_record import data_fingerprint
 
 GLUE = ("SST-2", "CoLA", "MRPC", "RTE", "STS-B")
 FINETUNED = ("SST-2", "STS-B")

@@ -18,11 +18,11 @@ from conftest import test_data
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.conversion import hf_export
 from tupe_plugin.conversion.hf import convert
 from tupe_plugin.conversion.hf_export import ExportError, export
 from tupe_plugin.conversion.official_tupe import converted_state
-from tupe_plugin.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.models import TupeRobertaModel
 
 SIZE = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-attention-heads", "4",

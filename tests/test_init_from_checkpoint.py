@@ -18,7 +18,7 @@ from fairseq import checkpoint_utils, options
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from tupe_plugin.checkpoint_config import saved_model_config
+from tupe_plugin.checkpoints.checkpoint_config import saved_model_config
 from tupe_plugin.models.checkpoint_guards import CheckpointMismatchError, DictionaryMismatchError
 from tupe_plugin.models.checkpoint_init import read_checkpoint
 from tupe_plugin.policies.restore_architecture import ArchitectureMismatchError, prepare_training

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from tupe_plugin.path_checks import path_problem
+from tupe_plugin.user_input.path_checks import path_problem
 
 
 def test_path_problem_says_what_the_path_is_instead(tmp_path):

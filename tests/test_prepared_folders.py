@@ -8,8 +8,8 @@ import os
 import pytest
 from conftest import test_data
 
+from tupe_plugin.cli.prepared_folder import MANIFEST
 from tupe_plugin.glue import prepare as prepare_glue
-from tupe_plugin.prepared_folder import MANIFEST
 from tupe_plugin.squad import prepare as prepare_squad
 
 

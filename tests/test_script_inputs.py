@@ -11,7 +11,6 @@ from fairseq import options
 
 from tupe_plugin.analysis import cli as analyze_positions
 from tupe_plugin.analysis import export_embeddings
-from tupe_plugin.cli_types import finite_float
 from tupe_plugin.corpus import build as build_corpus
 from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.glue import finetune as finetune_glue
@@ -22,6 +21,7 @@ from tupe_plugin.squad import evaluate as evaluate_squad
 from tupe_plugin.squad import finetune as finetune_squad
 from tupe_plugin.squad import prepare as prepare_squad
 from tupe_plugin.study import extrapolation
+from tupe_plugin.user_input.cli_types import finite_float
 
 
 def refused(main, argv, capsys):

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from tupe_plugin import progress as show_progress
+from tupe_plugin.cli import progress as show_progress
 
 LOG = [
     "2024 | INFO | fairseq_cli.train | begin training epoch 1\n",

@@ -11,7 +11,7 @@ import pytest
 from cli import logged_losses, run_fairseq, train_inner_losses
 from conftest import VENV_BIN, test_data
 
-from tupe_plugin.run_record import data_fingerprint
+from tupe_plugin.downstream.run_record import data_fingerprint
 from tupe_plugin.squad import prepare as prepare_squad
 from tupe_plugin.squad.metric import evaluate
 

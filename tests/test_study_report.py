@@ -42,12 +42,24 @@ def finish(job, seconds, files):
 
 
 def positions_json(job, ti):
+    """A positions.json of one section and its figure's numbers (positions.npz) as the analysis writes
+    them: a 4 x 4 matrix of dot products and its profiles."""
     figure = os.path.join(job.folder, "analysis", "absolute_position_dot_products.png")
     os.makedirs(os.path.dirname(figure), exist_ok=True)
     plt.imsave(figure, np.eye(4))
+    np.savez(os.path.join(job.folder, "analysis", "positions.npz"), **{
+        f"absolute_position_dot_products/{key}": value for key, value in {
+            "matrix": np.eye(4) * ti, "positions": np.arange(4), "profile_offsets": np.arange(4),
+            "profile_0": np.array([ti, 0.0, 0.0, 0.0]), "profile_1": np.array([ti, 0.0, 0.0, 0.0]),
+            "label": np.array("learned APE")}.items()})
+    plot = {"figure": "absolute_position_dot_products", "kind": "heatmap_with_profile",
+            "title": "dot products",
+            "options": {"signed": True, "curves": ["ψ(+m)", "ψ(-m)"], "heatmap_title": "<p_x, p_y>",
+                        "xlabel": "position y", "ylabel": "position x", "profile_ylabel": "mean dot product"}}
     return json.dumps({"sections": {
         "absolute_position_dot_products": {
-            "title": "dot products", "applies": True, "figures": [figure], "metrics": {},
+            "title": "dot products", "applies": True, "figures": [figure], "metrics": {}, "plots": [plot],
+            "captions": ["one diverging colour scale"],
             "rows": [{"label": "learned APE", "translation_invariance_violation": ti,
                       "monotonicity_forward": 0.5, "monotonicity_backward": 0.4,
                       "symmetry_violation": 0.0, "offset_asymmetry": 0.0}]},
@@ -200,6 +212,13 @@ def test_figures_are_written_and_linked(written):
     for name in ("pretrain_valid_loss.png", "analysis_absolute_position_dot_products.png"):
         assert os.path.isfile(os.path.join(paths["figures"], name))
         assert f"](figures/{name})" in text
+
+
+def test_analysis_figure_is_drawn_from_every_archs_numbers_with_its_caption(written):
+    report, text, _ = written
+    path, caption = report["figures"]["analysis"]["absolute_position_dot_products"]
+    assert caption.startswith("one diverging colour scale shared by the 2 heatmaps of the 2 models")
+    assert f"*absolute_position_dot_products*: {caption}" in text
 
 
 def test_failed_job_leaves_its_cells_empty_and_names_its_log(study, tmp_path):

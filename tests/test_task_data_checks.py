@@ -8,14 +8,14 @@ import pytest
 from conftest import _Task, build_model, test_data
 from fairseq.data import Dictionary
 
+from tupe_plugin.checkpoints.vocabulary import (DictionaryFitError, check_dictionary_symbols,
+                                                check_unknown_pieces, word_indices)
 from tupe_plugin.glue import prepare as prepare_glue
 from tupe_plugin.glue.tasks import GLUE_TASKS
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.task_checks import LabelCountError
 from tupe_plugin.squad import evaluate as evaluate_squad
 from tupe_plugin.squad import prepare as prepare_squad
-from tupe_plugin.vocabulary import (DictionaryFitError, check_dictionary_symbols, check_unknown_pieces,
-                                    word_indices)
 
 
 def glue_file(tmp_path, task, rows, header=True, extra_lines=()):

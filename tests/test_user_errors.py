@@ -5,7 +5,7 @@ import sys
 
 import pytest
 from conftest import REPO
-from tupe_plugin.user_errors import TRACEBACK_VARIABLE, UserError, user_error_in
+from tupe_plugin.user_input.user_errors import TRACEBACK_VARIABLE, UserError, user_error_in
 
 SCRIPT = """
 import tupe_plugin

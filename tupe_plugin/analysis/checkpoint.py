@@ -5,8 +5,8 @@ import os
 from fairseq import checkpoint_utils, tasks
 
 from ..models import TupeRobertaModel
-from ..path_checks import path_problem
-from ..user_errors import UserError
+from ..user_input.path_checks import path_problem
+from ..user_input.user_errors import UserError
 
 
 class CheckpointError(UserError, ValueError):

@@ -2,11 +2,11 @@
 
     tupe-analyze --path checkpoints/checkpoint_last.pt --out analysis/
 
-Writes one PNG per section that applies to the architecture, ``positions.json`` with every
-number (sections that do not apply say why), and prints a short table. ``--out`` is a new or empty
-folder, or one an earlier analysis wrote: its figures and report are replaced, other files are kept.
-The sections, the
-matrices and the metrics are defined in docs/analysis.md.
+Writes the figures of each section that applies to the architecture (PNG, with a PDF beside it),
+``positions.json`` with every number (sections that do not apply say why), ``positions.npz`` with the
+figures' arrays (a study draws its comparisons from them), and prints a short table. ``--out`` is a
+new or empty folder, or one an earlier analysis wrote: its figures and report are replaced, other files
+are kept. The sections, the matrices and the metrics are defined in docs/analysis.md.
 """
 
 import argparse
@@ -18,11 +18,12 @@ import torch
 
 from tupe_plugin.analysis.checkpoint import CheckpointError, load_checkpoint
 from tupe_plugin.analysis.embedding_section import embeddings_vs_positions
+from tupe_plugin.analysis.figures import VECTOR_FORMAT
 from tupe_plugin.analysis.position_matrices import has_learned_table
 from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
-from tupe_plugin.analysis.report import (AnalysisContext, OutputFolderError, claim_output_folder,
-                                         format_table, run_sections, write_json)
-from tupe_plugin.extras import MissingExtraError, require
+from tupe_plugin.analysis.report import (AnalysisContext, OutputFolderError, arrays_path,
+                                         claim_output_folder, format_table, run_sections, write_json)
+from tupe_plugin.cli.extras import MissingExtraError, require
 from tupe_plugin.fairseq_fixes.checkpoint_integrity import CorruptCheckpointError
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
 from tupe_plugin.models.checkpoint_guards import DictionaryMismatchError
@@ -106,11 +107,12 @@ def main(argv=None):
     report = write_json(context, results, os.path.join(args.out, REPORT_NAME), args.path)
     print(f"{arch}, positions 0..{seq_len - 1}, {args.path}")
     print(format_table(results))
-    print(f"\nfigures and {REPORT_NAME} in {os.path.abspath(args.out)}:")
+    print(f"\nfigures (PNG, each with a {VECTOR_FORMAT.upper()} beside it) and {REPORT_NAME} in "
+          f"{os.path.abspath(args.out)}:")
     for result in results:
-        for figure in result.figures:
-            print(f"  {figure}")
-    print(f"  {report}")
+        for figure, caption in zip(result.figures, result.captions):
+            print(f"  {figure}\n    {caption}")
+    print(f"  {report}\n  {arrays_path(report)} (the figures' numbers)")
     return 0
 
 

@@ -11,10 +11,10 @@ import logging
 import os
 import sys
 
-from tupe_plugin.cli_types import finite_float
 from tupe_plugin.encoder.pretrained_embeddings import read_checkpoint_vectors
-from tupe_plugin.overwritten_inputs import overwritten_input
-from tupe_plugin.user_errors import UserError
+from tupe_plugin.user_input.cli_types import finite_float
+from tupe_plugin.user_input.overwritten_inputs import overwritten_input
+from tupe_plugin.user_input.user_errors import UserError
 
 
 def own_flags(message, checkpoint):

@@ -11,8 +11,8 @@ draws or measures. Shapes: H heads, T positions 0..T-1 (position 0 holds <s> = [
 
 import torch
 
+from ..checkpoints.vocabulary import word_indices
 from ..encodings.sinusoid import Sinusoid, initial_frequencies
-from ..vocabulary import word_indices
 
 
 def positional_encoder(model):

@@ -1,13 +1,14 @@
 """The sections of the position report: what each position encoding learned.
 
 Each function is a report section (see :mod:`report`): it takes the matrices of
-:mod:`position_matrices`, draws them with :mod:`figures` and measures them with
+:mod:`position_matrices`, draws them with :mod:`figures` (through :meth:`SectionResult.draw`, which keeps
+their numbers for a study's comparison) and measures them with
 :mod:`position_metrics`, or says why it does not apply to the model's architecture.
 """
 
 import numpy as np
 
-from . import figures
+from ..encodings.relative_position import exact_distances
 from . import position_matrices as pm
 from .position_metrics import (
     offset_asymmetry,
@@ -45,6 +46,12 @@ def _per_head_metrics(result, matrices, first, window, label):
     result.add_row(f"{label} (mean of {len(heads)} heads)", mean)
 
 
+def _with_profile(matrix, positions, offsets, forward, backward):
+    """The arrays of a heatmap-with-profile figure: the matrix and its forward and backward profiles."""
+    return {"matrix": matrix, "positions": positions, "profile_offsets": offsets,
+            "profile_0": forward, "profile_1": backward}
+
+
 def _profiles(matrix):
     """psi(+m) and psi(-m) for m = 0..T-1 of a (T, T) matrix."""
     reach = matrix.shape[0]
@@ -64,9 +71,9 @@ def content_free_term(context):
     result = SectionResult(name, title)
     matrices = _numpy(term)
     first = _first_measured(context)
-    result.figures.append(figures.per_head_heatmaps(
-        matrices, f"{context.arch}: {title}", context.figure_path(name), signed=True
-    ))
+    result.draw(context, name, "heads_heatmaps", title,
+                {"matrices": matrices, "positions": np.arange(matrices.shape[-1]), "measured_from": first},
+                signed=True)
     _per_head_metrics(result, matrices, first, context.window, "v_ij")
     if first:
         result.metrics["cls_reset"] = {
@@ -74,11 +81,6 @@ def content_free_term(context):
             "theta_2_to_cls": matrices[:, 1, 0].tolist(),
         }
     return result
-
-
-def _exact_distances(model):
-    """T5's exact distances per direction (buckets // 4 for bidirectional buckets), at least 1."""
-    return max(1, pm.position_config(model).rel_pos_buckets // 4)
 
 
 def t5_bias(context):
@@ -95,20 +97,16 @@ def alibi_bias(context):
                                   "has no alibi bias")
 
 
-DISTANCE_BIAS_TITLES = {
-    "kerple-log": "KERPLE bias -r1_h log(1 + r2_h |j - i|) per head",
-    "kerple-power": "KERPLE bias -r1_h |j - i|^r2_h per head",
-    "sandwich": "Sandwich bias S (p_i . p_j - d'/2) / (8h/H) per head",
-    "fire": "FIRE bias f(psi(|j - i|) / psi(max(L, T))) per head",
-}
-
-
 def distance_bias(context):
-    """KERPLE (Chi et al. 2022), Sandwich (Chi et al. 2023), FIRE (Li et al. 2023): the bias against the
-    offset j - i, per head (learned for KERPLE and FIRE)."""
-    rel_pos = pm.position_config(context.model).rel_pos
-    title = DISTANCE_BIAS_TITLES.get(rel_pos, "KERPLE / Sandwich / FIRE bias per head")
-    return _relative_bias_section(context, rel_pos in DISTANCE_BIAS_TITLES, "distance_bias", title,
+    """KERPLE (Chi et al. 2022), Sandwich (Chi et al. 2023), FIRE (Li et al. 2023), or any other registered
+    bias of the distance but ALiBi's (a section of its own): the bias against the offset j - i, per head;
+    its title is the encoding's description."""
+    config = pm.position_config(context.model)
+    encoding = next((encoding for encoding in config.encodings() if encoding.kind == "distance_bias"), None)
+    applies = config.distance_bias and not config.alibi
+    title = f"{encoding.label} bias per head: {encoding.summary}" if applies \
+        else "KERPLE / Sandwich / FIRE bias per head"
+    return _relative_bias_section(context, applies, "distance_bias", title,
                                   "has no kerple, sandwich or fire bias")
 
 
@@ -118,10 +116,9 @@ def _relative_bias_section(context, applies, name, title, missing):
         return _not_applicable(context, name, title, missing)
     offsets, bias = (_numpy(t) for t in found)
     result = SectionResult(name, title)
-    result.figures.append(figures.per_head_profiles(
-        offsets, bias, f"{context.arch}: {title}", context.figure_path(name), ylabel="bias b",
-        linear_within=_exact_distances(context.model),
-    ))
+    exact = exact_distances(pm.position_config(context.model))
+    result.draw(context, name, "heads_profiles", title,
+                {"offsets": offsets, "values": bias, "linear_within": exact}, ylabel="bias b")
     zero = len(offsets) // 2
     heads = []
     for values in bias:
@@ -153,11 +150,9 @@ def disentangled_profiles(context):
     zero = len(offsets) // 2
     for which, label in ((0, "c2p q_i . K^r_d(i,j)"), (1, "p2c k_j . Q^r_d(j,i)")):
         per_head = profiles[:, which].mean(0)
-        result.figures.append(figures.per_head_profiles(
-            offsets, per_head, f"{context.arch}: {label}, mean of {len(profiles)} layers, "
-            f"{context.probe_samples} sentences", context.figure_path(f"{name}_{label[:3]}"),
-            ylabel="mean scaled logit term",
-        ))
+        result.draw(context, f"{name}_{label[:3]}", "heads_profiles",
+                    f"{label}, mean of {len(profiles)} layers, {context.probe_samples} sentences",
+                    {"offsets": offsets, "values": per_head}, ylabel="mean scaled logit term")
         layers = []
         for layer in profiles[:, which]:
             forward, backward = layer.mean(0)[zero:], layer.mean(0)[zero::-1]
@@ -180,12 +175,11 @@ def rotary_profile(context):
     matrix = _numpy(matrix)
     forward, backward = _profiles(matrix)
     result = SectionResult(name, title)
-    result.figures.append(figures.heatmap_with_profile(
-        matrix, np.arange(len(matrix)), np.arange(len(forward)),
-        {"ψ(+m)": forward, "ψ(-m)": backward}, f"{context.arch}: {title}", context.figure_path(name),
-        heatmap_title="ψ(j - i) = mean_k cos(θ_k (j - i))", xlabel="key position j",
-        ylabel="query position i", profile_ylabel="ψ(m)",
-    ))
+    result.draw(context, name, "heatmap_with_profile", title,
+                _with_profile(matrix, np.arange(len(matrix)), np.arange(len(forward)), forward, backward),
+                signed=True, curves=["ψ(+m)", "ψ(-m)"], symbol="ψ",
+                heatmap_title="ψ(j - i) = mean_k cos(θ_k (j - i))", xlabel="key position j",
+                ylabel="query position i", profile_ylabel="ψ(m)")
     properties = property_metrics(matrix, context.window)
     result.metrics.update(properties=properties, psi_forward=forward.tolist())
     result.add_row("ψ(j - i)", properties)
@@ -201,9 +195,8 @@ def first_layer_position_correlation(context):
         return _not_applicable(context, name, title, "adds no position vector at the input")
     result = SectionResult(name, title)
     matrices = _numpy(correlation)
-    result.figures.append(figures.per_head_heatmaps(
-        matrices, f"{context.arch}: {title}", context.figure_path(name)
-    ))
+    result.draw(context, name, "heads_heatmaps", title,
+                {"matrices": matrices, "positions": np.arange(matrices.shape[-1])}, signed=True)
     _per_head_metrics(result, matrices, 0, context.window, "P Wq Wk^T P^T")
     return result
 
@@ -223,13 +216,12 @@ def absolute_position_dot_products(context):
     offsets = np.arange(len(forward))
     label = "p = LayerNorm(P), TUPE's table" if kind == "untied" else f"{kind} APE"
     result = SectionResult(name, title)
-    result.figures.append(figures.heatmap_with_profile(
-        dots, np.arange(first, first + len(dots)), offsets,
-        {"ψ(+m) = mean_x <p_x, p_x+m>": forward, "ψ(-m) = mean_x <p_x, p_x-m>": backward},
-        f"{context.arch}: {title}", context.figure_path(name),
-        heatmap_title=f"<p_x, p_y>, {label}", xlabel="position y", ylabel="position x",
-        profile_ylabel="mean dot product",
-    ))
+    result.draw(context, name, "heatmap_with_profile", title,
+                dict(_with_profile(dots, np.arange(first, first + len(dots)), offsets, forward, backward),
+                     label=label),
+                signed=True, curves=["ψ(+m) = mean_x <p_x, p_x+m>", "ψ(-m) = mean_x <p_x, p_x-m>"],
+                heatmap_title="<p_x, p_y>", xlabel="position y", ylabel="position x",
+                profile_ylabel="mean dot product")
     properties = property_metrics(dots, context.window)
     result.metrics.update(
         table=kind, positions_measured=[first, first + len(dots) - 1], properties=properties,
@@ -252,14 +244,13 @@ def relative_position_dot_products(context):
     dots = table @ table.T
     forward, backward = dots[reach, reach:], dots[reach, reach::-1]
     result = SectionResult(name, title)
-    result.figures.append(figures.heatmap_with_profile(
-        dots, np.arange(-reach, reach + 1), np.arange(reach + 1),
-        {"<a_0, a_+m>": forward, "<a_0, a_-m>": backward},
-        f"{context.arch}: {title}", context.figure_path(name),
-        heatmap_title=f"<a_r, a_s>, {kind} RPE", profile_title="forward vs backward offsets",
-        xlabel="relative position s", ylabel="relative position r",
-        profile_xlabel="offset m", profile_ylabel="dot product with a_0",
-    ))
+    result.draw(context, name, "heatmap_with_profile", title,
+                dict(_with_profile(dots, np.arange(-reach, reach + 1), np.arange(reach + 1), forward,
+                                   backward), label=f"{kind} RPE"),
+                signed=True, curves=["<a_0, a_+m>", "<a_0, a_-m>"], heatmap_title="<a_r, a_s>",
+                profile_title="forward vs backward offsets", xlabel="relative position s",
+                ylabel="relative position r", profile_xlabel="offset m",
+                profile_ylabel="dot product with a_0")
     properties = property_metrics(dots, context.window)
     zero_offset_asymmetry = offset_asymmetry(forward[1:], backward[1:])
     result.metrics.update(
@@ -284,13 +275,12 @@ def identical_word_probing(context):
     measured = mean[first:, first:]
     forward, backward = _profiles(measured)
     result = SectionResult(name, title)
-    result.figures.append(figures.heatmap_with_profile(
-        mean, np.arange(len(mean)), np.arange(len(forward)),
-        {"ψ(+m) (keys after the query)": forward, "ψ(-m) (keys before)": backward},
-        f"{context.arch}: {title}, {context.probe_samples} words", context.figure_path(name),
-        heatmap_title=f"attention, mean of {len(probs)} heads",
-        xlabel="key position j", ylabel="query position i", profile_ylabel="mean attention probability",
-    ))
+    result.draw(context, name, "heatmap_with_profile", f"{title}, {context.probe_samples} words",
+                dict(_with_profile(mean, np.arange(len(mean)), np.arange(len(forward)), forward, backward),
+                     measured_from=first, label=f"mean of {len(probs)} heads"),
+                signed=False, curves=["ψ(+m) (keys after the query)", "ψ(-m) (keys before)"], symbol="p",
+                heatmap_title="attention", xlabel="key position j", ylabel="query position i",
+                profile_ylabel="mean attention probability")
     properties = property_metrics(measured, context.window)
     result.metrics.update(
         positions_measured=[first, len(mean) - 1], properties=properties,
@@ -299,6 +289,9 @@ def identical_word_probing(context):
     )
     result.add_row("attention (mean of heads)", properties)
     return result
+
+
+FREQUENCY_TABLES = ("APE", "RPE", "RoPE")
 
 
 def learned_frequencies(context):
@@ -334,9 +327,9 @@ def learned_frequencies(context):
             result.add_row(f"{label} frequencies, {which} (W* of Σcos)", {
                 "decreasing_window_forward": result.metrics[label][f"decreasing_window_{which}"]
             })
-    result.figures.append(figures.learned_frequencies(
-        entries, f"{context.arch}: {title}", context.figure_path(name)
-    ))
+    arrays = {f"{label}/{key}": value for label, entry in entries.items()
+              for key, value in zip(("initial", "learned", "offsets", "psi_initial", "psi_learned"), entry)}
+    result.draw(context, name, "learned_frequencies", title, arrays, names=list(FREQUENCY_TABLES))
     return result
 
 

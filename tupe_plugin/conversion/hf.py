@@ -47,16 +47,16 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
+from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.conversion import hf_import
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.fairseq_fixes.checkpoint_compat import load
-from tupe_plugin.fairseq_tools import PLUGIN_DIR
-from tupe_plugin.memory_limits import beyond_memory
 from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
-from tupe_plugin.prepared_folder import make_sibling_folder
-from tupe_plugin.user_errors import UserError
+from tupe_plugin.user_input.memory_limits import beyond_memory
+from tupe_plugin.user_input.user_errors import UserError
 
 logger = logging.getLogger("convert_hf")
 

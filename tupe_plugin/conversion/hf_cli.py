@@ -23,8 +23,8 @@ import logging
 import sys
 
 from tupe_plugin.conversion.hf_deberta import convert_any
-from tupe_plugin.path_checks import path_problem
-from tupe_plugin.user_errors import UserError
+from tupe_plugin.user_input.path_checks import path_problem
+from tupe_plugin.user_input.user_errors import UserError
 
 
 def main(argv=None):

@@ -46,7 +46,7 @@ from tupe_plugin.conversion.hf import (CONVERSIONS, FAIRSEQ_MASK, FAIRSEQ_SPECIA
                                        SPECIAL_FIELDS, TOKENIZER_CONFIG, Conversion, HfCheckpointError,
                                        check_ids, check_sizes, convert, fairseq_order, parse_json,
                                        special_token, tokenizer_files)
-from tupe_plugin.memory_limits import beyond_memory
+from tupe_plugin.user_input.memory_limits import beyond_memory
 
 logger = logging.getLogger("convert_hf")
 

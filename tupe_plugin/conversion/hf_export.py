@@ -29,14 +29,17 @@ import sys
 
 import torch
 
+from tupe_plugin.cli.extras import MissingExtraError, require
+from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.conversion import hf_tokenizer
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename, write_safetensors
-from tupe_plugin.extras import MissingExtraError, require
+from tupe_plugin.encodings import registry
+from tupe_plugin.encodings.encoding import flag_name
+from tupe_plugin.encodings.position_config import DEFAULTS, PositionConfig
 from tupe_plugin.models.model_flags import value_in_use
-from tupe_plugin.overwritten_inputs import folder_meeting_input
-from tupe_plugin.path_checks import path_problem
-from tupe_plugin.prepared_folder import make_sibling_folder
-from tupe_plugin.user_errors import UserError
+from tupe_plugin.user_input.overwritten_inputs import folder_meeting_input
+from tupe_plugin.user_input.path_checks import path_problem
+from tupe_plugin.user_input.user_errors import UserError
 
 logger = logging.getLogger("export_hf")
 
@@ -52,33 +55,10 @@ AUTO_MAP = {
     "AutoModelForQuestionAnswering": "modeling_tupe.TupeForQuestionAnswering",
 }
 TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_tupe.TupeTokenizer", None]}
-POSITION_FLAGS = ("abs_pos", "rel_pos", "untied_pos", "cls_reset", "untied_proj_bias", "rel_pos_buckets",
-                  "rel_pos_max_distance", "shaw_max_distance", "shaw_keys_only", "rotary", "rotary_base",
-                  "rotary_scaling", "rotary_scaling_factor", "alibi_asymmetric", "alibi_learned_slopes",
-                  "kerple_param", "sandwich_dim", "sandwich_scale", "sandwich_frequencies", "fire_hidden",
-                  "fire_threshold", "fire_signed", "fire_normaliser", "deberta_max_distance",
-                  "deberta_buckets", "deberta_share_att_key", "deberta_p2c", "deberta_rel_proj_bias",
-                  "deberta_table_norm", "deberta_emd", "deberta_emd_layers")
+# every position flag (the families', --cls-reset and every registered encoding's options), written into
+# config.json as the exported code reads them
+POSITION_FLAGS = tuple(DEFAULTS)
 ACTIVATIONS = ("gelu", "gelu_accurate", "gelu_fast", "relu", "relu_squared", "tanh", "linear")
-# the papers of the encodings, for the model card
-PAPERS = {
-    "tupe": "Ke, He, Liu, Rethinking Positional Encoding in Language Pre-training, arXiv 2006.15595",
-    "four-term": "Ke, He, Liu, arXiv 2006.15595, §4.3 (BERT-A^d)",
-    "t5": "Raffel et al., arXiv 1910.10683 (T5's relative bias, as TUPE Eq. 5)",
-    "alibi": "Press, Smith, Lewis, arXiv 2108.12409 (ALiBi)",
-    "shaw": "Shaw, Uszkoreit, Vaswani, arXiv 1803.02155; Wang et al., On Position Embeddings in BERT, "
-            "ICLR 2021",
-    "rotary": "Su et al., RoFormer, arXiv 2104.09864 (RoPE)",
-    "kerple": "Chi, Fan, Ramadge, Rudnicky, KERPLE: Kernelized Relative Positional Embedding for Length "
-              "Extrapolation, arXiv 2205.09921",
-    "sandwich": "Chi, Fan, Rudnicky, Ramadge, Dissecting Transformer Length Extrapolation via the Lens of "
-                "Receptive Field Analysis, arXiv 2212.10356 (Sandwich)",
-    "fire": "Li et al., Functional Interpolation for Relative Positions Improves Long Context Transformers, "
-            "arXiv 2310.04418 (FIRE)",
-    "deberta": "He, Liu, Gao, Chen, DeBERTa: Decoding-enhanced BERT with Disentangled Attention, arXiv "
-               "2006.03654",
-    "absolute": "Vaswani et al., arXiv 1706.03762; Wang et al., On Position Embeddings in BERT, ICLR 2021",
-}
 
 
 class ExportError(UserError, ValueError):
@@ -89,7 +69,7 @@ def load_checkpoint(path):
     """(model flags as a Namespace with the plugin's defaults filled in, state dict, checkpoint dict)."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    from tupe_plugin.checkpoint_config import saved_state
+    from tupe_plugin.checkpoints.checkpoint_config import saved_state
     from tupe_plugin.models.tupe_roberta import base_architecture
 
     state = saved_state(path)
@@ -110,8 +90,6 @@ def load_checkpoint(path):
 def check_exportable(args, path):
     """The position config of ``args``; refuse, in one line naming the flag, what the exported code does
     not compute."""
-    from tupe_plugin.encodings.position_config import PositionConfig
-
     config = PositionConfig.from_args(args)
     refusals = (
         (getattr(args, "activation_fn", "gelu") not in ACTIVATIONS, "--activation-fn", args.activation_fn),
@@ -125,6 +103,11 @@ def check_exportable(args, path):
         if refused:
             raise ExportError(f"{path}: {flag} {value} cannot be exported (the exported model computes "
                               f"{', '.join(ACTIVATIONS)} activations, tied LM weights, plain heads)")
+    for encoding in config.encodings():
+        if not encoding.exported:
+            raise ExportError(f"{path}: {encoding.label} ({flag_name(encoding.family)} "
+                              f"{getattr(config, encoding.family)}) cannot be exported: the exported "
+                              "transformers code does not compute it; use the checkpoint with fairseq")
     return config
 
 
@@ -135,8 +118,8 @@ def read_vocabulary(data_bin, rows, args):
     import sentencepiece
     from fairseq.data import Dictionary
 
+    from tupe_plugin.checkpoints.vocabulary import DictionaryFitError, check_dictionary_symbols
     from tupe_plugin.models.checkpoint_guards import dictionary_fingerprint
-    from tupe_plugin.vocabulary import DictionaryFitError, check_dictionary_symbols
 
     path = os.path.join(data_bin, "dict.txt")
     model = os.path.join(data_bin, SENTENCEPIECE_MODEL)
@@ -262,17 +245,11 @@ def model_card(args, state, config, position, checkpoint, slow_reason):
     custom one, or None for tokenizer.json."""
     updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", "unknown")
     data = (state.get("cfg") or {}).get("task", {}).get("data")
-    encodings = [f"--{flag.replace('_', '-')} {config[flag]}" for flag in POSITION_FLAGS[:4]]
-    encodings.append(f"--rotary {config['rotary']}")
-    family = config["rel_pos"].split("-")[0] + "_"  # the options of the --rel-pos family (kerple_param, ...)
-    encodings += [f"--{flag.replace('_', '-')}" + ("" if config[flag] is True else f" {config[flag]}")
-                  for flag in POSITION_FLAGS if flag.startswith(family) and config[flag] is not False]
-    papers = sorted({PAPERS[key] for key, applies in (
-        ("tupe", position.untied), ("four-term", position.four_term), ("t5", position.t5_bias),
-        ("alibi", position.alibi), ("shaw", position.shaw_table is not None),
-        ("rotary", position.rotary_applies), ("kerple", position.kerple), ("sandwich", position.sandwich),
-        ("fire", position.fire), ("deberta", position.deberta), ("absolute", position.absolute is not None))
-        if applies})
+    encodings = [f"{flag_name(flag)} {config[flag]}" for flag in (*registry.FAMILIES, "cls_reset")]
+    encodings += [flag_name(name) + ("" if config[name] is True else f" {config[name]}")
+                  for encoding in position.encodings() for name in encoding.option_names()
+                  if config[name] is not False]
+    papers = sorted({f"{encoding.citation} ({encoding.label})" for encoding in position.encodings()})
     tokenizer_code = "" if slow_reason is None else ", trust_remote_code=True"
     lines = [
         f"# {getattr(args, 'arch', 'tupe_roberta')}", "",

@@ -13,12 +13,12 @@ import shutil
 
 import torch
 
+from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
+from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
-from tupe_plugin.fairseq_tools import PLUGIN_DIR
-from tupe_plugin.prepared_folder import make_sibling_folder
-from tupe_plugin.user_errors import UserError
+from tupe_plugin.user_input.user_errors import UserError
 
 logger = logging.getLogger("convert_hf")
 

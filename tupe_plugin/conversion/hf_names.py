@@ -1,7 +1,8 @@
 """The one-to-one names of a plugin checkpoint's tensors and of its transformers export (``tupe-export-hf``,
 and ``tupe-convert-hf`` on an export), and the safetensors file both read and write.
 
-Each row is (plugin prefix, transformers prefix); ``{n}`` is a layer number, ``{head}`` the name of the
+Each row is (plugin prefix, transformers prefix), those of the position encodings' tensors from the
+registry (each encoding's ``export_names``); ``{n}`` is a layer number, ``{head}`` the name of the
 checkpoint's classification or span head (one of each is exported). The masked-LM head's ``weight`` is the
 word embeddings (tied): it has no row, and comes back from them.
 """
@@ -11,6 +12,8 @@ import re
 import struct
 
 import torch
+
+from tupe_plugin.encodings import registry
 
 # The model type of the exports' config.json (the transformers code they carry registers it).
 EXPORT_MODEL_TYPE = "tupe"
@@ -27,34 +30,8 @@ NAME_TABLE = (
     ("encoder.sentence_encoder.layers.{n}.fc2.", "tupe.layer.{n}.output."),
     ("encoder.sentence_encoder.layers.{n}.final_layer_norm.", "tupe.layer.{n}.output_layer_norm."),
     ("encoder.sentence_encoder.layer_norm.", "tupe.final_layer_norm."),
-    ("encoder.sentence_encoder.positional_term.untied_position.embed_positions.",
-     "tupe.position.untied.position_embeddings."),
-    ("encoder.sentence_encoder.positional_term.untied_position.layer_norm.",
-     "tupe.position.untied.LayerNorm."),
-    ("encoder.sentence_encoder.positional_term.untied_position.q_proj.", "tupe.position.untied.query."),
-    ("encoder.sentence_encoder.positional_term.untied_position.k_proj.", "tupe.position.untied.key."),
-    ("encoder.sentence_encoder.positional_term.untied_position.cls_vectors",
-     "tupe.position.untied.cls_vectors"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.relative_attention_bias.",
-     "tupe.position.relative_bias."),
-    ("encoder.sentence_encoder.positional_term.relative_bias.log_slopes", "tupe.position.alibi_log_slopes"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.r1", "tupe.position.kerple_r1"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.r2", "tupe.position.kerple_r2"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.raw_r1", "tupe.position.kerple_raw_r1"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.raw_r2", "tupe.position.kerple_raw_r2"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.sinusoid.frequencies",
-     "tupe.position.sandwich_frequencies"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.mlp.0.", "tupe.position.fire.hidden."),
-    ("encoder.sentence_encoder.positional_term.relative_bias.mlp.2.", "tupe.position.fire.output."),
-    ("encoder.sentence_encoder.positional_term.relative_bias.log_c", "tupe.position.fire.log_c"),
-    ("encoder.sentence_encoder.positional_term.relative_bias.threshold", "tupe.position.fire.threshold"),
+    *registry.export_names("encoder.sentence_encoder.positional_term.", "tupe.position."),
     ("encoder.sentence_encoder.positional_term.cls_reset.thetas", "tupe.position.cls_thetas"),
-    ("encoder.sentence_encoder.positional_term.rotary.sinusoid.frequencies",
-     "tupe.position.rotary_frequencies"),
-    ("encoder.sentence_encoder.positional_term.shaw.weight", "tupe.position.shaw_table"),
-    ("encoder.sentence_encoder.positional_term.shaw.sinusoid.frequencies", "tupe.position.shaw_frequencies"),
-    ("encoder.sentence_encoder.positional_term.disentangled.weight", "tupe.position.deberta_table"),
-    ("encoder.sentence_encoder.positional_term.disentangled.norm.", "tupe.position.deberta_table_norm."),
     ("encoder.sentence_encoder.layers.{n}.self_attn.relative_projections.query.",
      "tupe.layer.{n}.attention.relative_query."),
     ("encoder.sentence_encoder.layers.{n}.self_attn.relative_projections.key.",

@@ -38,11 +38,11 @@ import zipfile
 
 import torch
 
+from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
+from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.fairseq_fixes.checkpoint_compat import load
-from tupe_plugin.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.models.architectures import SIZES
-from tupe_plugin.prepared_folder import make_sibling_folder
-from tupe_plugin.user_errors import UserError
+from tupe_plugin.user_input.user_errors import UserError
 
 logger = logging.getLogger("convert_official_tupe")
 

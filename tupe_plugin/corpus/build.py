@@ -29,9 +29,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ..path_checks import path_problem
-from tupe_plugin.cli_types import finite_float
-from tupe_plugin.overwritten_inputs import overwritten_input
+from tupe_plugin.user_input.cli_types import finite_float
+from tupe_plugin.user_input.overwritten_inputs import overwritten_input
+from ..user_input.path_checks import path_problem
 
 logger = logging.getLogger("build_corpus")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from ..path_checks import path_problem
+from ..user_input.path_checks import path_problem
 
 logger = logging.getLogger("train_spm")
 

@@ -38,6 +38,5 @@ class EnhancedMaskDecoder(nn.Module):
 def build_enhanced_mask_decoder(config):
     """The Enhanced Mask Decoder of a :class:`~tupe_plugin.encodings.position_config.PositionConfig`, or
     None."""
-    if not config.deberta_emd:
-        return None
-    return EnhancedMaskDecoder(config.max_positions, config.embed_dim, config.deberta_emd_layers)
+    passes = config.enhanced_mask_decoder_passes
+    return None if passes is None else EnhancedMaskDecoder(config.max_positions, config.embed_dim, passes)

@@ -8,10 +8,10 @@ from torch import nn
 
 from ..attention.paths import SHARED_MASK_GRADIENT_PATHS, backend_note, backend_problem, plan_attention
 from ..attention.shared_mask_gradient import gather_mask_gradient
-from ..command_hints import model_setting
 from ..encodings.absolute_position import build_absolute_position
 from ..encodings.position_config import PositionConfig, PositionFlagError
 from ..encodings.positional_term import SharedPositionalTerm
+from ..user_input.command_hints import model_setting
 from .encoder_layer import PositionalEncoderLayer
 from .enhanced_mask_decoder import build_enhanced_mask_decoder
 

@@ -15,7 +15,7 @@ import os
 import numpy
 import torch
 
-from ..path_checks import path_problem
+from ..user_input.path_checks import path_problem
 
 logger = logging.getLogger(__name__)
 

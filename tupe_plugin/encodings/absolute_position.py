@@ -12,7 +12,8 @@ embeddings (:mod:`tupe_plugin.encoder.positional_encoder`).
 import torch
 from torch import nn
 
-from ..command_hints import input_length_fix
+from ..user_input.command_hints import input_length_fix
+from .encoding import Encoding
 from .sinusoid import Sinusoid
 
 
@@ -44,10 +45,25 @@ class SinusoidalAbsolutePosition(nn.Module):
 
 def build_absolute_position(config):
     """The absolute PE of a :class:`~.position_config.PositionConfig`, or None."""
-    if config.absolute is None:
+    if config.abs_pos == "none":
         return None
-    if config.learned_absolute_table:
+    if config.abs_pos == "learned":
         return LearnedAbsolutePosition(config.max_positions, config.embed_dim)
-    return SinusoidalAbsolutePosition(
-        config.embed_dim, learnable=config.learnable_absolute_frequencies
-    )
+    return SinusoidalAbsolutePosition(config.embed_dim, learnable=config.abs_pos == "learnable-sinusoidal")
+
+
+def check_absolute(config):
+    if config.abs_pos != "learned" and config.embed_dim % 2:
+        return [f"--abs-pos {config.abs_pos} needs an even --encoder-embed-dim, got {config.embed_dim}"]
+    return []
+
+
+ABSOLUTE = Encoding(
+    name="absolute", label="the absolute position embedding", kind="absolute", family="abs_pos",
+    choices=("learned", "sinusoidal", "learnable-sinusoidal"),
+    choices_help="learned = a table of --max-positions vectors (BERT); sinusoidal = the fixed sinusoids of "
+    "Vaswani et al.; learnable-sinusoidal = the same with learned frequencies (Wang et al. 2021)",
+    summary="a position embedding added to the word embedding at the input",
+    citation="Vaswani et al., arXiv 1706.03762; Wang et al., On Position Embeddings in BERT, ICLR 2021",
+    build=build_absolute_position, check=check_absolute,
+)

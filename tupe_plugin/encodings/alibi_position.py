@@ -17,11 +17,21 @@ checkpoint loads its learned slopes, so only the start of new models differs.)
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from .encoding import Encoding, option
 from .offset_bias import OffsetBias
+
+
+@dataclass(frozen=True)
+class AlibiOptions:
+    alibi_asymmetric: bool = option(
+        False, help="ALiBi with a slope per side: m_h for keys before the query, the paper's slopes in "
+        "reverse head order after it")
+    alibi_learned_slopes: bool = option(False, help="ALiBi's slopes learned, m = exp(a), from the fixed ones")
 
 
 def alibi_slopes(num_heads):
@@ -64,8 +74,18 @@ class AlibiBias(OffsetBias):
 
 
 def build_alibi_bias(config):
-    """The ALiBi bias of a :class:`~.position_config.PositionConfig`, or None."""
-    if not config.alibi:
-        return None
+    """The ALiBi bias of a :class:`~.position_config.PositionConfig` that uses it."""
     return AlibiBias(config.num_heads, zero_cls=config.zero_cls_bias, asymmetric=config.alibi_asymmetric,
                      learned=config.alibi_learned_slopes)
+
+
+ALIBI = Encoding(
+    name="alibi", label="ALiBi", kind="distance_bias", learned=lambda config: config.alibi_learned_slopes,
+    family="rel_pos", choices=("alibi",),
+    choices_help="alibi = the fixed bias -m_h|j-i| (Press et al. 2022)",
+    summary="the fixed bias -m_h |j - i| of the distance, one slope per head",
+    citation="Press, Smith, Lewis, Train Short, Test Long: Attention with Linear Biases Enables Input Length "
+    "Extrapolation, arXiv 2108.12409",
+    slot="relative_bias", options=AlibiOptions, build=build_alibi_bias,
+    export_names=(("log_slopes", "alibi_log_slopes"),),
+)

@@ -29,12 +29,68 @@ before the masked-LM head (:mod:`tupe_plugin.encoder.enhanced_mask_decoder`).
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from fairseq.modules import LayerNorm
 from torch import nn
 
 from ..terms.parts import ProjectedTable
+from .encoding import Encoding, option
+
+
+@dataclass(frozen=True)
+class DebertaOptions:
+    deberta_max_distance: int = option(
+        512, metavar="K", help="DeBERTa: k, the table has 2k rows and i - j is clipped to [-k, k-1] (He "
+        "et al. 2021 Eq. 3; default 512, the released max_relative_positions); with --deberta-buckets, the "
+        "distance at which the log buckets reach the last")
+    deberta_buckets: int = option(
+        0, metavar="N", help="DeBERTa v2's log buckets (position_buckets, 256 in the released v2/v3): the "
+        "table has 2N rows, distances up to N/2 exact, log-spaced beyond up to --deberta-max-distance; "
+        "0 = none, distances clipped (v1, default)")
+    deberta_share_att_key: bool = option(
+        False, help="DeBERTa v2/v3's share_att_key: the relative table is projected by the layer's own "
+        "content query and key projections (W^q, W^k with their biases), not by W^{q,r}, W^{k,r} of its own")
+    deberta_p2c: str = option(
+        "released", choices=("released", "paper"), before="paper",
+        help="DeBERTa: the row the position-to-content term k_j . Q^r reads; released = delta(i, j), the "
+        "content-to-position term's, as the authors' released code and Hugging Face's (default); paper = "
+        "delta(j, i), Eq. 4 as printed (checkpoints saved before this option)")
+    deberta_rel_proj_bias: str = option(
+        "query", choices=("query", "both", "none"), before="none",
+        help="DeBERTa: biases of a layer's own projections of the relative table (without "
+        "--deberta-share-att-key); query = on Q^r = P W^{q,r} + b only, as the released v1 (default); "
+        "both = on Q^r and K^r, as the released v2/v3; none = Eq. 4 as printed (checkpoints saved before "
+        "this option)")
+    deberta_table_norm: bool = option(
+        False, help="DeBERTa v2/v3's norm_rel_ebd: a LayerNorm of the encoder's normalises the relative "
+        "table before the layers project it")
+    deberta_emd: bool = option(
+        False, help="DeBERTa's Enhanced Mask Decoder (He et al. 2021 §3.2, as released): the masked-LM head "
+        "reads the last layer applied again --deberta-emd-layers times, its queries the second-to-last "
+        "layer's output plus a learned absolute position table (--max-positions rows), its keys and values "
+        "that output; needs --rel-pos deberta and --abs-pos none; features (heads, analysis) are unchanged")
+    deberta_emd_layers: int = option(
+        2, metavar="N", help="passes of the Enhanced Mask Decoder (--deberta-emd), the last layer's weights "
+        "shared (default 2, as released)")
+
+    @property
+    def deberta_released_p2c(self):
+        """DeBERTa's p2c term reads delta(i, j), as released."""
+        return self.deberta_p2c == "released"
+
+    @property
+    def deberta_own_projections(self):
+        """The biases of the W^{q,r}, W^{k,r} by which every layer projects DeBERTa's shared table
+        (``--deberta-rel-proj-bias``: query, both or none), or None: no DeBERTa, or its table projected by
+        the content projections (``--deberta-share-att-key``)."""
+        return self.deberta_rel_proj_bias if self.deberta and not self.deberta_share_att_key else None
+
+    @property
+    def enhanced_mask_decoder_passes(self):
+        """How many times the Enhanced Mask Decoder applies the last layer, or None: no decoder."""
+        return self.deberta_emd_layers if self.deberta and self.deberta_emd else None
 
 
 def log_bucket(relative, buckets, max_distance):
@@ -125,8 +181,71 @@ class DisentangledProjections(nn.Module):
 
 
 def build_disentangled_table(config):
-    """DeBERTa's shared table of a :class:`~.position_config.PositionConfig`, or None."""
-    if not config.deberta:
-        return None
+    """DeBERTa's shared table of a :class:`~.position_config.PositionConfig` that uses it."""
     return DisentangledRelativeTable(config.embed_dim, config.deberta_max_distance, config.deberta_buckets,
-                                     released_p2c=config.deberta_released_p2c, norm=config.deberta_table_norm)
+                                     released_p2c=config.deberta_released_p2c,
+                                     norm=config.deberta_table_norm)
+
+
+def check_deberta(config):
+    errors = _enhanced_mask_decoder_errors(config)
+    if config.deberta_share_att_key and config.deberta_rel_proj_bias != "query":
+        errors.append(f"--deberta-rel-proj-bias {config.deberta_rel_proj_bias} with "
+                      "--deberta-share-att-key: the layers project the table by their content "
+                      "projections, with their biases, and have no relative projections of their own; "
+                      "drop --deberta-rel-proj-bias")
+    if config.deberta_max_distance < 1:
+        errors.append(f"--deberta-max-distance must be >= 1, got {config.deberta_max_distance}")
+    buckets = config.deberta_buckets
+    if buckets and (buckets < 2 or buckets % 2):
+        errors.append(f"--deberta-buckets must be 0 (none) or even and >= 2, got {buckets}")
+    elif buckets and config.deberta_max_distance - 1 <= buckets // 2:
+        errors.append(f"--deberta-max-distance ({config.deberta_max_distance}) must be > --deberta-buckets "
+                      f"/ 2 + 1 = {buckets // 2 + 1}: the log buckets span the distances from "
+                      f"{buckets // 2} to --deberta-max-distance - 1")
+    return errors
+
+
+def _enhanced_mask_decoder_errors(config):
+    if not config.deberta_emd:
+        return ["--deberta-emd-layers is an option of the Enhanced Mask Decoder; add --deberta-emd"] \
+            if config.deberta_emd_layers != 2 else []
+    errors = []
+    if config.absolute is not None:
+        errors.append(f"--deberta-emd with --abs-pos {config.abs_pos}: the Enhanced Mask Decoder adds the "
+                      "absolute positions before the masked-LM head, as the released code does only when "
+                      "none enter at the input; use --abs-pos none")
+    if config.deberta_emd_layers < 1:
+        errors.append(f"--deberta-emd-layers must be >= 1, got {config.deberta_emd_layers}")
+    return errors
+
+
+def deberta_sizes(config):
+    """Its relative table: rows x C."""
+    flag = "deberta_buckets" if config.deberta_buckets else "deberta_max_distance"
+    value = getattr(config, flag)
+    usual = "256 in the released v2/v3" if config.deberta_buckets else "512, as released"
+    return [(flag, value, f"relative table ({2 * value} rows of {config.embed_dim})",
+             2 * value * config.embed_dim * 4, usual)]
+
+
+def trained_value(name, before, default, saved):
+    """Layers with --deberta-share-att-key have no relative projections of their own, so no bias of them to
+    mark: their --deberta-rel-proj-bias keeps its default."""
+    shared = name == "deberta_rel_proj_bias" and saved("deberta_share_att_key") is True
+    return default if shared else before
+
+
+DEBERTA = Encoding(
+    name="deberta", label="DeBERTa", kind="relative_vectors", family="rel_pos", choices=("deberta",),
+    choices_help="deberta = DeBERTa's disentangled attention, content-to-position q_i . K^r_d(i,j) and "
+    "position-to-content k_j . Q^r_d(j,i) from one relative table shared by all layers, projected per layer "
+    "(He et al. 2021 Eq. 4)",
+    summary="disentangled attention: content-to-position and position-to-content terms from one relative "
+    "table shared by the layers, projected per layer",
+    citation="He, Liu, Gao, Chen, DeBERTa: Decoding-enhanced BERT with Disentangled Attention, arXiv "
+    "2006.03654",
+    slot="disentangled", options=DebertaOptions, build=build_disentangled_table, check=check_deberta,
+    sizes=deberta_sizes, logit_terms=3, trained_value=trained_value,
+    export_names=(("weight", "deberta_table"), ("norm.", "deberta_table_norm.")),
+)

@@ -20,14 +20,35 @@ keys before and after the query may differ.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 
 INITIAL_C = 0.1
 EPS = 1e-6  # the appendix code's eps, added to the normaliser
+
+
+@dataclass(frozen=True)
+class FireOptions:
+    fire_hidden: int = option(32, metavar="N", help="FIRE: hidden units of the MLP f (default 32)")
+    fire_threshold: float = option(512.0, metavar="L", help="FIRE: initial value of the learned threshold L",
+                                   stored_as=("relative_bias.threshold", "FIRE's threshold L is learned"))
+    fire_signed: bool = option(False, help="FIRE: the sign of j - i as a second input of f (keys before and "
+                               "after the query may differ)")
+    fire_normaliser: str = option(
+        "largest-distance", choices=("largest-distance", "length"), before="length",
+        help="FIRE: psi(|j-i|) divided by largest-distance = psi(max(L, T-1)) + 1e-6, the paper's normaliser "
+        "of its last causal row with the appendix code's epsilon (default); length = psi(max(L, T)) "
+        "(checkpoints saved before this option)")
+
+    @property
+    def fire_largest_distance(self):
+        """FIRE normalised by psi(max(L, T - 1)) + eps, the paper's last causal row."""
+        return self.fire_normaliser == "largest-distance"
 
 
 class FireBias(OffsetBias):
@@ -58,8 +79,37 @@ class FireBias(OffsetBias):
 
 
 def build_fire_bias(config):
-    """The FIRE bias of a :class:`~.position_config.PositionConfig`, or None."""
-    if not config.fire:
-        return None
+    """The FIRE bias of a :class:`~.position_config.PositionConfig` that uses it."""
     return FireBias(config.num_heads, config.fire_hidden, config.fire_threshold, config.fire_signed,
                     zero_cls=config.zero_cls_bias, largest_distance=config.fire_largest_distance)
+
+
+def check_fire(config):
+    errors = []
+    if config.fire_hidden < 1:
+        errors.append(f"--fire-hidden must be >= 1, got {config.fire_hidden}")
+    if config.fire_threshold < 1:
+        errors.append(f"--fire-threshold must be >= 1, got {config.fire_threshold}")
+    return errors
+
+
+def fire_sizes(config):
+    """Its hidden layer over the 2P - 1 offsets of P = max_positions."""
+    offsets = 2 * config.max_positions - 1
+    return [("fire_hidden", config.fire_hidden,
+             f"FIRE hidden layer ({offsets} offsets x {config.fire_hidden})",
+             offsets * config.fire_hidden * 4, "32, the paper's")]
+
+
+FIRE = Encoding(
+    name="fire", label="FIRE", kind="distance_bias", family="rel_pos", choices=("fire",),
+    choices_help="fire = f(psi(|j-i|) / psi(max(L, T))), psi(x) = log(cx + 1), f a small MLP, c and L "
+    "learned (Li et al. 2023, normalised by the length T for encoders)",
+    summary="a learned MLP of the log-distance psi(|j - i|) normalised by psi(max(L, T - 1)) (the encoder "
+    "adaptation)",
+    citation="Li et al., Functional Interpolation for Relative Positions Improves Long Context Transformers, "
+    "arXiv 2310.04418",
+    slot="relative_bias", options=FireOptions, build=build_fire_bias, check=check_fire, sizes=fire_sizes,
+    export_names=(("mlp.0.", "fire.hidden."), ("mlp.2.", "fire.output."), ("log_c", "fire.log_c"),
+                  ("threshold", "fire.threshold")),
+)

@@ -19,16 +19,38 @@ r1 and r2 are learned per head and kept positive in one of two ways (``--kerple-
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 
 SOFTPLUS_OF_ONE = math.log(math.e - 1)  # softplus(SOFTPLUS_OF_ONE) = 1
 SMALLEST = 0.01  # the released code's lower bound of every coefficient
 LARGEST_EXPONENT = 2.0
+
+
+@dataclass(frozen=True)
+class KerpleOptions:
+    kerple_param: str = option(
+        "clamped", choices=("clamped", "softplus"), before="softplus",
+        help="KERPLE: how r1, r2 are kept positive; clamped = learned as they are, clamped to >= 0.01 (the "
+        "power exponent to [0.01, 2]) before each forward, started at random per head as the authors' "
+        "released code (default); softplus = r = softplus(a) (the exponent 2 sigmoid(a)), every head "
+        "started at r1 = r2 = 1 (checkpoints saved before this option)")
+
+    @property
+    def kerple_power(self):
+        """KERPLE's power variant -r1 |j - i|^r2."""
+        return self.rel_pos == "kerple-power"
+
+    @property
+    def kerple_clamped(self):
+        """r1, r2 learned as they are and clamped, as released."""
+        return self.kerple_param == "clamped"
 
 
 class KerpleBias(OffsetBias):
@@ -72,8 +94,21 @@ class KerpleBias(OffsetBias):
 
 
 def build_kerple_bias(config):
-    """The KERPLE bias of a :class:`~.position_config.PositionConfig`, or None."""
-    if not config.kerple:
-        return None
+    """The KERPLE bias of a :class:`~.position_config.PositionConfig` that uses it."""
     return KerpleBias(config.num_heads, power=config.kerple_power, zero_cls=config.zero_cls_bias,
                       clamped=config.kerple_clamped)
+
+
+KERPLE = Encoding(
+    name="kerple", label="KERPLE", kind="distance_bias", family="rel_pos",
+    choices=("kerple-log", "kerple-power"),
+    choices_help="kerple-log / kerple-power = -r1 log(1 + r2|j-i|) / -r1 |j-i|^r2 with r1, r2 > 0 learned "
+    "per head (Chi et al. 2022)",
+    summary="the learned bias -r1_h log(1 + r2_h |j - i|) (log) or -r1_h |j - i|^r2_h (power) of the "
+    "distance",
+    citation="Chi, Fan, Ramadge, Rudnicky, KERPLE: Kernelized Relative Positional Embedding for Length "
+    "Extrapolation, arXiv 2205.09921",
+    slot="relative_bias", options=KerpleOptions, build=build_kerple_bias,
+    export_names=(("r1", "kerple_r1"), ("r2", "kerple_r2"), ("raw_r1", "kerple_raw_r1"),
+                  ("raw_r2", "kerple_raw_r2")),
+)

@@ -23,17 +23,9 @@ from torch import nn
 
 from ..terms.parts import (PART_TYPES, ClippedTable, DenseBias, LowRank, OffsetRows, ProjectedTable, Rotary,
                            Shift)
-from .alibi_position import build_alibi_bias
+from . import registry
 from .cls_reset import build_cls_reset
-from .deberta_position import build_disentangled_table
-from .fire_position import build_fire_bias
-from .kerple_position import build_kerple_bias
 from .offset_bias import toeplitz
-from .relative_position import build_t5_bias
-from .rotary_position import build_rotary
-from .sandwich_position import build_sandwich_bias
-from .shaw_position import build_shaw
-from .untied_position import build_untied_position
 from .untied_product import ProductMemory, untied_product
 
 
@@ -139,17 +131,14 @@ class PositionalTerm:
         return mask
 
 
-# The builders of the biases of the offset j - i; the config chooses at most one (--rel-pos).
-RELATIVE_BIASES = (build_t5_bias, build_alibi_bias, build_kerple_bias, build_sandwich_bias,
-                   build_fire_bias)
-
-
 class SharedPositionalTerm(nn.Module):
     """Owns the position encodings of a :class:`~.position_config.PositionConfig` that act in
     attention and builds the :class:`PositionalTerm` of each forward.
 
-    The attribute names are the checkpoints' keys (``positional_term.untied_position.*``, ...); the
-    biases of the offset (``RELATIVE_BIASES``) share ``relative_bias``. The term is built by
+    Each encoding's module is the attribute its registry entry names (``slot``), whose name is the prefix
+    of its checkpoints' keys (``positional_term.untied_position.*``, ...; the biases of the offset share
+    ``relative_bias``); the [CLS] reset with thetas of its own (``cls_reset``) follows the bias it resets.
+    The term is built by
     :meth:`build` rather than ``forward``: it is not a tensor, and module hooks that walk outputs
     (fairseq's NaN detector, torch's backward hooks) then see only the encodings' own tensor outputs.
     """
@@ -157,19 +146,20 @@ class SharedPositionalTerm(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.untied_position = build_untied_position(config)
-        self.relative_bias = next((bias for bias in (build(config) for build in RELATIVE_BIASES)
-                                   if bias is not None), None)
-        self.cls_reset = build_cls_reset(config)
-        self.rotary = build_rotary(config)
-        self.shaw = build_shaw(config)
-        self.disentangled = build_disentangled_table(config)
+        for slot in dict.fromkeys([*(encoding.slot for encoding in registry.ENCODINGS if encoding.slot),
+                                   "cls_reset"]):
+            setattr(self, slot, None)
+        # registered in the order they add their parts (an optimizer's state follows that order)
+        for encoding in config.encodings():
+            if encoding.slot is not None:
+                setattr(self, encoding.slot, encoding.build(config))
+            if encoding.kind in ("bias", "distance_bias"):
+                self.cls_reset = build_cls_reset(config)
         self.product_memory = ProductMemory()
 
     def encodings(self):
-        """The encodings this model uses, in the order they add their parts: every module of this one that
-        has a ``contribute(term, seq_len)``, in the order they were set."""
-        return [encoding for encoding in self.children() if hasattr(encoding, "contribute")]
+        """The encodings' modules this model uses, in the order they add their parts."""
+        return [module for module in self._modules.values() if hasattr(module, "contribute")]
 
     def layer_projection(self):
         """A fresh module for one layer to project a :class:`~tupe_plugin.terms.parts.ProjectedTable` with

@@ -10,12 +10,21 @@ pair uses); the reset thus applies to each term separately, not to their sum as 
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from .encoding import Encoding, option
 from ..terms.parts import OffsetRows
 from .offset_bias import OffsetBias
+
+
+@dataclass(frozen=True)
+class T5Options:
+    rel_pos_buckets: int = option(32, metavar="N", help="T5 buckets (both directions)")
+    rel_pos_max_distance: int = option(128, metavar="N",
+                                       help="T5 distance beyond which all offsets share the last bucket")
 
 
 def relative_position_bucket(
@@ -112,10 +121,39 @@ class ReleaseT5RelativeBias(T5RelativeBias):
 
 
 def build_t5_bias(config):
-    """The T5 bias of a :class:`~.position_config.PositionConfig`, or None."""
-    if not config.t5_bias:
-        return None
+    """The T5 bias of a :class:`~.position_config.PositionConfig` that uses it."""
     if config.release:
         return ReleaseT5RelativeBias(config.num_heads, config.rel_pos_buckets, config.rel_pos_max_distance)
     return T5RelativeBias(config.num_heads, config.rel_pos_buckets, config.rel_pos_max_distance,
                           zero_cls=config.zero_cls_bias)
+
+
+def check_t5_bias(config):
+    buckets, distance = config.rel_pos_buckets, config.rel_pos_max_distance
+    if buckets < 4 or buckets % 2:
+        return [f"--rel-pos-buckets must be even and >= 4, got {buckets}"]
+    if distance <= buckets // 4:
+        return [f"--rel-pos-max-distance ({distance}) must exceed the exact-distance buckets per direction "
+                f"(--rel-pos-buckets / 4 = {buckets // 4})"]
+    return []
+
+
+def t5_sizes(config):
+    buckets = config.rel_pos_buckets
+    return [("rel_pos_buckets", buckets, f"T5 table ({buckets} rows of {config.num_heads})",
+             buckets * config.num_heads * 4, "32, T5's")]
+
+
+def exact_distances(config):
+    """The distances each direction's buckets hold exactly: --rel-pos-buckets / 4, at least 1."""
+    return max(1, config.rel_pos_buckets // 4)
+
+
+T5_BIAS = Encoding(
+    name="t5", label="the T5 bias", kind="bias", family="rel_pos", choices=("t5",),
+    choices_help="t5 = one bias per head and distance bucket, shared by all layers (TUPE Eq. 5/8)",
+    summary="one learned bias per head and T5 distance bucket of j - i, shared by all layers (TUPE Eq. 5/8)",
+    citation="Raffel et al., arXiv 1910.10683 (T5's relative bias, as TUPE Eq. 5)",
+    slot="relative_bias", options=T5Options, build=build_t5_bias, check=check_t5_bias, sizes=t5_sizes,
+    export_names=(("relative_attention_bias.", "relative_bias."),),
+)

@@ -17,14 +17,39 @@ the angles only, never a parameter or a buffer (a checkpoint trained without the
   of Large Language Models", arXiv 2309.00071, §3): theta_k = base'^(-2k/d_h) with
   base' = base F^(d_h/(d_h-2)), so the lowest frequency is divided by F and the highest kept. A change
   of the fixed base: learnable frequencies have none (refused by
-  :class:`~.position_config.PositionConfig`).
+  :func:`check_rotary`).
 """
+
+import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from .encoding import Encoding, option
 from ..terms.parts import Rotary
 from .sinusoid import Sinusoid, initial_frequencies
+
+
+@dataclass(frozen=True)
+class RotaryOptions:
+    rotary_base: float = option(
+        10000.0, metavar="B", help="RoPE's frequency base (default 10000)",
+        stored_as=("rotary.sinusoid.frequencies", "RoPE's frequencies are stored in the checkpoint"))
+    rotary_scaling: str = option(
+        "none", choices=("none", "linear", "ntk"), at_evaluation=True,
+        help="RoPE's angles scaled for inputs longer than in training, by --rotary-scaling-factor F (may be "
+        "set when validating or fine-tuning a checkpoint trained without it): linear = position "
+        "interpolation, position p rotated as p/F (Chen et al. 2023); ntk = NTK-aware scaling of the fixed "
+        "base, base * F^(d_h/(d_h-2)) (bloc97 2023; YaRN, Peng et al. 2023, §3)")
+    rotary_scaling_factor: float = option(1.0, metavar="F", at_evaluation=True,
+                                          help="the factor F > 1 of --rotary-scaling, e.g. the evaluation "
+                                          "length over the training length")
+
+    @property
+    def learnable_rotary_frequencies(self):
+        """RoPE's frequencies are parameters (``--rotary learnable``)."""
+        return self.rotary == "learnable"
 
 
 def ntk_base(base, factor, head_dim):
@@ -94,8 +119,88 @@ def rotate_in_place(qk, cos, sin):
 
 
 def build_rotary(config):
-    """The RoPE tables of a :class:`~.position_config.PositionConfig`, or None."""
-    if not config.rotary_applies:
-        return None
+    """The RoPE tables of a :class:`~.position_config.PositionConfig` that uses it."""
     return RotaryPosition(config.head_dim, config.rotary_base, config.learnable_rotary_frequencies,
                           config.rotary_scaling, config.rotary_scaling_factor)
+
+
+def scaling_overrides(scaling, factor):
+    """The settings that scale RoPE's angles by ``factor`` (``scaling``: linear or ntk) at evaluation."""
+    return {"rotary_scaling": scaling, "rotary_scaling_factor": factor}
+
+
+def check_rotary(config):
+    errors = []
+    if config.head_dim % 2:
+        errors.append(f"--rotary {config.rotary} rotates pairs of dimensions: the head dimension must be "
+                      f"even, got {config.head_dim}")
+    largest = torch.finfo(torch.float32).max
+    if config.rotary_base <= 1:
+        errors.append(f"--rotary-base must be > 1, got {config.rotary_base}")
+    elif config.rotary_base > largest:
+        errors.append(f"--rotary-base {config.rotary_base:g} is larger than float32's largest number "
+                      f"({largest:.3g}), in which RoPE's angles are computed: every frequency but the first "
+                      "would be 0; use 10000 (RoFormer's) or another base within float32")
+    return errors + _scaling_errors(config)
+
+
+def _scaling_errors(config):
+    scaling, factor = config.rotary_scaling, config.rotary_scaling_factor
+    if scaling == "none":
+        return [] if factor == 1 else [f"--rotary-scaling-factor {factor} with --rotary-scaling none "
+                                       "scales nothing; add --rotary-scaling linear (or ntk)"]
+    errors = []
+    if config.rotary == "none":
+        errors.append(f"--rotary-scaling {scaling} scales RoPE's angles and --rotary is none; add "
+                      "--rotary fixed (or learnable) or drop --rotary-scaling")
+    if not 1 < factor < math.inf:
+        errors.append(f"--rotary-scaling {scaling} needs --rotary-scaling-factor F > 1 (finite), e.g. "
+                      f"the evaluation length over the training length; got {factor}")
+    if scaling == "ntk" and config.learnable_rotary_frequencies:
+        errors.append("--rotary-scaling ntk changes RoPE's fixed base and --rotary learnable has learned "
+                      "frequencies, no base; use --rotary-scaling linear (positions divided by F)")
+    elif scaling == "ntk" and config.rotary != "none" and config.head_dim == 2:
+        errors.append("--rotary-scaling ntk needs a head dimension > 2: base^(d_h/(d_h-2)) is undefined "
+                      "at d_h = 2; use --rotary-scaling linear")
+    elif 1 < factor < math.inf and config.rotary != "none":
+        errors += _overflowing_angles(config, scaling, factor)
+    return errors
+
+
+def _overflowing_angles(config, scaling, factor):
+    """A factor whose angles leave float32, in which RoPE computes them (Sinusoid.angles): ntk's base
+    B F^(d_h/(d_h-2)) beyond float32's largest number (every frequency but the first would be 0), or
+    linear's 1/F below its smallest (every position rotated by 0)."""
+    largest, base, head_dim = torch.finfo(torch.float32).max, config.rotary_base, config.head_dim
+    if scaling == "ntk" and base > 1 and head_dim > 2 \
+            and math.log(base) + head_dim / (head_dim - 2) * math.log(factor) > math.log(largest):
+        return [f"--rotary-scaling ntk with --rotary-scaling-factor {factor:g} makes RoPE's base "
+                f"--rotary-base {base:g} * F^(d_h/(d_h-2)) (d_h = {head_dim}) larger "
+                f"than float32's largest number ({largest:.3g}), in which the angles are computed: they "
+                "overflow; use F near the evaluation length over the training length (e.g. 4)"]
+    if scaling == "linear" and torch.tensor(1 / factor, dtype=torch.float32).item() == 0:
+        return [f"--rotary-scaling linear with --rotary-scaling-factor {factor:g} divides every position "
+                "by F to 0 in float32, in which the angles are computed: all positions would be rotated "
+                "alike; use F near the evaluation length over the training length (e.g. 4)"]
+    return []
+
+
+def unused_rotary_errors(config):
+    """Without RoPE, its scaling is named as such (and a factor without a scaling)."""
+    errors = _scaling_errors(config)
+    if config.rotary_base != 10000.0:
+        errors.append(f"--rotary-base is an option of RoPE; add --rotary fixed or learnable (got --rotary "
+                      f"{config.rotary})")
+    return errors
+
+
+ROPE = Encoding(
+    name="rope", label="RoPE", kind="rotation", learned=False, family="rotary",
+    choices=("fixed", "learnable"),
+    choices_help="fixed = RoPE (Su et al. 2021); learnable = the d_h/2 frequencies are parameters "
+    "initialised at the fixed ones",
+    summary="q and k of every layer rotated by position, so that q_i . k_j depends on j - i",
+    citation="Su et al., RoFormer, arXiv 2104.09864 (RoPE)",
+    slot="rotary", options=RotaryOptions, build=build_rotary, check=check_rotary,
+    unused_errors=unused_rotary_errors, export_names=(("sinusoid.frequencies", "rotary_frequencies"),),
+)

@@ -16,10 +16,32 @@ alone (cos a cos b + sin a sin b = cos(a - b)) and is largest, d'/2, at j = i: t
 the bias 0 there and negative elsewhere, and leaves the softmax unchanged (a constant of every row).
 """
 
+from dataclasses import dataclass
+
 import torch
 
+from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 from .sinusoid import Sinusoid
+
+
+@dataclass(frozen=True)
+class SandwichOptions:
+    sandwich_dim: int = option(128, metavar="D", help="Sandwich: the dimension d' of the sinusoids p_i, p_j")
+    sandwich_scale: float = option(1.0, metavar="S", help="Sandwich: the bias is S (p_i . p_j - d'/2) / "
+                                   "(8h/H) (default 1, the paper's)")
+    sandwich_frequencies: str = option(
+        "one-based", choices=("one-based", "zero-based"), before="zero-based",
+        stored_as=("relative_bias.sinusoid.frequencies",
+                   "Sandwich's frequencies are stored in the checkpoint"),
+        help="Sandwich: the frequencies w_k = 10000^(-2k/d') of p, one-based = k = 1..d'/2 (the paper's "
+        "equation, as NVIDIA NeMo; default), zero-based = k = 0..d'/2-1 (the sinusoids of Vaswani et al., "
+        "as PyTorch attention-gym; checkpoints saved before this option)")
+
+    @property
+    def sandwich_one_based(self):
+        """Sandwich's frequencies k = 1..d'/2."""
+        return self.sandwich_frequencies == "one-based"
 
 
 class SandwichBias(OffsetBias):
@@ -40,8 +62,36 @@ class SandwichBias(OffsetBias):
 
 
 def build_sandwich_bias(config):
-    """The Sandwich bias of a :class:`~.position_config.PositionConfig`, or None."""
-    if not config.sandwich:
-        return None
+    """The Sandwich bias of a :class:`~.position_config.PositionConfig` that uses it."""
     return SandwichBias(config.num_heads, config.sandwich_dim, config.sandwich_scale,
                         zero_cls=config.zero_cls_bias, one_based=config.sandwich_one_based)
+
+
+def check_sandwich(config):
+    errors = []
+    if config.sandwich_dim < 2 or config.sandwich_dim % 2:
+        errors.append(f"--sandwich-dim must be even and >= 2, got {config.sandwich_dim}")
+    if config.sandwich_scale <= 0:
+        errors.append(f"--sandwich-scale must be > 0, got {config.sandwich_scale}")
+    return errors
+
+
+def sandwich_sizes(config):
+    """Its angles over the 2P - 1 offsets of P = max_positions."""
+    offsets, half = 2 * config.max_positions - 1, config.sandwich_dim // 2
+    return [("sandwich_dim", config.sandwich_dim, f"Sandwich angles ({offsets} offsets x {half})",
+             offsets * half * 4, "128 is the default")]
+
+
+SANDWICH = Encoding(
+    name="sandwich", label="Sandwich", kind="distance_bias", learned=False, family="rel_pos",
+    choices=("sandwich",),
+    choices_help="sandwich = the fixed bias (p_i . p_j - d'/2) / (8h/H) of sinusoids p of dimension d', head "
+    "h = 1..H compressed as ALiBi's slopes (Chi et al. 2023)",
+    summary="the fixed bias of the inner product of sinusoidal position embeddings, per head compressed as "
+    "ALiBi's slopes",
+    citation="Chi, Fan, Rudnicky, Ramadge, Dissecting Transformer Length Extrapolation via the Lens of "
+    "Receptive Field Analysis, arXiv 2212.10356",
+    slot="relative_bias", options=SandwichOptions, build=build_sandwich_bias, check=check_sandwich,
+    sizes=sandwich_sizes, export_names=(("sinusoid.frequencies", "sandwich_frequencies"),),
+)

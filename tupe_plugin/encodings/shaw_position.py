@@ -11,11 +11,39 @@ The vectors depend on the query, so they are not content-free: the shared table 
 are handed over and each layer adds q . a_{j-i} (and the value term) itself.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from .encoding import Encoding, option
 from ..terms.parts import ClippedTable
 from .sinusoid import Sinusoid
+
+PREFIX = "shaw-"
+TABLES = ("learned", "sinusoidal", "learnable-sinusoidal")
+
+
+@dataclass(frozen=True)
+class ShawOptions:
+    shaw_max_distance: int = option(64, metavar="K",
+                                    help="Shaw relative distances are clipped to [-K, K] (default 64)")
+    shaw_keys_only: bool = option(False, help="add the Shaw vectors to the keys only, not to the values")
+
+    @property
+    def shaw_table(self):
+        """The Shaw table kind (learned / sinusoidal / learnable-sinusoidal), or None."""
+        return self.rel_pos[len(PREFIX):] if self.rel_pos.startswith(PREFIX) else None
+
+    @property
+    def shaw_learnable_frequencies(self):
+        """Shaw vectors from sinusoids of learnable frequencies."""
+        return self.shaw_table == "learnable-sinusoidal"
+
+    @property
+    def shaw_values(self):
+        """Shaw vectors added to the values too: the probabilities are needed."""
+        return self.shaw_table is not None and not self.shaw_keys_only
 
 
 class ShawRelativePosition(nn.Module):
@@ -69,8 +97,34 @@ def clipped_offsets(seq_len, max_distance, device):
 
 
 def build_shaw(config):
-    """The Shaw table of a :class:`~.position_config.PositionConfig`, or None."""
-    if config.shaw_table is None:
-        return None
-    return ShawRelativePosition(config.head_dim, config.shaw_max_distance, config.shaw_learned,
+    """The Shaw table of a :class:`~.position_config.PositionConfig` that uses it."""
+    return ShawRelativePosition(config.head_dim, config.shaw_max_distance, config.shaw_table == "learned",
                                 config.shaw_learnable_frequencies, config.shaw_values)
+
+
+def check_shaw(config):
+    errors = []
+    if config.shaw_max_distance < 1:
+        errors.append(f"--shaw-max-distance must be >= 1, got {config.shaw_max_distance}")
+    if config.shaw_table != "learned" and config.head_dim % 2:
+        errors.append(f"--rel-pos {config.rel_pos} needs an even head dimension, got {config.head_dim}")
+    return errors
+
+
+def shaw_sizes(config):
+    rows = 2 * config.shaw_max_distance + 1
+    return [("shaw_max_distance", config.shaw_max_distance, f"Shaw table ({rows} rows of {config.head_dim})",
+             rows * config.head_dim * 4, "64 is the default")]
+
+
+SHAW = Encoding(
+    name="shaw", label="Shaw's relative vectors", kind="relative_vectors", family="rel_pos",
+    choices=tuple(PREFIX + table for table in TABLES),
+    choices_help="shaw-* = Shaw vectors a_clip(j-i) added to keys and values, one table shared by heads and "
+    "layers, learned / fixed sinusoidal / learnable-frequency sinusoidal (Wang et al. 2021 Eq. 4)",
+    summary="vectors a_clip(j - i) of a table shared by heads and layers, added to the keys and values",
+    citation="Shaw, Uszkoreit, Vaswani, arXiv 1803.02155; Wang et al., On Position Embeddings in BERT, "
+    "ICLR 2021",
+    slot="shaw", options=ShawOptions, build=build_shaw, check=check_shaw, sizes=shaw_sizes,
+    export_names=(("weight", "shaw_table"), ("sinusoid.frequencies", "shaw_frequencies")),
+)

@@ -24,16 +24,25 @@ to the shared :class:`~.positional_term.PositionalTerm`:
   four terms of the ablation, handed over as a ``Shift`` of the word query and key.
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import nn
 
-from ..command_hints import input_length_fix
+from ..user_input.command_hints import input_length_fix
+from .encoding import Encoding, option
 from ..terms.parts import LowRank, Shift
 
 # The widened heads (d_h + the untied factors) are padded to a multiple of this for the fused kernels.
 KERNEL_HEAD_DIM_MULTIPLE = 8
+
+
+@dataclass(frozen=True)
+class UntiedOptions:
+    untied_proj_bias: bool = option(
+        False, help="give the untied projections U^Q/U^K a bias, as the authors' released code does")
 
 
 class UntiedPositionalCorrelation(nn.Module):
@@ -141,9 +150,7 @@ class FourTermPositionShift(UntiedPositionalCorrelation):
 
 
 def build_untied_position(config):
-    """The untied table of a :class:`~.position_config.PositionConfig` with its [CLS] reset, or None."""
-    if not config.untied_table:
-        return None
+    """The untied table of a :class:`~.position_config.PositionConfig` that uses it, with its [CLS] reset."""
     sizes = (config.max_positions, config.embed_dim, config.num_heads)
     if config.four_term:
         return FourTermPositionShift(*sizes, proj_bias=config.untied_proj_bias)
@@ -151,3 +158,30 @@ def build_untied_position(config):
         return ReleaseUntiedPositionalCorrelation(*sizes, proj_bias=config.untied_proj_bias)
     return UntiedPositionalCorrelation(*sizes, cls_reset=config.cls_reset_applies,
                                        proj_bias=config.untied_proj_bias)
+
+
+def untied_logit_terms(config):
+    """TUPE's two terms (word and position, Eq. 7), BERT-A^d's four (§4.3)."""
+    return 4 if config.four_term else 2
+
+
+def unused_untied_errors(config):
+    if not config.untied_proj_bias:
+        return []
+    return ["--untied-proj-bias gives U^Q/U^K a bias but --untied-pos none has no U^Q/U^K; use it with "
+            "--untied-pos tupe (or four-term)"]
+
+
+UNTIED = Encoding(
+    name="untied", label="TUPE's untied term", kind="untied", family="untied_pos",
+    choices=("tupe", "four-term"),
+    choices_help="tupe = untied (pU^Q)(pU^K)^T/sqrt(2d_h) (TUPE Eq. 7); four-term = the BERT-A^d ablation",
+    summary="the untied position-to-position correlation (pU^Q)(pU^K)^T of a learned table, shared by the "
+    "layers (TUPE Eq. 7); four-term: positions added to the word query and key (BERT-A^d, §4.3)",
+    citation="Ke, He, Liu, Rethinking Positional Encoding in Language Pre-training, arXiv 2006.15595",
+    slot="untied_position", options=UntiedOptions, build=build_untied_position,
+    logit_terms=untied_logit_terms, unused_errors=unused_untied_errors,
+    export_names=(("embed_positions.", "untied.position_embeddings."), ("layer_norm.", "untied.LayerNorm."),
+                  ("q_proj.", "untied.query."), ("k_proj.", "untied.key."),
+                  ("cls_vectors", "untied.cls_vectors")),
+)

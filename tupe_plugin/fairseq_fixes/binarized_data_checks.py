@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 from fairseq.data import indexed_dataset
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 _HEADER_BYTES = 9 + 8 + 1 + 8
 

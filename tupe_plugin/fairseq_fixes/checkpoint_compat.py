@@ -18,7 +18,7 @@ import numpy
 import torch
 from fairseq import checkpoint_utils
 
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 torch.serialization.add_safe_globals([
     argparse.Namespace,

@@ -12,7 +12,7 @@ Files that are not zip archives are left to :mod:`.unreadable_checkpoints`.
 import os
 import zipfile
 
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 _verified = {}
 

@@ -23,7 +23,7 @@ def model_overrides_text(text):
         problem = error.msg if isinstance(error, SyntaxError) else "it holds more than literal values"
         raise argparse.ArgumentTypeError(
             f"{text!r} is no Python dict ({problem}); write the settings as "
-            "\"{'max_positions': 1024, 'rotary_scaling': 'linear'}\"") from None
+            "\"{'max_positions': 1024, 'attention_dropout': 0.0}\"") from None
     if not isinstance(overrides, dict) or not all(isinstance(key, str) for key in overrides):
         raise argparse.ArgumentTypeError(
             f"{text!r} is a {type(overrides).__name__}, not a dict of settings by name; write it as "

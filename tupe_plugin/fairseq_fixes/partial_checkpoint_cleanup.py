@@ -10,7 +10,7 @@ import errno
 import os
 
 from fairseq import checkpoint_utils
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 
 class CheckpointSaveError(UserError, OSError):

@@ -13,7 +13,7 @@ import os
 import zipfile
 
 from fairseq import checkpoint_utils
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 from .checkpoint_compat import UnsafeCheckpointError, load
 from .checkpoint_integrity import verify_checkpoint
 

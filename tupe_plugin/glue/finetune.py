@@ -22,11 +22,11 @@ data (checked on the data prepared aside: --bin-dir is left as it was). Validate
 import os
 import sys
 
-from ..cli_types import at_least_one
-from ..finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
-                          fairseq_train_command, linear_schedule, parse_run_args, pretrained_architecture,
-                          train_recorded)
-from ..path_checks import path_problem
+from ..downstream.finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
+                                     fairseq_train_command, linear_schedule, parse_run_args,
+                                     pretrained_architecture, train_recorded)
+from ..user_input.cli_types import at_least_one
+from ..user_input.path_checks import path_problem
 from . import prepare
 from .tasks import GLUE_TASKS
 

@@ -28,9 +28,9 @@ import subprocess
 import sys
 from collections import Counter
 
+from tupe_plugin.cli.prepared_folder import fingerprint, write_prepared_folder
 from tupe_plugin.glue.tasks import GLUE_TASKS
-from tupe_plugin.path_checks import path_problem
-from tupe_plugin.prepared_folder import fingerprint, write_prepared_folder
+from tupe_plugin.user_input.path_checks import path_problem
 
 logger = logging.getLogger("prepare_glue")
 
@@ -149,20 +149,20 @@ def check_label_count(task, path, labels):
 
 
 def check_dictionary_fits(processor, dictionary_path, sentencepiece_model):
-    """Refuse a --dict built for another sentencepiece model (see tupe_plugin.vocabulary)."""
+    """Refuse a --dict built for another sentencepiece model (see tupe_plugin.checkpoints.vocabulary)."""
     from fairseq.data import Dictionary
 
-    from tupe_plugin.vocabulary import check_dictionary_symbols
+    from tupe_plugin.checkpoints.vocabulary import check_dictionary_symbols
 
     check_dictionary_symbols(Dictionary.load(dictionary_path), processor, dictionary_path, sentencepiece_model)
 
 
 def check_pieces_in_dictionary(pieces, dictionary_path, sentencepiece_model):
     """Refuse a --dict that does not hold the sentencepiece model's pieces, ``pieces`` the encoded lines of
-    the whole task (see tupe_plugin.vocabulary)."""
+    the whole task (see tupe_plugin.checkpoints.vocabulary)."""
     from fairseq.data import Dictionary
 
-    from tupe_plugin.vocabulary import check_unknown_pieces
+    from tupe_plugin.checkpoints.vocabulary import check_unknown_pieces
 
     dictionary = Dictionary.load(dictionary_path)
     flat = [piece for line in pieces for piece in line]
@@ -218,7 +218,7 @@ def prepare(task, glue_dir, sentencepiece_model, dictionary, out, max_examples=N
 
     ``out`` is written aside and renamed into place when complete; a finished preparation of the same
     files and settings is reused as it is, one of other files or settings is replaced. ``accept(folder)``
-    sees the complete preparation first (:func:`~tupe_plugin.prepared_folder.write_prepared_folder`).
+    sees the complete preparation first (:func:`~tupe_plugin.cli.prepared_folder.write_prepared_folder`).
     """
     files = task_files(task, glue_dir, sentencepiece_model, dictionary)
     expected = fingerprint(

@@ -3,7 +3,7 @@
 Each RUN_DIR is a ``--save-dir`` of ``tupe-finetune-glue``: ``run.json`` names the task, arch, seed
 and metric, and ``train.log`` is fairseq-train's log (``--log-format simple``). A run's score is the best
 value of its metric over the ``valid on 'valid' subset`` lines of the log (every GLUE metric is maximised),
-read by :mod:`tupe_plugin.fairseq_logs`: a ``nan`` value is a failed evaluation (e.g. STS-B's correlations
+read by :mod:`tupe_plugin.cli.fairseq_logs`: a ``nan`` value is a failed evaluation (e.g. STS-B's correlations
 of constant predictions), left out of the best value and counted; a run whose every evaluation is ``nan``
 is a failed run, left out of the mean and counted in its cell (``2 failed``). Both are listed on stderr.
 Runs of the same task, arch and learning rate are different seeds; the table has one row per arch (per arch
@@ -21,9 +21,9 @@ import sys
 from collections import defaultdict
 from typing import NamedTuple
 
-from tupe_plugin.fairseq_logs import Evaluations, evaluations
+from tupe_plugin.cli.fairseq_logs import Evaluations, evaluations
 from tupe_plugin.glue.tasks import GLUE_TASKS
-from tupe_plugin.path_checks import path_problem
+from tupe_plugin.user_input.path_checks import path_problem
 
 
 class Run(NamedTuple):

@@ -11,8 +11,8 @@ than the pre-training one (embedding rows differ), and an ``--arch`` other than 
 
 import hashlib
 
-from tupe_plugin.command_hints import model_setting, overrides_named
-from ..user_errors import UserError
+from tupe_plugin.user_input.command_hints import model_setting, overrides_named
+from ..user_input.user_errors import UserError
 
 HEAD_PREFIXES = ("classification_heads.", "span_heads.")
 

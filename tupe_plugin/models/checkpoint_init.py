@@ -26,11 +26,11 @@ import re
 import torch
 from fairseq.utils import safe_getattr
 
-from ..checkpoint_config import model_config
+from ..checkpoints.checkpoint_config import model_config
 from ..fairseq_fixes.checkpoint_compat import load
 from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
 from ..fairseq_fixes.unreadable_checkpoints import raise_if_unreadable
-from ..path_checks import path_problem
+from ..user_input.path_checks import path_problem
 from . import stock_roberta
 from .checkpoint_guards import (HEAD_PREFIXES, CheckpointMismatchError, DictionaryMismatchError,
                                dictionary_fingerprint)

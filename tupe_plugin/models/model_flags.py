@@ -23,9 +23,10 @@ from fairseq.modules import LayerNorm
 from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..attention.paths import ATTENTION_BACKENDS
-from ..cli_types import finite_float
-from ..encodings.position_config import PositionFlagError, option
-from ..memory_limits import beyond_memory
+from ..encodings.encoding import flag_name
+from ..encodings.position_config import PositionFlagError
+from ..user_input.cli_types import finite_float
+from ..user_input.memory_limits import beyond_memory
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
 
@@ -138,7 +139,7 @@ def check_model_flags(args):
         )
     for flag in ("max_positions", "encoder_layers", "encoder_ffn_embed_dim"):
         if getattr(args, flag) < 1:
-            errors.append(f"{option(flag)} must be positive, got {getattr(args, flag)}")
+            errors.append(f"{flag_name(flag)} must be positive, got {getattr(args, flag)}")
     tokens_per_sample = safe_getattr(args, "tokens_per_sample", None)
     if tokens_per_sample is not None and 0 < args.max_positions < tokens_per_sample:
         errors.append(
@@ -148,11 +149,11 @@ def check_model_flags(args):
         )
     for flag in ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop"):
         if not 0 <= safe_getattr(args, flag, 0.0) < 1:
-            errors.append(f"{option(flag)} is a probability in [0, 1), got {getattr(args, flag)}")
+            errors.append(f"{flag_name(flag)} is a probability in [0, 1), got {getattr(args, flag)}")
     for flag, off, why in UNSUPPORTED_ROBERTA_FLAGS:
         value = safe_getattr(args, flag, off)
         if value is not None and value != off:
-            errors.append(f"{option(flag)} {value} is not supported: {why}; drop the flag")
+            errors.append(f"{flag_name(flag)} {value} is not supported: {why}; drop the flag")
     eps = safe_getattr(args, "layer_norm_eps", None)
     if eps is not None and not 0 < eps < 1:
         errors.append(f"--layer-norm-eps is a small positive number (1e-5 is fairseq's, 1e-12 BERT's), "

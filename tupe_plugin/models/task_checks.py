@@ -1,7 +1,7 @@
 """Checks of the task's data that the model's build can make before any batch is drawn."""
 
-from ..user_errors import UserError
-from ..vocabulary import word_indices
+from ..checkpoints.vocabulary import word_indices
+from ..user_input.user_errors import UserError
 
 
 class LabelCountError(UserError, ValueError):

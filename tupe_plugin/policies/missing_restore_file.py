@@ -11,8 +11,8 @@ the plugin's checks that run before the model is built.
 import os
 
 from fairseq.file_io import PathManager
-from ..path_checks import path_problem
-from ..user_errors import UserError
+from ..user_input.path_checks import path_problem
+from ..user_input.user_errors import UserError
 
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
 

@@ -25,31 +25,28 @@ from dataclasses import fields
 from fairseq import checkpoint_utils
 from fairseq.registry import REGISTRIES
 
-from ..checkpoint_config import model_config
-from ..command_hints import overrides_named
-from ..encodings.position_config import BEFORE_RELEASED_FORMS, option
+from ..checkpoints.checkpoint_config import model_config
+from ..encodings import registry
+from ..encodings.encoding import flag_name
+from ..encodings.position_config import BEFORE_RELEASED_FORMS
 from ..models.checkpoint_guards import record_overrides
 from ..models.model_flags import value_in_use
-from ..user_errors import UserError
+from ..user_input.command_hints import overrides_named
+from ..user_input.user_errors import UserError
 from .restore_architecture import NOT_CARRIED, model_flag_actions
 from .scope import is_plugin_config
 
 # A setting that only gives a tensor the checkpoint stores its starting value: the tensor's key ends with
-# the suffix; the checkpoint's tensor replaces whatever the setting computes.
-STARTING_VALUES = {
-    "fire_threshold": ("relative_bias.threshold", "FIRE's threshold L is learned"),
-    "rotary_base": ("rotary.sinusoid.frequencies", "RoPE's frequencies are stored in the checkpoint"),
-    "sandwich_frequencies": ("relative_bias.sinusoid.frequencies",
-                             "Sandwich's frequencies are stored in the checkpoint"),
-}
+# the suffix; the checkpoint's tensor replaces whatever the setting computes (each encoding declares its own).
+STARTING_VALUES = registry.starting_values()
 
 # The model settings an evaluation may change (the trained weights keep their meaning): the input lengths,
-# RoPE's scaling for longer inputs, dropout and layerdrop (off in evaluation), memory and the attention
-# kernel among its choices.
+# dropout and layerdrop (off in evaluation), memory and the attention kernel among its choices, and the
+# encodings' options declared so (RoPE's scaling for longer inputs).
 MAY_CHANGE_AT_EVALUATION = (
     "dropout", "attention_dropout", "activation_dropout", "pooler_dropout", "encoder_layerdrop",
     "encoder_layers_to_keep", "max_positions", "checkpoint_activations", "offload_activations",
-    "min_params_to_wrap", "attention_backend", "rotary_scaling", "rotary_scaling_factor",
+    "min_params_to_wrap", "attention_backend", *registry.evaluation_options(),
 )
 
 _fairseq_overwrite_args_by_name = checkpoint_utils.overwrite_args_by_name
@@ -187,7 +184,7 @@ def _check_starting_value(path, key, change, weights):
     saved, value = change
     now = f" = {weights[tensor].item():g} after training" if weights[tensor].numel() == 1 else ""
     raise OverrideError(
-        f"{overrides_named({key: value})} cannot change {path}: {why}, {tensor}{now}; {option(key)} "
+        f"{overrides_named({key: value})} cannot change {path}: {why}, {tensor}{now}; {flag_name(key)} "
         f"({saved}) only gave its starting value, which the checkpoint's weights replace: drop the override")
 
 

@@ -18,10 +18,11 @@ weights replace that initialisation.
 import argparse
 import logging
 
-from ..checkpoint_config import saved_model_config
-from ..encodings.position_config import BEFORE_RELEASED_FORMS, value_as_trained
+from ..checkpoints.checkpoint_config import saved_model_config
+from ..encodings import registry
+from ..encodings.position_config import BEFORE_RELEASED_FORMS
 from ..models.model_flags import SETTING_OF_FLAG, carry_setting, show_setting, value_in_use
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 from .missing_restore_file import checkpoint_to_restore
 from .scope import is_plugin_arch
 
@@ -31,12 +32,12 @@ logger = logging.getLogger(__name__)
 # may give them other values than pre-training (the model's weights keep their meaning). When the command
 # does not give them they are carried like the rest. --max-positions may change too: a learned position
 # table refuses another length by itself (checkpoint_guards), relative and sinusoidal encodings accept it.
-# So may RoPE's scaling for longer inputs (--rotary-scaling, its factor): it changes the angles, no weight.
+# So may the encodings' options declared to (RoPE's scaling for longer inputs changes the angles, no weight).
 MAY_CHANGE_AT_FINE_TUNING = (
     "dropout", "attention_dropout", "activation_dropout", "pooler_dropout", "pooler_activation_fn",
     "encoder_layerdrop", "encoder_layers_to_keep", "spectral_norm_classification_head",
     "max_positions", "checkpoint_activations", "offload_activations", "min_params_to_wrap",
-    "attention_backend", "rotary_scaling", "rotary_scaling_factor",
+    "attention_backend", *registry.evaluation_options(),
 )
 
 # Flags that initialise a new model or load the hub; the loaded weights replace what they do.
@@ -95,6 +96,12 @@ def _get(config, name):
     return getattr(config, name, _MISSING)
 
 
+def _recorded(config, name):
+    """The value ``config`` records for ``name``, or None."""
+    value = _get(config, name)
+    return None if value is _MISSING else value
+
+
 def _same(a, b):
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
             and not isinstance(b, bool):
@@ -130,8 +137,7 @@ def carry_checkpoint_architecture(model_cfg, saved, path, argv):
     for setting in architecture_settings(flags) + list(RECORDED):
         wanted, pretrained = _get(model_cfg, setting), _get(saved, setting)
         if pretrained is _MISSING and setting in BEFORE_RELEASED_FORMS:  # saved before the option existed
-            pretrained = value_as_trained(setting, _get(saved, "rel_pos"),
-                                          _get(saved, "deberta_share_att_key") is True)
+            pretrained = registry.value_as_trained(setting, lambda name: _recorded(saved, name))
         if pretrained is _MISSING or (wanted is not _MISSING and _same(value_in_use(setting, wanted),
                                                                          value_in_use(setting, pretrained))):
             continue

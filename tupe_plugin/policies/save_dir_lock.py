@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import time
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A ``--user-dir`` is imported by every fairseq run that names it, also one that trains ``roberta_base`` or
 a translation ``transformer``. The plugin's policies (save-dir lock, skipped-data check, flag checks, ...)
 ask :func:`is_plugin_config` before they act; :func:`enter_run` records the kind of the fairseq run in
-progress, for the one-line errors (:mod:`tupe_plugin.user_errors`).
+progress, for the one-line errors (:mod:`tupe_plugin.user_input.user_errors`).
 """
 
 import argparse

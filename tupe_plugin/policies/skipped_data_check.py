@@ -13,7 +13,7 @@ import logging
 
 import numpy as np
 from fairseq.tasks import FairseqTask
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 logger = logging.getLogger(__name__)
 

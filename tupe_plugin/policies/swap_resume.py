@@ -15,7 +15,7 @@ from fairseq.file_io import PathManager
 from fairseq.utils import safe_getattr
 
 from ..models.checkpoint_init import check_exists
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 from .missing_restore_file import DEFAULT_RESTORE_FILE
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@
 import importlib.util
 
 import torch
-from ..user_errors import UserError
+from ..user_input.user_errors import UserError
 
 
 class TrainingFlagError(UserError, ValueError):

@@ -35,12 +35,12 @@ import sys
 
 import torch
 
-from tupe_plugin.cli_types import at_least_one, finite_float
-from tupe_plugin.overwritten_inputs import overwritten_input
-from tupe_plugin.path_checks import path_problem
 from tupe_plugin.squad.features import features_path, load_features
 from tupe_plugin.squad.metric import evaluate, official_output, questions
 from tupe_plugin.squad.spans import best_answer
+from tupe_plugin.user_input.cli_types import at_least_one, finite_float
+from tupe_plugin.user_input.overwritten_inputs import overwritten_input
+from tupe_plugin.user_input.path_checks import path_problem
 
 logger = logging.getLogger("evaluate_squad")
 

@@ -25,11 +25,11 @@ as it was). Validate the result with
 import os
 import sys
 
-from ..cli_types import at_least_one, finite_float
-from ..finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
-                          fairseq_train_command, linear_schedule, parse_run_args, pretrained_architecture,
-                          run_logged, train_recorded)
-from ..path_checks import path_problem
+from ..downstream.finetuning import (add_run_args, check_data_rerun, check_rerun, count_lines, description,
+                                     fairseq_train_command, linear_schedule, parse_run_args,
+                                     pretrained_architecture, run_logged, train_recorded)
+from ..user_input.cli_types import at_least_one, finite_float
+from ..user_input.path_checks import path_problem
 from . import prepare
 
 SQUAD_WEBSITE = "rajpurkar.github.io/SQuAD-explorer"

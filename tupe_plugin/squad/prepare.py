@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tupe_plugin.path_checks import path_problem
-from tupe_plugin.prepared_folder import PreparedFolderError, fingerprint, write_prepared_folder
+from tupe_plugin.checkpoints.vocabulary import check_dictionary_symbols, check_unknown_pieces
+from tupe_plugin.cli.prepared_folder import PreparedFolderError, fingerprint, write_prepared_folder
 from tupe_plugin.squad.features import NO_ANSWER, features_path, spans_path, tokens_prefix
-from tupe_plugin.vocabulary import check_dictionary_symbols, check_unknown_pieces
+from tupe_plugin.user_input.path_checks import path_problem
 
 logger = logging.getLogger("prepare_squad")
 
@@ -234,7 +234,7 @@ def prepare(files, sentencepiece_model, dictionary_path, out, max_seq_length=384
     ``doc_stride`` and ``max_query_length`` default to :func:`window_defaults`. ``out`` is written aside
     and renamed into place when complete; a finished preparation of the same files and settings is
     reused as it is (``reused`` True), one of other files or settings is replaced. ``accept(folder)``
-    sees the complete preparation first (:func:`~tupe_plugin.prepared_folder.write_prepared_folder`).
+    sees the complete preparation first (:func:`~tupe_plugin.cli.prepared_folder.write_prepared_folder`).
     """
     doc_stride, max_query_length = window_defaults(max_seq_length, doc_stride, max_query_length)
     for path, flag in ((sentencepiece_model, "--sentencepiece-model"), (dictionary_path, "--dict"),

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from ..extras import MissingExtraError, require
+from ..cli.extras import MissingExtraError, require
 from . import state
 from .config import StudyConfigError, load_config
 from .jobs import Tools, build_jobs

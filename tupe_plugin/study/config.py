@@ -15,7 +15,7 @@ import os
 from omegaconf.errors import OmegaConfBaseException
 
 from ..glue.tasks import GLUE_TASKS
-from ..path_checks import path_problem
+from ..user_input.path_checks import path_problem
 from .yaml_file import YamlFileError, read_mapping
 
 GET_GLUE = ("get the GLUE data with the GLUE benchmark's download script (download_glue_data.py, linked "

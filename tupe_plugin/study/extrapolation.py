@@ -25,15 +25,16 @@ import os
 import subprocess
 import sys
 
-from ..child_processes import ended_with_parent
-from ..cli_types import finite_float
-from ..fairseq_logs import valid_lines
-from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
+from ..cli.child_processes import ended_with_parent
+from ..cli.fairseq_logs import valid_lines
+from ..cli.fairseq_tools import PLUGIN_DIR, fairseq_tool
+from ..encodings.rotary_position import scaling_overrides
+from ..user_input.cli_types import finite_float
 
 
 def trained_model(path):
     """``(max_positions, learned table, its PositionConfig)`` of a plugin checkpoint."""
-    from ..checkpoint_config import saved_model_config
+    from ..checkpoints.checkpoint_config import saved_model_config
     from ..encodings.position_config import PositionConfig
 
     model = saved_model_config(path)
@@ -92,8 +93,7 @@ def main(argv=None):
     overrides = {}
     if args.rotary_scaling:
         result["rotary_scaling"] = {"scaling": args.rotary_scaling, "factor": args.rotary_scaling_factor}
-        overrides = {"rotary_scaling": args.rotary_scaling,
-                     "rotary_scaling_factor": args.rotary_scaling_factor}
+        overrides = scaling_overrides(args.rotary_scaling, args.rotary_scaling_factor)
     folder = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(folder, exist_ok=True)
     if learned_table and args.length > trained:

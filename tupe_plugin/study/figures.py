@@ -1,13 +1,15 @@
-"""The study's figures: validation loss of every arch on one plot, analysis pictures side by side."""
+"""The study's figures: validation loss of every arch on one plot, and each analysis figure drawn once
+from every arch's numbers (one scale for all of them), each PNG with a PDF beside it."""
 
 import os
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
-import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..analysis import figures as drawing  # noqa: E402
 from .results import first_squad, glue_average  # noqa: E402
 from .statistics import mean  # noqa: E402
 
@@ -50,7 +52,7 @@ def _saved(fig, ax, path):
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    drawing.save(fig, path)
     plt.close(fig)
     return path
 
@@ -114,35 +116,35 @@ def along_figure(report, path):
         ax.grid(alpha=0.3)
     axes[0][0].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    drawing.save(fig, path)
     plt.close(fig)
     return path
 
 
 def analysis_figures(report, folder):
-    """One PNG per analysis section: each arch's picture of it, side by side (a text panel saying
-    why where the section does not apply), one arch per row. {section: path}."""
+    """Each figure of the analysis drawn once from the numbers of every arch that has it (one row, or one
+    curve, per arch on one scale; the archs without it named in the caption): {figure: (path, caption)}
+    of ``folder/analysis_FIGURE.png``. An analysis written without its numbers (positions.npz) draws
+    nothing."""
     archs = {arch: entry["analysis"] for arch, entry in report["archs"].items() if entry["analysis"]}
-    sections = []
-    for analysis in archs.values():
-        sections += [name for name, result in analysis.items()
-                     if result["applies"] and result["figures"] and name not in sections]
+    found = {}  # figure -> (section, plot, {arch: arrays})
+    for arch, analysis in archs.items():
+        for section, result in analysis.items():
+            if not result["applies"] or not result.get("plots") or not result.get("arrays"):
+                continue
+            with np.load(result["arrays"]) as stored:
+                numbers = {key: stored[key] for key in stored.files}
+            for plot in result["plots"]:
+                prefix = f"{plot['figure']}/"
+                arrays = {key[len(prefix):]: value for key, value in numbers.items()
+                          if key.startswith(prefix)}
+                found.setdefault(plot["figure"], (section, plot, {}))[2][arch] = arrays
     written = {}
-    for section in sections:
-        fig, axes = plt.subplots(len(archs), 1, figsize=(12, 3.5 * len(archs)), squeeze=False)
-        for ax, (arch, analysis) in zip(axes[:, 0], archs.items()):
-            ax.axis("off")
-            result = analysis.get(section)
-            if result and result["applies"] and result["figures"]:
-                ax.imshow(mpimg.imread(result["figures"][0]))
-                ax.set_title(arch)
-            else:
-                reason = result["reason"] if result else "not analysed"
-                ax.text(0.5, 0.5, f"{arch}\nn/a: {reason}", ha="center", va="center", wrap=True,
-                        fontsize=8, transform=ax.transAxes)
-        fig.tight_layout()
-        path = os.path.join(folder, f"analysis_{section}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written[section] = path
+    for figure, (section, plot, by_arch) in found.items():
+        without = [arch for arch, analysis in archs.items() if arch not in by_arch
+                   and not (analysis.get(section) or {}).get("applies", False)]
+        note = f"not drawn for {', '.join(without)}: the section does not apply to them" if without else ""
+        path = os.path.join(folder, f"analysis_{figure}.png")
+        written[figure] = drawing.draw(plot["kind"], by_arch, plot["title"], path, note=note,
+                                       **plot["options"])
     return written

@@ -28,9 +28,9 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ..fairseq_tools import PLUGIN_DIR, fairseq_tool
+from ..cli.fairseq_tools import PLUGIN_DIR, fairseq_tool
+from ..cli.prepared_folder import file_digest
 from ..glue.tasks import GLUE_TASKS
-from ..prepared_folder import file_digest
 
 @dataclass
 class Job:

@@ -15,8 +15,8 @@ import shlex
 import signal
 import subprocess
 
-from ..child_processes import ended_with_parent
-from ..extras import require
+from ..cli.child_processes import ended_with_parent
+from ..cli.extras import require
 from . import state
 from .config import StudyConfigError
 

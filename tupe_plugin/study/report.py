@@ -16,6 +16,7 @@ import os
 import shlex
 
 from . import convergence, results, statistics
+from ..analysis.report import format_columns
 from .results import first_squad
 from .statistics import mean
 from .jobs import Model, along_models, extrapolation_name, glue_run_name, squad_run_name, stage_offsets
@@ -588,17 +589,26 @@ def _analysis_section(report, out):
              "docs/analysis.md.", "",
              "| matrix | arch | " + " | ".join(title for _, title in PROPERTIES) + " |",
              "|---|---|" + "---|" * len(PROPERTIES)]
+    rows, left_out = [], []
     for section in _section_names(report):
+        without = []
         for arch, entry in report["archs"].items():
             result = (entry["analysis"] or {}).get(section)
             if result is None or not result["applies"]:
+                without.append(arch)
                 continue
-            for row in result["rows"]:
-                cells = " | ".join(_number(row.get(key)) for key, _ in PROPERTIES)
-                lines.append(f"| {section}: {row['label']} | {arch} | {cells} |")
+            rows += [(f"{section}: {row['label']}", arch, row) for row in result["rows"]]
+        if without and len(without) < len(report["archs"]):
+            left_out.append(f"{section}: {', '.join(without)}")
+    cells = format_columns([row for _, _, row in rows], [key for key, _ in PROPERTIES])
+    lines += [f"| {label} | {arch} | " + " | ".join(row) + " |" for (label, arch, _), row in zip(rows, cells)]
     lines.append("")
-    for section, figure in report["figures"].get("analysis", {}).items():
-        lines += [f"![{section}, all archs side by side]({os.path.relpath(figure, out)})", ""]
+    if left_out:
+        lines += ["Left out, the architectures a section does not apply to (their positions.json says why): "
+                  + "; ".join(left_out) + ".", ""]
+    for figure, (path, caption) in report["figures"].get("analysis", {}).items():
+        lines += [f"![{figure}, every architecture that has it]({os.path.relpath(path, out)})", "",
+                  f"*{figure}*: {caption}", ""]
     return lines
 
 

@@ -7,7 +7,7 @@ be checked against the logs line by line.
   base 2, at each ``num_updates``); speed: the median ``wps`` (input tokens per second, padding
   excluded) and ``ups`` (updates per second) of its ``train_inner`` lines.
 - GLUE: the best validation line of each run by the task's metric, read by
-  :mod:`tupe_plugin.fairseq_logs` as ``tupe-collect-glue`` reads it (a run whose every evaluation
+  :mod:`tupe_plugin.cli.fairseq_logs` as ``tupe-collect-glue`` reads it (a run whose every evaluation
   gave ``nan`` is a failed run); the other metrics of the task from that same line.
 - extrapolation: the loss :mod:`.extrapolation` wrote (fairseq-validate's, in bits), or why none.
 - SQuAD: the score line of ``tupe-evaluate-squad``, with the official scripts' keys (v1.1
@@ -19,7 +19,8 @@ import os
 import re
 import statistics
 
-from ..fairseq_logs import evaluations, train_inner_lines, valid_line_fields
+from ..analysis.report import arrays_path
+from ..cli.fairseq_logs import evaluations, train_inner_lines, valid_line_fields
 from ..glue.tasks import GLUE_TASKS
 
 # tupe-evaluate-squad's count line: "GOLD: 247 questions, 113 predicted (0 no answer) -> predictions.json"
@@ -151,16 +152,21 @@ def squad_result(log_path):
 
 
 def analysis_result(positions_json):
-    """Per section: the property-metric rows and figures, or why it does not apply."""
+    """Per section: the property-metric rows, the figures with their captions, the kind and options of
+    each figure (``plots``) and the file of their numbers (``arrays``, positions.npz), or why it does not
+    apply."""
     with open(positions_json, encoding="utf-8") as f:
         report = json.load(f)
+    numbers = arrays_path(positions_json)
     sections = {}
     for name, section in report["sections"].items():
         if not section["applies"]:
             sections[name] = {"title": section["title"], "applies": False, "reason": section["reason"]}
         else:
             sections[name] = {"title": section["title"], "applies": True, "rows": section["rows"],
-                              "figures": section["figures"]}
+                              "figures": section["figures"], "captions": section.get("captions", []),
+                              "plots": section.get("plots", []),
+                              "arrays": numbers if os.path.isfile(numbers) else None}
     return sections
 
 

@@ -23,7 +23,7 @@ import math
 import os
 from collections import Counter
 
-from ..path_checks import path_problem
+from ..user_input.path_checks import path_problem
 
 EOS, UNK = "</s>", "<unk>"
 

@@ -26,8 +26,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING, OmegaConf, open_dict
 
-from ..path_checks import path_problem
 from ..squad.features import load_spans, spans_path, tokens_prefix
+from ..user_input.path_checks import path_problem
 
 logger = logging.getLogger(__name__)
 

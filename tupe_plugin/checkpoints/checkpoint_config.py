@@ -3,9 +3,9 @@ tensors."""
 
 import zipfile
 
-from .fairseq_fixes.checkpoint_compat import load
-from .fairseq_fixes.checkpoint_integrity import verify_checkpoint
-from .fairseq_fixes.unreadable_checkpoints import check_fairseq_checkpoint, raise_if_unreadable
+from ..fairseq_fixes.checkpoint_compat import load
+from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
+from ..fairseq_fixes.unreadable_checkpoints import check_fairseq_checkpoint, raise_if_unreadable
 
 
 def model_config(state):

@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
-from .user_errors import UserError
+from ..user_input.user_errors import UserError
 
 MANIFEST = ".prepared.json"
 

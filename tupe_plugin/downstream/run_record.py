@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 
-from .prepared_folder import MANIFEST, file_digest
+from ..cli.prepared_folder import MANIFEST, file_digest
 
 RECORD = "run.json"
 LAST = "checkpoint_last.pt"
@@ -145,7 +145,7 @@ def flag_values(args):
 
 def saved_fairseq_task(path):
     """The fairseq task (``cfg.task._name``) the checkpoint ``path`` was trained on; None if it names none."""
-    from .checkpoint_config import saved_state
+    from ..checkpoints.checkpoint_config import saved_state
 
     task = (saved_state(path).get("cfg") or {}).get("task") or {}
     return task.get("_name")

@@ -8,7 +8,7 @@ tupe-train-spm writes has them all), and every one of its symbols is a piece of 
 """
 
 import logging
-from .user_errors import UserError
+from ..user_input.user_errors import UserError
 
 logger = logging.getLogger(__name__)
 

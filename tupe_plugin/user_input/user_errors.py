@@ -33,17 +33,16 @@ def user_error_in(error):
     return None
 
 
-def install():
-    """Print uncaught user errors in one line (once per interpreter)."""
+def install(keeps_tracebacks):
+    """Print uncaught user errors in one line (once per interpreter), except while ``keeps_tracebacks()``
+    says every error keeps its traceback (the plugin passes "in a fairseq run of another model")."""
     previous = sys.excepthook
     if getattr(previous, "prints_user_errors", False):
         return
 
     def excepthook(kind, error, traceback):
-        from .policies.scope import in_other_models_run
-
         found = user_error_in(error)
-        if found is None or os.environ.get(TRACEBACK_VARIABLE) or in_other_models_run():
+        if found is None or os.environ.get(TRACEBACK_VARIABLE) or keeps_tracebacks():
             previous(kind, error, traceback)
             return
         print(f"error: {found}", file=sys.stderr)

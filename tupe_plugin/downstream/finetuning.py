@@ -7,9 +7,9 @@ A run starts from the pre-trained checkpoint with fairseq's ``--finetune-from-mo
 loaded (optimizer, schedule, meters and data order fresh) only when ``SAVE_DIR`` has no
 ``checkpoint_last.pt``. A rerun resumes from ``checkpoint_last.pt``: a finished run is left as it is (its
 best checkpoint and best score kept), an interrupted one goes on. The log is appended to, never truncated.
-``SAVE_DIR/run.json`` records the run (:mod:`tupe_plugin.run_record`): a rerun of another task or with other
-settings is refused before anything is written, one on other data once the data are prepared aside, before
-they replace ``--bin-dir`` (:func:`check_data_rerun`).
+``SAVE_DIR/run.json`` records the run (:mod:`.run_record`): a rerun of another task or with other settings is
+refused before anything is written, one on other data once the data are prepared aside, before they replace
+``--bin-dir`` (:func:`check_data_rerun`).
 """
 
 import argparse
@@ -17,10 +17,10 @@ import os
 import subprocess
 import sys
 
-from .child_processes import ended_with_parent
-from .cli_types import learning_rate
-from .fairseq_tools import PLUGIN_DIR, fairseq_tool
-from .path_checks import path_problem
+from ..cli.child_processes import ended_with_parent
+from ..cli.fairseq_tools import PLUGIN_DIR, fairseq_tool
+from ..user_input.cli_types import learning_rate
+from ..user_input.path_checks import path_problem
 from .run_record import holds_run, recorded_data, rerun_conflict, write_record
 
 # fairseq-train's log line as it starts the first batch of an epoch, once every check has passed
@@ -29,7 +29,7 @@ TRAINING_STARTS = "Start iterating over samples"
 
 def pretrained_architecture(checkpoint):
     """``(arch, max_positions)`` of a plugin checkpoint: fine-tuning keeps the pre-training model."""
-    from .checkpoint_config import saved_model_config
+    from ..checkpoints.checkpoint_config import saved_model_config
 
     model = saved_model_config(checkpoint)
     return model.arch, model.max_positions

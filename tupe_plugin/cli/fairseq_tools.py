@@ -8,7 +8,7 @@ of this package, in a checkout or installed.
 import os
 import sys
 
-PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
+PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def fairseq_tool(tool, bin_dir=None):
