@@ -14,7 +14,7 @@ def test_folded_term_has_the_same_content_free_logits(preset, dictionary):
     positional = build_model(f"{preset}_tiny", dictionary).encoder.sentence_encoder.positional_term
     term = positional.content_free(9)
     folded = term.folded()
-    assert folded.q_extra is None and folded.k_extra is None
+    assert folded.low_rank is None
     torch.testing.assert_close(folded.dense(), term.dense(), atol=1e-6, rtol=1e-6)
 
 

@@ -1,5 +1,5 @@
-"""The package's layout: a root of rooms, encodings -> attention -> encoder, imports downward only, no import
-circle, and docs/layout.md listing exactly the modules there are."""
+"""The package's layout: a root of rooms, terms -> encodings, attention -> encoder, imports downward only,
+no import circle, and docs/layout.md listing exactly the modules there are."""
 
 import ast
 import os
@@ -13,15 +13,18 @@ GRAPH = import_graph(package_sources())
 
 # what each room may import of the plugin, besides itself
 MAY_IMPORT = {
+    "tupe_plugin.terms": (),
     "tupe_plugin.user_input": (),
     "tupe_plugin.cli": ("tupe_plugin.user_input",),
     "tupe_plugin.checkpoints": ("tupe_plugin.user_input", "tupe_plugin.fairseq_fixes"),
     "tupe_plugin.downstream": ("tupe_plugin.user_input", "tupe_plugin.cli", "tupe_plugin.checkpoints"),
-    "tupe_plugin.encodings": ("tupe_plugin.user_input.user_errors", "tupe_plugin.user_input.command_hints",
-                              "tupe_plugin.user_input.cli_types", "tupe_plugin.user_input.memory_limits"),
-    "tupe_plugin.attention": (),
-    "tupe_plugin.encoder": ("tupe_plugin.encodings", "tupe_plugin.attention", "tupe_plugin.fairseq_fixes",
-                            "tupe_plugin.user_input.path_checks", "tupe_plugin.user_input.command_hints"),
+    "tupe_plugin.encodings": ("tupe_plugin.terms", "tupe_plugin.user_input.user_errors",
+                              "tupe_plugin.user_input.command_hints", "tupe_plugin.user_input.cli_types",
+                              "tupe_plugin.user_input.memory_limits"),
+    "tupe_plugin.attention": ("tupe_plugin.terms",),
+    "tupe_plugin.encoder": ("tupe_plugin.terms", "tupe_plugin.encodings", "tupe_plugin.attention",
+                            "tupe_plugin.fairseq_fixes", "tupe_plugin.user_input.path_checks",
+                            "tupe_plugin.user_input.command_hints"),
 }
 
 

@@ -138,12 +138,12 @@ def deberta_case(seq_len, heads, max_distance, buckets, p2c, generator):
     table = DisentangledRelativeTable(16, max_distance, buckets, released_p2c=p2c == "released")
     key_rows, query_rows = (torch.randn(heads, 2 * table.span, 16, generator=generator).to(DEVICE)
                             .requires_grad_() for _ in range(2))
-    term = SimpleNamespace()
+    term = positional_term.PositionalTerm(scale=1.0)
     table.contribute(term, seq_len)
     first, count = table.rows_and_index(seq_len)[:2]
     used = slice(first, first + count)
-    relative = RelativeRows(key_rows[:, used], term.disentangled_offsets, query_rows[:, used],
-                            term.disentangled_p2c_offsets.flip(0))
+    relative = RelativeRows(key_rows[:, used], term.projected_table.offsets, query_rows[:, used],
+                            term.projected_table.p2c_offsets.flip(0))
     c2p = pair_rows(seq_len, lambda i, j: deberta_delta(i, j, config))
     p2c_rows = c2p if p2c == "released" else pair_rows(seq_len, lambda i, j: deberta_delta(j, i, config))
     return (key_rows, query_rows), relative, ((key_rows, c2p), (query_rows, p2c_rows))

@@ -6,5 +6,6 @@ and the sums by relative offset that Shaw vectors and DeBERTa need (:mod:`.clipp
 :mod:`.toeplitz_scores`; the forms the Triton kernel and FlexAttention read, :mod:`.relative_terms`).
 Consumes tensors (and a position config's properties), never an encoding.
 
-May import torch only (and itself); never :mod:`tupe_plugin.encodings` or :mod:`tupe_plugin.encoder`.
+May import torch and the term's parts (:mod:`tupe_plugin.terms`) only (and itself); never
+:mod:`tupe_plugin.encodings` or :mod:`tupe_plugin.encoder`.
 """

@@ -55,6 +55,9 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
 A kernel that ``--attention-backend`` names runs where it can (:func:`kernel_runs_on`): on CUDA; elsewhere
 (a model trained on a GPU, evaluated or fine-tuned on a CPU) the CPU paths run in its place.
 
+Each path reads some parts of the positional term (:mod:`tupe_plugin.terms.parts`), :data:`PATH_READS`; the
+plan refuses a term with a part its path does not read, once a forward (:meth:`AttentionPlan.check_reads`).
+
 The config is read through the properties a :class:`~tupe_plugin.encodings.position_config.PositionConfig`
 offers; nothing here imports the encodings.
 """
@@ -68,6 +71,8 @@ from typing import Optional
 import torch
 from torch.nn.attention import SDPBackend
 
+from ..terms.parts import (CLIPPED_TABLE, CLIPPED_VALUES, DENSE_BIAS, KIND_WORDS, LOW_RANK, OFFSET_ROWS,
+                           PROJECTED_TABLE, ROTARY, SHIFT)
 from .cpu_kernels import reads_offset_rows
 
 # Without dropout, a learned dense bias takes the explicit path up to T = d_h (see above).
@@ -128,6 +133,28 @@ RELATIVE_OFFSET_PATHS = (AttentionPath.TRITON, AttentionPath.FLEX)
 # take one dense bias, into which the plan expands it
 OFFSET_ROWS_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH, AttentionPath.TRITON,
                      AttentionPath.FLEX)
+
+# The parts of the positional term (:mod:`tupe_plugin.terms.parts`) each path reads, as the layer hands
+# them over: every path takes shifts and RoPE's rotation (applied to q and k before the kernel) and a dense
+# bias (in the mask); TUPE's untied factors as widened heads the paths whose kernels take any head width, SDPA
+# and the CPU paths (which have them folded into the dense bias, fold_untied_term, but compute the same with
+# them widened), not the GPU kernels of --attention-backend; a bias of the offset as its rows the kernels of
+# OFFSET_ROWS_PATHS; Shaw's keys and a projected table (DeBERTa) every path that takes a (B, H, T, T) mask,
+# gathered into it, and the Triton kernel and FlexAttention by offset; cuDNN's graph neither (one bias shared
+# by the batch); Shaw's value vectors the paths that have the probabilities.
+_EVERY_PATH = (SHIFT, DENSE_BIAS, ROTARY)
+PATH_READS = {
+    AttentionPath.SDPA: frozenset((*_EVERY_PATH, LOW_RANK, CLIPPED_TABLE, PROJECTED_TABLE)),
+    AttentionPath.CHUNKED: frozenset((*_EVERY_PATH, LOW_RANK, OFFSET_ROWS, CLIPPED_TABLE, PROJECTED_TABLE)),
+    AttentionPath.BIASED_FLASH: frozenset((*_EVERY_PATH, LOW_RANK, OFFSET_ROWS, CLIPPED_TABLE,
+                                           PROJECTED_TABLE)),
+    AttentionPath.EXPLICIT: frozenset((*_EVERY_PATH, LOW_RANK, CLIPPED_TABLE, CLIPPED_VALUES,
+                                       PROJECTED_TABLE)),
+    AttentionPath.TRITON: frozenset((*_EVERY_PATH, OFFSET_ROWS, CLIPPED_TABLE, CLIPPED_VALUES,
+                                     PROJECTED_TABLE)),
+    AttentionPath.FLEX: frozenset((*_EVERY_PATH, OFFSET_ROWS, CLIPPED_TABLE, PROJECTED_TABLE)),
+    AttentionPath.CUDNN_GRAPH: frozenset(_EVERY_PATH),
+}
 
 # The CPU kernels whose layers add the gradient of the one dense mask they all read (TUPE's untied term) to
 # one buffer (:mod:`.shared_mask_gradient`), rather than each returning its own for autograd to sum
@@ -254,6 +281,32 @@ class AttentionPlan:
         (:class:`~.relative_terms.RelativeRows`: the Triton kernel, FlexAttention), rather than gathered into
         the (B, H, T, T) mask."""
         return self.path in RELATIVE_OFFSET_PATHS
+
+    def check_reads(self, parts):
+        """Refuse, in words, a positional term whose ``parts`` (:meth:`PositionalTerm.parts
+        <tupe_plugin.encodings.positional_term.PositionalTerm.parts>`) this plan's path does not read
+        (:data:`PATH_READS`): once a forward, before any layer runs, rather than deep in a kernel. On the
+        paths that read a projected table by offset, its query shift joins the rows of a bias of the offset,
+        which a [CLS] reset would overwrite in row 0 and column 0: that pair is refused there too."""
+        kinds = [kind for part in parts for kind in part.reads()]
+        unread = [kind for kind in dict.fromkeys(kinds) if kind not in PATH_READS[self.path]]
+        if unread:
+            readers = [path.value for path, reads in PATH_READS.items() if reads.issuperset(kinds)]
+            raise ValueError(
+                f"the attention path {self.path.value} does not read "
+                f"{', '.join(KIND_WORDS[kind] for kind in unread)} of the positional term (it holds "
+                f"{', '.join(dict.fromkeys(kinds))}); "
+                + (f"the paths that read them all: {', '.join(readers)}" if readers
+                   else "no attention path reads them all together"))
+        if self.path in RELATIVE_OFFSET_PATHS:
+            by_kind = {part.kind: part for part in parts}
+            projected, offset = by_kind.get(PROJECTED_TABLE), by_kind.get(OFFSET_ROWS)
+            if projected is not None and projected.query_shift is not None and offset is not None \
+                    and offset.cls is not None:
+                raise ValueError(
+                    f"the attention path {self.path.value} adds a projected table's query shift to the rows "
+                    "of the bias of the offset, whose [CLS] values would replace it in row 0 and column 0: a "
+                    "[CLS] reset of a bias of the offset beside a query shift runs on the other paths only")
 
     @property
     def padding_as_lengths(self):

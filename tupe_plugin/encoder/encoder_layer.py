@@ -22,11 +22,11 @@ class PositionalEncoderLayer(nn.Module):
         activation_dropout=0.0,
         activation_fn="gelu",
         normalize_before=False,
-        relative_projections=None,
+        layer_projection=None,
     ):
         super().__init__()
         self.normalize_before = normalize_before
-        self.self_attn = PositionalSelfAttention(embed_dim, num_heads, relative_projections)
+        self.self_attn = PositionalSelfAttention(embed_dim, num_heads, layer_projection)
         self.self_attn_layer_norm = LayerNorm(embed_dim)
         self.fc1 = nn.Linear(embed_dim, ffn_embed_dim)
         self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)

@@ -58,7 +58,7 @@ class PositionalTransformerEncoder(nn.Module):
                 activation_dropout=args.activation_dropout,
                 activation_fn=args.activation_fn,
                 normalize_before=args.encoder_normalize_before,
-                relative_projections=self.config.deberta_own_projections,
+                layer_projection=self.positional_term.layer_projection,
             )
             for _ in range(args.encoder_layers)
         )
@@ -127,8 +127,10 @@ class PositionalTransformerEncoder(nn.Module):
         plan = self.attention_plan(x.device, need_attn, seq_len)
         term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype,
                                           plan.padding_as_lengths, plan.offset_bias_as_rows)
+        plan.check_reads(term.parts())
         if plan.path in SHARED_MASK_GRADIENT_PATHS:  # every layer's kernel adds the mask's gradient to one buffer
-            mask, mask_gradient = gather_mask_gradient(term.attn_mask, term.offset_rows, term.offset_cls)
+            offset = () if term.offset_bias is None else (term.offset_bias.rows, term.offset_bias.cls)
+            mask, mask_gradient = gather_mask_gradient(term.attn_mask, *offset)
             term = replace(term, attn_mask=mask, mask_gradient=mask_gradient)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None
         attentions = [] if need_attn else None

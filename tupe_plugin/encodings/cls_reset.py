@@ -9,6 +9,8 @@ entries of the whole content-free term, which then is the bias (under the untied
 :mod:`.untied_position` and the bias is zeroed there instead).
 """
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
@@ -20,8 +22,9 @@ class ClsReset(nn.Module):
 
     def contribute(self, term, seq_len):
         """Set the reset of ``term``'s bias of the offset: theta_1 replaces its row 0, theta_2 column 0 of the
-        other rows (``term.offset_cls``)."""
-        term.offset_cls = self.thetas.to(term.offset_rows.dtype)
+        other rows (the [CLS] values of its :class:`~tupe_plugin.terms.parts.OffsetRows`)."""
+        rows = term.offset_bias.rows
+        term.offset_bias = replace(term.offset_bias, cls=self.thetas.to(rows.dtype))
 
 
 def build_cls_reset(config):

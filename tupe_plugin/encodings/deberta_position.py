@@ -35,6 +35,7 @@ import torch
 from fairseq.modules import LayerNorm
 from torch import nn
 
+from ..terms.parts import ProjectedTable
 from .encoding import Encoding, option
 
 
@@ -147,12 +148,21 @@ class DisentangledRelativeTable(nn.Module):
     def contribute(self, term, seq_len):
         """Add the rows of P that T positions reach (normalised with ``norm``) and the offsets into them of
         the c2p term, and those the p2c term reads for the pair (key j, query i): delta(i, j), the offsets
-        reversed (released), or delta(j, i), the same offsets (paper), to ``term``."""
+        reversed (released), or delta(j, i), the same offsets (paper), to ``term`` (a
+        :class:`~tupe_plugin.terms.parts.ProjectedTable`, which each layer projects with the module of
+        :meth:`layer_projection`)."""
         first, rows, _, offsets = self.rows_and_index(seq_len)
         table = self.weight[first: first + rows]
-        term.disentangled_table = table if self.norm is None else self.norm(table)
-        term.disentangled_offsets = offsets
-        term.disentangled_p2c_offsets = offsets.flip(0) if self.released_p2c else offsets
+        term.add(ProjectedTable(table if self.norm is None else self.norm(table), offsets,
+                                offsets.flip(0) if self.released_p2c else offsets))
+
+    @staticmethod
+    def layer_projection(config):
+        """A layer's W^{q,r}, W^{k,r} (:class:`DisentangledProjections`, with the biases
+        ``--deberta-rel-proj-bias`` names), or None with ``--deberta-share-att-key``: the layer projects the
+        table with its content projections."""
+        biases = config.deberta_own_projections
+        return None if biases is None else DisentangledProjections(config.embed_dim, biases)
 
 
 class DisentangledProjections(nn.Module):
@@ -166,6 +176,7 @@ class DisentangledProjections(nn.Module):
         self.key = nn.Linear(embed_dim, embed_dim, bias=biases == "both")
 
     def forward(self, table):
+        """(Q^r, K^r) of the table rows (R, C): the rows k and q are multiplied by."""
         return self.query(table), self.key(table)
 
 

@@ -7,11 +7,13 @@ tile and sum their gradient by offset, so the backward scatters 2T - 1 rows into
 the (H, T, T) matrix (:meth:`OffsetBias.forward`) is built only for the paths that take a dense bias.
 
 Under the paper's [CLS] reset (``zero_cls``) the bias's row 0 and column 0 are zeroed (the term's
-``offset_cls`` is 0): TUPE's Eq. 11 replaces row/column 0 of the whole content-free term by theta_1/theta_2,
+[CLS] values are 0): TUPE's Eq. 11 replaces row/column 0 of the whole content-free term by theta_1/theta_2,
 which the untied term carries (:mod:`.untied_position`).
 """
 
 from torch import nn
+
+from ..terms.parts import OffsetRows
 
 
 def toeplitz(rows, cls=None):
@@ -44,9 +46,7 @@ class OffsetBias(nn.Module):
         return toeplitz(self.per_offset(seq_len)[1])
 
     def contribute(self, term, seq_len):
-        """Add the bias's rows (H, 2T - 1) to ``term`` (a :class:`~.positional_term.PositionalTerm`), with a
-        [CLS] reset to 0 under ``zero_cls``."""
+        """Add the bias's rows (H, 2T - 1) to ``term`` (a :class:`~.positional_term.PositionalTerm`) as an
+        :class:`~tupe_plugin.terms.parts.OffsetRows`, with a [CLS] reset to 0 under ``zero_cls``."""
         rows = self.per_offset(seq_len)[1]
-        term.offset_rows = rows
-        if self.zero_cls:
-            term.offset_cls = rows.new_zeros(rows.size(0), 2)
+        term.add(OffsetRows(rows, rows.new_zeros(rows.size(0), 2) if self.zero_cls else None))

@@ -21,6 +21,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..terms.parts import (PART_TYPES, ClippedTable, DenseBias, LowRank, OffsetRows, ProjectedTable, Rotary,
+                           Shift)
 from . import registry
 from .cls_reset import build_cls_reset
 from .offset_bias import toeplitz
@@ -29,78 +31,88 @@ from .untied_product import ProductMemory, untied_product
 
 @dataclass
 class PositionalTerm:
-    """What every layer's attention adds to its logits; tensors are per head, shape (H, T, .), and
-    ``attn_mask`` the mask with key padding of :meth:`attention_mask`, or the bias alone with the rows'
-    unpadded lengths (B,) in ``key_lengths`` for a kernel that takes padding apart.
+    """What every layer's attention adds to its logits, as typed parts (:mod:`tupe_plugin.terms.parts`), at
+    most one of each kind: ``low_rank`` (:class:`~tupe_plugin.terms.parts.LowRank`), ``shift``
+    (:class:`~tupe_plugin.terms.parts.Shift`), ``dense_bias`` (:class:`~tupe_plugin.terms.parts.DenseBias`),
+    ``offset_bias`` (:class:`~tupe_plugin.terms.parts.OffsetRows`), ``clipped_table``
+    (:class:`~tupe_plugin.terms.parts.ClippedTable`), ``projected_table``
+    (:class:`~tupe_plugin.terms.parts.ProjectedTable`), ``rotary`` (:class:`~tupe_plugin.terms.parts.Rotary`);
+    an encoding adds its own with :meth:`add`. The attention plan checks that its path reads every part
+    present (:meth:`parts`; :meth:`~tupe_plugin.attention.paths.AttentionPlan.check_reads`).
 
-    A bias of the offset j - i keeps its O(T) form (:mod:`~tupe_plugin.attention.offset_rows`; the dense form
-    :func:`~.offset_bias.toeplitz`):
-    ``offset_rows`` (H, 2T - 1), the bias of query i and key j at ``j - i + T - 1``, and ``offset_cls``
-    (H, 2), the [CLS] reset's theta_1 (row 0) and theta_2 (column 0 of the rows i != 0), which replace the
-    rows' values there. They are added to ``bias``, the dense (H, T, T) part (TUPE's untied product when
-    folded), by the kernels that read them (the plan's ``offset_bias_as_rows``); for the others
-    :meth:`expanded` adds them to ``bias`` once per forward. ``mask_gradient``: where the encoder set one
-    (the CPU kernels, chunked and biased flash, :mod:`~tupe_plugin.attention.shared_mask_gradient`), the
-    buffer that every layer's kernel adds the gradient of ``attn_mask`` to."""
+    Key padding: ``attn_mask``, the mask with key padding of :meth:`attention_mask` (the dense bias in it), or
+    the bias alone with the rows' unpadded lengths (B,) in ``key_lengths`` for a kernel that takes padding
+    apart; ``mask_gradient``, where the encoder set one (the CPU kernels, chunked and biased flash,
+    :mod:`~tupe_plugin.attention.shared_mask_gradient`), the buffer that every layer's kernel adds the
+    gradient of ``attn_mask`` to.
+
+    A bias of the offset j - i keeps its O(T) form, its rows (:mod:`~tupe_plugin.attention.offset_rows`; the
+    dense form :func:`~.offset_bias.toeplitz`), added to the dense bias by the kernels that read them (the
+    plan's ``offset_bias_as_rows``); for the others :meth:`expanded` adds them to the dense bias once per
+    forward."""
 
     scale: float
-    q_extra: Optional[torch.Tensor] = None
-    k_extra: Optional[torch.Tensor] = None
-    q_shift: Optional[torch.Tensor] = None
-    k_shift: Optional[torch.Tensor] = None
-    bias: Optional[torch.Tensor] = None
-    rel_table: Optional[torch.Tensor] = None
-    rel_index: Optional[torch.Tensor] = None
-    rel_offsets: Optional[torch.Tensor] = None
-    rel_values: bool = False
-    disentangled_table: Optional[torch.Tensor] = None
-    disentangled_offsets: Optional[torch.Tensor] = None
-    disentangled_p2c_offsets: Optional[torch.Tensor] = None
-    rotary_cos: Optional[torch.Tensor] = None
-    rotary_sin: Optional[torch.Tensor] = None
-    offset_rows: Optional[torch.Tensor] = None
-    offset_cls: Optional[torch.Tensor] = None
+    low_rank: Optional[LowRank] = None
+    shift: Optional[Shift] = None
+    dense_bias: Optional[DenseBias] = None
+    offset_bias: Optional[OffsetRows] = None
+    clipped_table: Optional[ClippedTable] = None
+    projected_table: Optional[ProjectedTable] = None
+    rotary: Optional[Rotary] = None
     attn_mask: Optional[torch.Tensor] = None
     key_lengths: Optional[torch.Tensor] = None
     mask_gradient: Optional[object] = None
 
+    def add(self, part):
+        """Add an encoding's ``part`` in its slot; a second part of a kind is refused (two encodings that
+        would each add one are refused with the flags that choose them, before a model is built)."""
+        if getattr(self, part.slot) is not None:
+            raise ValueError(f"the positional term already holds a {type(part).__name__}: two encodings "
+                             "add one, and a term holds one of each kind")
+        setattr(self, part.slot, part)
+
+    def parts(self):
+        """The parts present, in the order of :data:`~tupe_plugin.terms.parts.PART_TYPES`."""
+        return [part for part in (getattr(self, kind.slot) for kind in PART_TYPES) if part is not None]
+
     def dense(self):
         """The content-free logits as one (H, T, T) matrix (for analysis and tests); Shaw and DeBERTa
-        terms, which depend on the content, excluded."""
+        terms, which depend on the content, excluded, and a query-only shift (its product with the keys
+        depends on the content)."""
         parts = []
-        for q, k in ((self.q_extra, self.k_extra), (self.q_shift, self.k_shift)):
-            if q is not None:
+        for pair in (self.low_rank, self.shift):
+            if pair is not None and pair.k is not None:
                 # scaled before the product, as the kernels do: in fp16 the unscaled product of
                 # large factors overflows (65504) where the scaled logits do not
-                parts.append(torch.einsum("hid,hjd->hij", q * self.scale, k))
-        if self.bias is not None:
-            parts.append(self.bias)
-        if self.offset_rows is not None:
-            parts.append(toeplitz(self.offset_rows, self.offset_cls))
+                parts.append(torch.einsum("hid,hjd->hij", pair.q * self.scale, pair.k))
+        if self.dense_bias is not None:
+            parts.append(self.dense_bias.bias)
+        if self.offset_bias is not None:
+            parts.append(toeplitz(self.offset_bias.rows, self.offset_bias.cls))
         return sum(parts) if parts else None
 
     def expanded(self):
-        """The same term with the bias of the offset added to ``bias`` as its dense (H, T, T) form, for the
+        """The same term with the bias of the offset added to the dense bias as its (H, T, T) form, for the
         paths that take one dense bias."""
-        if self.offset_rows is None:
+        if self.offset_bias is None:
             return self
-        rows = toeplitz(self.offset_rows, self.offset_cls)
-        bias = rows if self.bias is None else self.bias + rows
-        return replace(self, offset_rows=None, offset_cls=None, bias=bias)
+        rows = toeplitz(self.offset_bias.rows, self.offset_bias.cls)
+        bias = rows if self.dense_bias is None else self.dense_bias.bias + rows
+        return replace(self, offset_bias=None, dense_bias=DenseBias(bias))
 
     def folded(self, memory=None):
-        """The same term with the untied factors multiplied out into ``bias``, once per forward: for
+        """The same term with the untied factors multiplied out into the dense bias, once per forward: for
         the explicit path, and wherever a dense bias (the T5 term) is added in every layer anyway —
         there the untied product joins it for free, while widened heads (d_h -> 2 d_h + 2, padded to
         a multiple of 8) would double every layer's attention matmuls. A bias of the offset stays apart.
         ``memory``: the model's :class:`~.untied_product.ProductMemory`, where a large product is written
         in the storage of the previous step's gradient."""
-        if self.q_extra is None:
+        if self.low_rank is None:
             return self
-        untied = untied_product(self.q_extra * self.scale, self.k_extra, memory)
+        untied = untied_product(self.low_rank.q * self.scale, self.low_rank.k, memory)
         # an addition, not baddbmm: under autocast the product may be bf16, an expanded bias stays float32
-        bias = untied if self.bias is None else self.bias + untied
-        return replace(self, q_extra=None, k_extra=None, bias=bias)
+        bias = untied if self.dense_bias is None else self.dense_bias.bias + untied
+        return replace(self, low_rank=None, dense_bias=DenseBias(bias))
 
     def attention_mask(self, key_padding_mask, dtype):
         """The mask handed to every layer's fused attention, built once per forward.
@@ -109,11 +121,11 @@ class PositionalTerm:
         (True = attend) or a float (1 or B, H, T, T) additive mask with padded keys at the most
         negative value of ``dtype``.
         """
-        if self.bias is None:
+        if self.dense_bias is None:
             if key_padding_mask is None:
                 return None
             return ~key_padding_mask[:, None, None, :]
-        mask = self.bias.to(dtype)[None]
+        mask = self.dense_bias.bias.to(dtype)[None]
         if key_padding_mask is not None:
             mask = mask.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(dtype).min)
         return mask
@@ -148,6 +160,18 @@ class SharedPositionalTerm(nn.Module):
     def encodings(self):
         """The encodings' modules this model uses, in the order they add their parts."""
         return [module for module in self._modules.values() if hasattr(module, "contribute")]
+
+    def layer_projection(self):
+        """A fresh module for one layer to project a :class:`~tupe_plugin.terms.parts.ProjectedTable` with
+        (the layer's ``relative_projections``), built by the encoding that adds the table
+        (``layer_projection(config)``), or None: no encoding builds one (the layer then projects a table
+        with its own query and key projections)."""
+        for encoding in self.encodings():
+            build = getattr(encoding, "layer_projection", None)
+            module = None if build is None else build(self.config)
+            if module is not None:
+                return module
+        return None
 
     def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
               padding_as_lengths=False, offset_bias_as_rows=False):

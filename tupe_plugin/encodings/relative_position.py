@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .encoding import Encoding, option
+from ..terms.parts import OffsetRows
 from .offset_bias import OffsetBias
 
 
@@ -115,8 +116,8 @@ class ReleaseT5RelativeBias(T5RelativeBias):
     def contribute(self, term, seq_len):
         """Add the rows of the ordinary buckets to ``term`` and, as its [CLS] reset, the rows of the
         buckets of the pairs (0, j) and (i, 0)."""
-        term.offset_rows = self.per_offset(seq_len)[1]
-        term.offset_cls = self.relative_attention_bias.weight[[self.num_buckets // 2, self.num_buckets]].t()
+        cls = self.relative_attention_bias.weight[[self.num_buckets // 2, self.num_buckets]].t()
+        term.add(OffsetRows(self.per_offset(seq_len)[1], cls))
 
 
 def build_t5_bias(config):

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from .encoding import Encoding, option
+from ..terms.parts import Rotary
 from .sinusoid import Sinusoid, initial_frequencies
 
 
@@ -84,8 +85,9 @@ class RotaryPosition(nn.Module):
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def contribute(self, term, seq_len):
-        """Add the cos/sin tables every layer rotates q and k by to ``term``."""
-        term.rotary_cos, term.rotary_sin = self(seq_len)
+        """Add the cos/sin tables every layer rotates q and k by to ``term`` (a
+        :class:`~tupe_plugin.terms.parts.Rotary`)."""
+        term.add(Rotary(*self(seq_len)))
 
 
 def rotate(x, cos, sin):

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .encoding import Encoding, option
+from ..terms.parts import ClippedTable
 from .sinusoid import Sinusoid
 
 PREFIX = "shaw-"
@@ -76,11 +77,10 @@ class ShawRelativePosition(nn.Module):
 
     def contribute(self, term, seq_len):
         """Add the table, the (T, T) index into it, the row by offset j - i and whether values take the
-        vectors to ``term``."""
-        term.rel_table = self.table()
-        term.rel_index = self.index(seq_len, term.rel_table.device)
-        term.rel_offsets = clipped_offsets(seq_len, self.max_distance, term.rel_table.device)
-        term.rel_values = self.values
+        vectors to ``term`` (a :class:`~tupe_plugin.terms.parts.ClippedTable`)."""
+        table = self.table()
+        term.add(ClippedTable(table, self.index(seq_len, table.device),
+                              clipped_offsets(seq_len, self.max_distance, table.device), self.values))
 
 
 def clipped_index(seq_len, max_distance, device):

@@ -6,8 +6,8 @@ projected by their own U^Q, U^K (one pair for the whole model, split into heads 
 ``proj_bias`` gives U^Q, U^K a bias, as the authors' released code does. How each module adds its part
 to the shared :class:`~.positional_term.PositionalTerm`:
 
-* :class:`UntiedPositionalCorrelation` (Eq. 7): per head, ``q_extra = p U^Q_h`` and
-  ``k_extra = p U^K_h`` are appended to the word query/key; with the shared scale 1/sqrt(2 d_h) the
+* :class:`UntiedPositionalCorrelation` (Eq. 7): per head, the factors (a ``LowRank`` part) p U^Q_h and
+  p U^K_h are appended to the word query/key; with the shared scale 1/sqrt(2 d_h) the
   kernel computes exactly ``(x W^Q)(x W^K)^T / sqrt(2 d_h) + (p U^Q)(p U^K)^T / sqrt(2 d_h)``.
   The paper's [CLS] reset (Eq. 9, ``cls_reset``): row 0 becomes theta_1 and column 0 (rows i != 0)
   theta_2, with theta_k[h] = (p_theta_k U^Q_h)(p_theta_k U^K_h)^T / sqrt(2 d_h) for two learned
@@ -21,7 +21,7 @@ to the shared :class:`~.positional_term.PositionalTerm`:
   position t uses row t + 1; theta_1[h] is row 0's self-correlation (p_0 U^Q_h)(p_0 U^K_h), theta_2[h]
   the self-correlation of row 1 (the ``<s>`` slot), then the same factors reset row 0 and column 0.
 * :class:`FourTermPositionShift`, BERT-A^d (§4.3): ``(xW^Q + pU^Q)(xW^K + pU^K)^T / sqrt(4 d_h)``, the
-  four terms of the ablation, handed over as ``q_shift``/``k_shift`` added to the word query/key.
+  four terms of the ablation, handed over as a ``Shift`` of the word query and key.
 """
 
 from dataclasses import dataclass
@@ -33,6 +33,7 @@ from torch import nn
 
 from ..user_input.command_hints import input_length_fix
 from .encoding import Encoding, option
+from ..terms.parts import LowRank, Shift
 
 # The widened heads (d_h + the untied factors) are padded to a multiple of this for the fused kernels.
 KERNEL_HEAD_DIM_MULTIPLE = 8
@@ -101,14 +102,14 @@ class UntiedPositionalCorrelation(nn.Module):
         return (q * k).sum(-1)
 
     def contribute(self, term, seq_len):
-        """Add ``q_extra``/``k_extra`` to ``term``: the untied factors, [CLS]-reset when the module
-        resets it, zero-padded so that the widened heads fit the fused kernels."""
+        """Add the untied factors to ``term`` as a :class:`~tupe_plugin.terms.parts.LowRank`, [CLS]-reset
+        when the module resets it, zero-padded so that the widened heads fit the fused kernels."""
         q_extra, k_extra = self.projections(seq_len)
         thetas = self.cls_thetas()
         if thetas is not None:
             q_extra, k_extra = _reset_factors(q_extra, k_extra, thetas.to(q_extra.dtype))
         pad = -(self.head_dim + q_extra.size(-1)) % KERNEL_HEAD_DIM_MULTIPLE
-        term.q_extra, term.k_extra = F.pad(q_extra, (0, pad)), F.pad(k_extra, (0, pad))
+        term.add(LowRank(F.pad(q_extra, (0, pad)), F.pad(k_extra, (0, pad))))
 
 
 def _reset_factors(q_pos, k_pos, thetas):
@@ -144,8 +145,8 @@ class FourTermPositionShift(UntiedPositionalCorrelation):
     """BERT-A^d: the untied table's p U^Q, p U^K shift the word query and key of every layer."""
 
     def contribute(self, term, seq_len):
-        """Add ``q_shift``/``k_shift`` (p U^Q, p U^K) to ``term``."""
-        term.q_shift, term.k_shift = self.projections(seq_len)
+        """Add p U^Q, p U^K to ``term`` as a :class:`~tupe_plugin.terms.parts.Shift` of the query and key."""
+        term.add(Shift(*self.projections(seq_len)))
 
 
 def build_untied_position(config):
