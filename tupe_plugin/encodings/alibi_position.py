@@ -29,9 +29,12 @@ from .offset_bias import OffsetBias
 @dataclass(frozen=True)
 class AlibiOptions:
     alibi_asymmetric: bool = option(
-        False, help="ALiBi with a slope per side: m_h for keys before the query, the paper's slopes in "
-        "reverse head order after it")
-    alibi_learned_slopes: bool = option(False, help="ALiBi's slopes learned, m = exp(a), from the fixed ones")
+        False, refused_unused=True,
+        help="ALiBi with a slope per side: m_h for keys before the query, the paper's slopes in reverse "
+        "head order after it")
+    alibi_learned_slopes: bool = option(
+        False, refused_unused=True,
+        help="ALiBi's slopes learned, m = exp(a), from the fixed ones")
 
 
 def alibi_slopes(num_heads):

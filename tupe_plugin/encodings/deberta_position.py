@@ -42,16 +42,19 @@ from .encoding import Encoding, option
 @dataclass(frozen=True)
 class DebertaOptions:
     deberta_max_distance: int = option(
-        512, metavar="K", help="DeBERTa: k, the table has 2k rows and i - j is clipped to [-k, k-1] (He "
-        "et al. 2021 Eq. 3; default 512, the released max_relative_positions); with --deberta-buckets, the "
-        "distance at which the log buckets reach the last")
+        512, refused_unused=True, metavar="K",
+        help="DeBERTa: k, the table has 2k rows and i - j is clipped to [-k, k-1] (He et al. 2021 Eq. 3; "
+        "default 512, the released max_relative_positions); with --deberta-buckets, the distance at "
+        "which the log buckets reach the last")
     deberta_buckets: int = option(
-        0, metavar="N", help="DeBERTa v2's log buckets (position_buckets, 256 in the released v2/v3): the "
-        "table has 2N rows, distances up to N/2 exact, log-spaced beyond up to --deberta-max-distance; "
-        "0 = none, distances clipped (v1, default)")
+        0, refused_unused=True, metavar="N",
+        help="DeBERTa v2's log buckets (position_buckets, 256 in the released v2/v3): the table has 2N "
+        "rows, distances up to N/2 exact, log-spaced beyond up to --deberta-max-distance; 0 = none, "
+        "distances clipped (v1, default)")
     deberta_share_att_key: bool = option(
-        False, help="DeBERTa v2/v3's share_att_key: the relative table is projected by the layer's own "
-        "content query and key projections (W^q, W^k with their biases), not by W^{q,r}, W^{k,r} of its own")
+        False, refused_unused=True,
+        help="DeBERTa v2/v3's share_att_key: the relative table is projected by the layer's own content "
+        "query and key projections (W^q, W^k with their biases), not by W^{q,r}, W^{k,r} of its own")
     deberta_p2c: str = option(
         "released", choices=("released", "paper"), before="paper",
         help="DeBERTa: the row the position-to-content term k_j . Q^r reads; released = delta(i, j), the "
@@ -64,16 +67,20 @@ class DebertaOptions:
         "both = on Q^r and K^r, as the released v2/v3; none = Eq. 4 as printed (checkpoints saved before "
         "this option)")
     deberta_table_norm: bool = option(
-        False, help="DeBERTa v2/v3's norm_rel_ebd: a LayerNorm of the encoder's normalises the relative "
-        "table before the layers project it")
+        False, refused_unused=True,
+        help="DeBERTa v2/v3's norm_rel_ebd: a LayerNorm of the encoder's normalises the relative table "
+        "before the layers project it")
     deberta_emd: bool = option(
-        False, help="DeBERTa's Enhanced Mask Decoder (He et al. 2021 §3.2, as released): the masked-LM head "
-        "reads the last layer applied again --deberta-emd-layers times, its queries the second-to-last "
-        "layer's output plus a learned absolute position table (--max-positions rows), its keys and values "
-        "that output; needs --rel-pos deberta and --abs-pos none; features (heads, analysis) are unchanged")
+        False, refused_unused=True,
+        help="DeBERTa's Enhanced Mask Decoder (He et al. 2021 §3.2, as released): the masked-LM head reads"
+        " the last layer applied again --deberta-emd-layers times, its queries the second-to-last "
+        "layer's output plus a learned absolute position table (--max-positions rows), its keys and "
+        "values that output; needs --rel-pos deberta and --abs-pos none; features (heads, analysis) "
+        "are unchanged")
     deberta_emd_layers: int = option(
-        2, metavar="N", help="passes of the Enhanced Mask Decoder (--deberta-emd), the last layer's weights "
-        "shared (default 2, as released)")
+        2, refused_unused=True, metavar="N",
+        help="passes of the Enhanced Mask Decoder (--deberta-emd), the last layer's weights shared "
+        "(default 2, as released)")
 
     @property
     def deberta_released_p2c(self):

@@ -15,15 +15,19 @@ from dataclasses import dataclass, field, fields
 from typing import Callable, Optional
 
 
-def option(default, help, choices=None, metavar=None, before=None, at_evaluation=False, stored_as=None):
+def option(default, help, choices=None, metavar=None, before=None, at_evaluation=False, stored_as=None,
+           refused_unused=False):
     """A field of an encoding's options that is also a command-line flag (``--name-with-dashes``).
 
     ``before``: the value the checkpoints saved before this option existed were trained with (its default
     changed then to follow the encoding's released code); ``at_evaluation``: an evaluation or a fine-tuning
     may change it (the weights keep their meaning); ``stored_as``: (the suffix of the tensor key that holds
-    what it starts, why) for an option that only gives a stored tensor its starting value."""
+    what it starts, why) for an option that only gives a stored tensor its starting value;
+    ``refused_unused``: given another value than its default where its encoding is not used, it is refused
+    (as an option with ``before`` is; the others are ignored there, as in the checkpoints saved with them)."""
     return field(default=default, metadata=dict(help=help, choices=choices, metavar=metavar, before=before,
-                                                 at_evaluation=at_evaluation, stored_as=stored_as))
+                                                 at_evaluation=at_evaluation, stored_as=stored_as,
+                                                 refused_unused=refused_unused))
 
 
 def flag_name(name):
@@ -65,8 +69,9 @@ class Encoding:
     attention logits sum (the scale is 1/sqrt(terms d_h)); ``export_names`` the
     (checkpoint key prefix under the shared term's slot, transformers name) of its tensors;
     ``trained_value(name, before, default, saved)`` refines :meth:`value_as_trained`;
-    ``unused_errors(config)`` the errors of its options where it is not used (by default each option given
-    another value than its default is named as this encoding's); ``exported``: the transformers code of
+    ``unused_errors(config)`` the errors of its options where it is not used (by default each option
+    declared ``refused_unused`` or with a ``before`` value, given another value than its default, is named
+    as this encoding's); ``exported``: the transformers code of
     ``tupe-export-hf`` computes it (else the export refuses a model that uses it, naming it)."""
 
     name: str

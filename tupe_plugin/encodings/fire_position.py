@@ -37,8 +37,9 @@ class FireOptions:
     fire_hidden: int = option(32, metavar="N", help="FIRE: hidden units of the MLP f (default 32)")
     fire_threshold: float = option(512.0, metavar="L", help="FIRE: initial value of the learned threshold L",
                                    stored_as=("relative_bias.threshold", "FIRE's threshold L is learned"))
-    fire_signed: bool = option(False, help="FIRE: the sign of j - i as a second input of f (keys before and "
-                               "after the query may differ)")
+    fire_signed: bool = option(
+        False, refused_unused=True,
+        help="FIRE: the sign of j - i as a second input of f (keys before and after the query may differ)")
     fire_normaliser: str = option(
         "largest-distance", choices=("largest-distance", "length"), before="length",
         help="FIRE: psi(|j-i|) divided by largest-distance = psi(max(L, T-1)) + 1e-6, the paper's normaliser "

@@ -81,8 +81,9 @@ class PositionChoices:
     @classmethod
     def add_args(cls, group):
         """Declare every position flag on ``group`` (argparse), without defaults: the preset and
-        :func:`set_defaults` fill what the command line leaves unset; a float flag refuses nan and inf."""
-        for flag in fields(cls):
+        :func:`set_defaults` fill what the command line leaves unset; a float flag refuses nan and inf. The
+        family flags and --cls-reset come first, then each encoding's options in the registry's order."""
+        for flag in [*fields(PositionChoices), *(flag for _, flag in registry.option_fields())]:
             if "help" not in flag.metadata:
                 continue
             declared = {key: flag.metadata[key] for key in ("help", "choices", "metavar")

@@ -122,7 +122,8 @@ def option_errors(config):
         if encoding not in in_use and encoding.unused_errors is not None:
             errors += encoding.unused_errors(config)
     for encoding, flag in option_fields():
-        if encoding not in in_use and encoding.unused_errors is None \
+        refused = flag.metadata["refused_unused"] or flag.metadata["before"] is not None
+        if encoding not in in_use and encoding.unused_errors is None and refused \
                 and getattr(config, flag.name) != flag.default:
             errors.append(f"{flag_name(flag.name)} is an option of {encoding.label}; add "
                           f"{encoding.describe_selection()} (got {flag_name(encoding.family)} "
