@@ -7,7 +7,8 @@ Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 
 the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair, RoPE's rotation as 2x2 blocks (its angles
 scaled for longer inputs as --rotary-scaling says) and DeBERTa's content-to-position and position-to-content
 terms (He et al. 2021 Eq. 3-4) pair by pair, with the passes of its Enhanced Mask Decoder (§3.2) before the
-masked-LM head.
+masked-LM head, and Transformer-XL's relative terms (Dai et al. 2019 §3.3, bidirectional as XLNet) pair by
+pair.
 """
 
 import math
@@ -205,6 +206,30 @@ def deberta_position_terms(encoder, layer, q, k, head):
     ], 1)
 
 
+def xl_sinusoid(distance, dim):
+    """Transformer-XL's R_d: [sin(d w_0), .., sin(d w_(C/2-1)), cos(d w_0), .., cos(d w_(C/2-1))],
+    w_k = 10000^(-2k/C), element by element."""
+    frequencies = [10000 ** (-2 * k / dim) for k in range(dim // 2)]
+    return torch.tensor([math.sin(distance * w) for w in frequencies]
+                        + [math.cos(distance * w) for w in frequencies])
+
+
+def xl_logits(encoder, layer, q, k, head):
+    """(B, T, T) (q_i + u) . k_j + (q_i + v) . W_R R_(i-j) of one head, unscaled (Dai et al. 2019 §3.3): u, v
+    the head's rows of the shared content and position biases, W_R the layer's projection, i - j clamped to
+    [-K, K] with --xl-max-distance K > 0."""
+    xl, attn = encoder.positional_term.transformer_xl, layer.self_attn
+    u, v = xl.content_bias[head], xl.position_bias[head]
+    rows = slice(head * attn.head_dim, (head + 1) * attn.head_dim)
+    w_r = attn.relative_projections.key.weight[rows]
+    reach, seq_len = encoder.config.xl_max_distance, q.size(1)
+    content = (q + u) @ k.transpose(1, 2)
+    position = torch.stack([torch.stack([
+        (q[:, i] + v) @ (w_r @ xl_sinusoid(max(-reach, min(reach, i - j)) if reach else i - j, w_r.size(1)))
+        for j in range(seq_len)], -1) for i in range(seq_len)], 1)
+    return content + position
+
+
 def rope_angles(config, frequencies, t):
     """RoPE's angles theta_k t of the pairs k at position t (Su et al. 2021), as --rotary-scaling scales
     them by F: linear = theta_k (t / F) (position interpolation, Chen et al. 2023); ntk = theta'_k t with
@@ -338,6 +363,8 @@ def attention_layer(encoder, layer, x, padding_mask, query=None):
         elif encoder.config.deberta:
             logits = (q @ k.transpose(1, 2) + deberta_position_terms(encoder, layer, q, k, h)) \
                 / math.sqrt(3 * head_dim)
+        elif encoder.config.uses("transformer_xl"):
+            logits = xl_logits(encoder, layer, q, k, h) / math.sqrt(head_dim)
         else:
             logits = q @ k.transpose(1, 2) / math.sqrt(head_dim)
         correlation = content_free_correlation(encoder, seq_len, h)

@@ -141,8 +141,8 @@ def test_identical_word_probing_averages_eq_5_over_words():
 def expected_sections(preset):
     flags = POSITION_PRESETS[preset]
     applies = {
-        "content_free_term": flags["untied_pos"] != "none" or flags["rel_pos"] not in ("none", "deberta")
-        and not flags["rel_pos"].startswith("shaw-"),
+        "content_free_term": flags["untied_pos"] != "none"
+        or flags["rel_pos"] not in ("none", "deberta", "xl") and not flags["rel_pos"].startswith("shaw-"),
         "disentangled_profiles": flags["rel_pos"] == "deberta",
         "t5_bias": flags["rel_pos"] == "t5",
         "alibi_bias": flags["rel_pos"] == "alibi",

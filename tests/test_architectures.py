@@ -42,6 +42,8 @@ PAPER_ROWS = {
     # DeBERTa (He et al. 2021): disentangled attention, no absolute position at the input
     "deberta": ("none", "deberta", "none", "none", "none"),
     "deberta_emd": ("none", "deberta", "none", "none", "none"),  # and the Enhanced Mask Decoder (§3.2)
+    # Transformer-XL (Dai et al. 2019 §3.3), bidirectional as XLNet
+    "bert_xl": ("none", "xl", "none", "none", "none"),
 }
 
 

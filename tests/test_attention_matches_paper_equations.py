@@ -38,6 +38,8 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_kerple", {"kerple_param": "softplus"}),
     ("bert_sandwich", {"sandwich_frequencies": "zero-based"}),
     ("bert_fire", {"fire_normaliser": "length", "fire_threshold": 4.0}),
+    # Transformer-XL's distances clamped (XLNet's clamp_len)
+    ("bert_xl", {"xl_max_distance": 2}),
 ]
 
 

@@ -58,6 +58,8 @@ POSITION_PRESETS.update(
     deberta=dict(NO_POSITION, rel_pos="deberta"),
     # and its Enhanced Mask Decoder (§3.2): absolute positions only before the masked-LM head
     deberta_emd=dict(NO_POSITION, rel_pos="deberta", deberta_emd=True),
+    # Transformer-XL's relative encoding (Dai et al. 2019 §3.3), bidirectional as XLNet
+    bert_xl=dict(NO_POSITION, rel_pos="xl"),
 )
 
 
