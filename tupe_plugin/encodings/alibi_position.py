@@ -82,8 +82,13 @@ def build_alibi_bias(config):
                      learned=config.alibi_learned_slopes)
 
 
+def learned_slopes(config):
+    """ALiBi has parameters only with --alibi-learned-slopes."""
+    return config.alibi_learned_slopes
+
+
 ALIBI = Encoding(
-    name="alibi", label="ALiBi", kind="distance_bias", learned=lambda config: config.alibi_learned_slopes,
+    name="alibi", label="ALiBi", kind="distance_bias", learned=learned_slopes,
     family="rel_pos", choices=("alibi",),
     choices_help="alibi = the fixed bias -m_h|j-i| (Press et al. 2022)",
     summary="the fixed bias -m_h |j - i| of the distance, one slope per head",

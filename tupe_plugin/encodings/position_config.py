@@ -13,6 +13,7 @@ strings.
 
 import math
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 from fairseq.utils import safe_getattr
 
@@ -105,9 +106,13 @@ class PositionChoices:
 
     # -- the encodings used, and the facts derived from them (read these, never the flag strings) ----
 
+    @cached_property
+    def _used(self):
+        return tuple(registry.used(self))
+
     def encodings(self):
         """The registered encodings this model uses (:class:`~.encoding.Encoding`), in registry order."""
-        return registry.used(self)
+        return self._used
 
     def uses(self, name):
         """Whether the model uses the encoding registered as ``name``."""
