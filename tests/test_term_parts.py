@@ -1,81 +1,40 @@
 """The positional term as typed parts: one part of a kind, the parts each attention path reads, refused once a
-forward in words where the path does not read one; and a new encoding of a table each layer projects (a toy
-Transformer-XL, written here as one encoding module would be) running on every path through the layer and
-the encoder as they are, its per-layer projection built by the layer from the encoding."""
+forward in words where the path does not read one; and an encoding of a table each layer projects
+(Transformer-XL's, one module under encodings/ that changes nothing in attention/ or encoder/) running on
+every path through the layer and the encoder, its per-layer projection built by the layer from the encoding."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import PRESETS, assert_gradients_close, build_model, features_and_grads, random_tokens
-from torch import nn
+from paper_equations import xl_sinusoid
 
 from tupe_plugin.attention.paths import PATH_READS, AttentionPath, AttentionPlan
 from tupe_plugin.encoder.self_attention import PositionalSelfAttention
 from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.encodings.positional_term import PositionalTerm, SharedPositionalTerm
+from tupe_plugin.encodings.transformer_xl_position import RelativeKeyProjection
 from tupe_plugin.terms.parts import (PART_TYPES, ClippedTable, DenseBias, LowRank, OffsetRows, ProjectedTable,
                                      Rotary, Shift)
 
 
-def sinusoids(positions, dim):
-    """(N, dim) sin and cos of the signed ``positions`` (N,) at Vaswani et al.'s frequencies."""
-    frequencies = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-    angles = positions.float()[:, None] * frequencies
-    return torch.cat([angles.sin(), angles.cos()], -1)
-
-
-class ToyRelativeProjection(nn.Module):
-    """A layer's W_R (no bias): K^r = W_R R, content-to-position only."""
-
-    def __init__(self, embed_dim):
-        super().__init__()
-        self.weight_r = nn.Linear(embed_dim, embed_dim, bias=False)
-
-    def forward(self, table):
-        return None, self.weight_r(table)
-
-
-class ToyRecurrence(nn.Module):
-    """Transformer-XL's relative attention (Dai et al., arXiv 1901.02860, §3.3) as one encoding: logits
-    (q_i + u) . k_j + (q_i + v) . W_R R_{i-j}, u and v per head shared by the layers, R the sinusoids of the
-    offset, W_R each layer's: a Shift of the query by u and a ProjectedTable of R with the query shift
-    v - u."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.embed_dim = config.embed_dim
-        self.u = nn.Parameter(0.5 * torch.randn(config.num_heads, 1, config.head_dim))
-        self.v = nn.Parameter(0.5 * torch.randn(config.num_heads, 1, config.head_dim))
-
-    def contribute(self, term, seq_len):
-        offsets = torch.arange(2 * seq_len - 1, device=self.u.device)
-        # row o + T - 1 is read by the pairs of offset o = j - i: R_{i - j} = R_{-o}
-        table = sinusoids(seq_len - 1 - offsets, self.embed_dim).to(self.u.device)
-        term.add(Shift(self.u))
-        term.add(ProjectedTable(table, offsets, query_shift=self.v - self.u))
-
-    @staticmethod
-    def layer_projection(config):
-        return ToyRelativeProjection(config.embed_dim)
-
-
-def toy_reference(attention, toy, x, lengths, scale):
-    """The layer's output by Transformer-XL's formula pair by pair: R_{i - j} of every pair, projected."""
+def xl_reference(attention, xl, x, lengths, scale):
+    """The layer's output by Transformer-XL's formula, (q_i + u) . k_j + (q_i + v) . W_R R_(i-j), with R of
+    every pair written out."""
     batch, seq_len, embed_dim = x.shape
     heads, head_dim = attention.num_heads, attention.head_dim
     q, k, v = attention.project(x)
-    positions = torch.arange(seq_len)
-    relative = sinusoids((positions[:, None] - positions[None, :]).flatten(), embed_dim)
-    key_rows = attention.relative_projections.weight_r(relative).view(seq_len, seq_len, heads, head_dim)
-    logits = scale * ((q + toy.u) @ k.transpose(-1, -2)
-                      + torch.einsum("bhid,ijhd->bhij", q + toy.v, key_rows))
-    padded = positions[None, :] >= lengths[:, None]
+    relative = torch.stack([xl_sinusoid(i - j, embed_dim) for i in range(seq_len) for j in range(seq_len)])
+    key_rows = attention.relative_projections.key(relative).view(seq_len, seq_len, heads, head_dim)
+    u, v_bias = xl.content_bias[:, None], xl.position_bias[:, None]
+    logits = scale * ((q + u) @ k.transpose(-1, -2) + torch.einsum("bhid,ijhd->bhij", q + v_bias, key_rows))
+    padded = torch.arange(seq_len)[None, :] >= lengths[:, None]
     logits = logits.masked_fill(padded[:, None, None, :], torch.finfo(logits.dtype).min)
     out = torch.softmax(logits, -1) @ v
     return attention.out_proj(out.transpose(1, 2).reshape(batch, seq_len, embed_dim))
 
 
-CONFIG = PositionConfig(embed_dim=32, num_heads=2, max_positions=16)
+CONFIG = PositionConfig(embed_dim=32, num_heads=2, max_positions=16, rel_pos="xl")
 PLANS = {
     "explicit": AttentionPlan(AttentionPath.EXPLICIT),
     "sdpa": AttentionPlan(AttentionPath.SDPA),
@@ -87,13 +46,16 @@ PLANS = {
 
 
 @pytest.mark.parametrize("path", sorted(PLANS))
-def test_a_new_projected_table_encoding_runs_through_the_layer_on_every_path_that_reads_it(path):
+def test_a_projected_table_encoding_runs_through_the_layer_on_every_path_that_reads_it(path):
     plan = PLANS[path]
     torch.manual_seed(1)
     shared = SharedPositionalTerm(CONFIG)
-    shared.toy = ToyRecurrence(CONFIG)  # all of a new encoding: a module with contribute, layer_projection
+    xl = shared.transformer_xl
+    with torch.no_grad():
+        xl.content_bias.normal_(std=0.5)
+        xl.position_bias.normal_(std=0.5)
     attention = PositionalSelfAttention(CONFIG.embed_dim, CONFIG.num_heads, shared.layer_projection)
-    assert isinstance(attention.relative_projections, ToyRelativeProjection)
+    assert isinstance(attention.relative_projections, RelativeKeyProjection)
     x = torch.randn(3, 7, CONFIG.embed_dim, requires_grad=True)
     lengths = torch.tensor([7, 5, 2])
     padding = torch.arange(7)[None, :] >= lengths[:, None]
@@ -103,39 +65,25 @@ def test_a_new_projected_table_encoding_runs_through_the_layer_on_every_path_tha
                             plan.offset_bias_as_rows)
         plan.check_reads(term.parts())
         out, _ = attention(x, term, plan)
-        expected = toy_reference(attention, shared.toy, x, lengths, term.scale)
+        expected = xl_reference(attention, xl, x, lengths, term.scale)
     keep = ~padding[..., None]  # padded rows are not compared (their output is unused)
     torch.testing.assert_close(out * keep, expected * keep, atol=2e-5, rtol=2e-5)
     if grad_enabled:
         weights = torch.randn_like(out) * keep
-        parameters = [x, shared.toy.u, shared.toy.v, attention.relative_projections.weight_r.weight]
+        parameters = [x, xl.content_bias, xl.position_bias, attention.relative_projections.key.weight]
         actual = torch.autograd.grad((out * weights).sum(), parameters, retain_graph=True)
         wanted = torch.autograd.grad((expected * weights).sum(), parameters)
         for got, want in zip(actual, wanted):
             torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-4)
 
 
-def _with_the_toy(monkeypatch):
-    """Every SharedPositionalTerm built from here on carries the toy encoding, as a new module's build would
-    set it: nothing of the encoder or the attention is touched."""
-    original = SharedPositionalTerm.__init__
-
-    def init(self, config):
-        original(self, config)
-        self.toy = ToyRecurrence(config)
-
-    monkeypatch.setattr(SharedPositionalTerm, "__init__", init)
-
-
 @pytest.mark.parametrize("backend", ["triton", "flex"])
-def test_a_model_with_the_new_encoding_gives_the_same_features_on_every_backend(backend, dictionary,
-                                                                             monkeypatch):
-    _with_the_toy(monkeypatch)
-    model = build_model("bert_a_tiny", dictionary).eval()
+def test_a_projected_table_model_gives_the_same_features_on_every_backend(backend, dictionary):
+    model = build_model("bert_xl_tiny", dictionary).eval()
     names = [name for name, _ in model.named_parameters() if ".relative_projections." in name]
-    assert len(names) == model.args.encoder_layers and all(".self_attn.relative_projections.weight_r." in n
+    assert len(names) == model.args.encoder_layers and all(".self_attn.relative_projections.key." in n
                                                            for n in names)
-    other = build_model("bert_a_tiny", dictionary, attention_backend=backend).eval()
+    other = build_model("bert_xl_tiny", dictionary, attention_backend=backend).eval()
     other.load_state_dict(model.state_dict())
     tokens = random_tokens(dictionary, [9, 6, 3])
     with torch.no_grad():
@@ -147,11 +95,9 @@ def test_a_model_with_the_new_encoding_gives_the_same_features_on_every_backend(
     torch.testing.assert_close(kernel * keep, explicit * keep, atol=2e-5, rtol=2e-5)
 
 
-def test_a_model_with_the_new_encoding_trains_the_same_on_the_triton_kernel_and_the_cpu_paths(dictionary,
-                                                                                           monkeypatch):
-    _with_the_toy(monkeypatch)
-    model = build_model("bert_a_tiny", dictionary)
-    triton = build_model("bert_a_tiny", dictionary, attention_backend="triton")
+def test_a_projected_table_model_trains_the_same_on_the_triton_kernel_and_the_cpu_paths(dictionary):
+    model = build_model("bert_xl_tiny", dictionary)
+    triton = build_model("bert_xl_tiny", dictionary, attention_backend="triton")
     triton.load_state_dict(model.state_dict())
     tokens = random_tokens(dictionary, [9, 6, 3])
     keep = tokens.ne(dictionary.pad())[..., None]
