@@ -2,14 +2,13 @@
 
 TUPE Eq. 7-11 and §4.3 (Ke, He, Liu, "Rethinking Positional Encoding in Language Pre-training", arXiv
 2006.15595); Eq. 4 of Wang, Shang, Lioma, Jiang, Yang, Liu, Simonsen, "On Position Embeddings in BERT",
-ICLR 2021. :class:`SharedPositionalTerm` owns the model's position encodings and lets each one add its
-part to the forward's :class:`PositionalTerm` (``contribute(term, seq_len)``, a [CLS] reset included
-with the term it resets): TUPE's untied term as low-rank factors or BERT-A^d's query/key shifts
-(:mod:`.untied_position`), the T5, ALiBi, KERPLE, Sandwich or FIRE bias (:mod:`.relative_position`,
-:mod:`.alibi_position`, :mod:`.kerple_position`, :mod:`.sandwich_position`, :mod:`.fire_position`),
-the [CLS] reset of that bias when no untied term carries it (:mod:`.cls_reset`), RoPE's cos/sin
-(:mod:`.rotary_position`), the Shaw table (:mod:`.shaw_position`), DeBERTa's relative table
-(:mod:`.deberta_position`). Low-rank terms stay
+ICLR 2021. :class:`SharedPositionalTerm` owns the model's position encodings (the modules their registry
+entries build, :mod:`.registry`) and lets each one add its typed parts (:mod:`tupe_plugin.terms.parts`) to
+the forward's :class:`PositionalTerm` (``contribute(term, seq_len)``, a [CLS] reset included with the term
+it resets): TUPE's untied term as low-rank factors or BERT-A^d's query/key shifts, a bias of the offset as
+its rows (T5, ALiBi, KERPLE, Sandwich, FIRE), the [CLS] reset of that bias when no untied term carries it
+(:mod:`.cls_reset`), RoPE's cos/sin, Shaw's clipped table, a table each layer projects (DeBERTa,
+Transformer-XL). Low-rank terms stay
 factored so that each layer keeps a fused attention kernel, unless the forward's attention plan folds
 them into the dense bias (:func:`~tupe_plugin.attention.paths.fold_untied_term`); the mask with the key
 padding is built here too, once for every layer.
