@@ -23,13 +23,17 @@ from tupe_plugin.conversion.hf import convert
 from tupe_plugin.conversion.hf_export import export
 from tupe_plugin.glue import prepare as prepare_glue
 
-# family -> (arch, transformers model type)
+# family -> (arch, transformers model type, the GLUE fine-tune's flags)
 NATIVE = {
-    "bert_a": ("bert_a_tiny", "roberta"),
-    "bert_nope": ("bert_nope_tiny", "roberta"),
-    "bert_sin_ape": ("bert_sin_ape_tiny", "roberta"),
-    "bert_lsin_ape": ("bert_lsin_ape_tiny", "roberta"),
+    "bert_a": ("bert_a_tiny", "roberta", []),
+    "bert_nope": ("bert_nope_tiny", "roberta", []),
+    "bert_sin_ape": ("bert_sin_ape_tiny", "roberta", []),
+    "bert_lsin_ape": ("bert_lsin_ape_tiny", "roberta", []),
+    # RoFormer's classification head applies the layers' activation
+    "bert_rope": ("bert_rope_tiny", "roformer", ["--pooler-activation-fn", "gelu"]),
 }
+CLASSES = dict(roberta={"RobertaForMaskedLM", "RobertaModel", "RobertaForSequenceClassification"},
+               roformer={"RoFormerForMaskedLM", "RoFormerModel", "RoFormerForSequenceClassification"})
 GLUE_TASK = ["--task", "sentence_prediction", "--criterion", "sentence_prediction", "--num-classes", "2"]
 CHILD = r"""
 import sys, json, torch
@@ -84,11 +88,11 @@ def native(whole_data_bin, glue_bin, tmp_path_factory):  # noqa: F811
     transformers-only child's outputs."""
     root = tmp_path_factory.mktemp("native")
     exports = {}
-    for name, (arch, _) in NATIVE.items():
+    for name, (arch, _, glue_flags) in NATIVE.items():
         checkpoints = dict(
             pretrained=make_checkpoint(whole_data_bin, root / f"{name}.pt", arch, [], heads=False),
-            glue=make_checkpoint(glue_bin, root / f"{name}-glue.pt", arch, [], heads=False, task=GLUE_TASK,
-                                 max_positions=GLUE_POSITIONS),
+            glue=make_checkpoint(glue_bin, root / f"{name}-glue.pt", arch, glue_flags, heads=False,
+                                 task=GLUE_TASK, max_positions=GLUE_POSITIONS),
             squad=make_checkpoint(whole_data_bin, root / f"{name}-squad.pt", arch, [], heads=("span",)),
         )
         exports[name] = {kind: export(str(path), str(whole_data_bin), str(root / f"{name}-{kind}"))
@@ -122,8 +126,7 @@ def test_a_native_export_is_transformers_own_class_without_code(native, family):
         config = json.loads((folder / "config.json").read_text())
         assert config["model_type"] == model_type and "auto_map" not in config
         assert not list(folder.glob("*.py"))
-    assert results[family]["classes"] == {"RobertaForMaskedLM", "RobertaModel",
-                                          "RobertaForSequenceClassification"}
+    assert results[family]["classes"] == CLASSES[model_type]
 
 
 @pytest.mark.parametrize("family", sorted(NATIVE))
@@ -204,8 +207,20 @@ def test_the_model_card_says_the_export_is_roberta_and_loads_without_remote_code
      "--pooler-activation-fn relu: RoBERTa's classification head applies tanh"),
     ("bert_a_tiny", [], True, "the classification head has 3 classes and a span head is exported too: "
                               "RobertaForQuestionAnswering reads num_labels as its 2 outputs"),
-], ids=["pre-LN", "no embedding LayerNorm", "activation", "pooler activation", "3 classes and a span head"])
-def test_a_model_that_differs_from_roberta_is_the_remote_code_export_naming_the_difference(
+    ("bert_lrope_tiny", [], False, "--rotary learnable: RoFormer's frequencies are fixed"),
+    ("bert_rope_tiny", ["--rotary-scaling", "linear", "--rotary-scaling-factor", "2"], False,
+     "--rotary-scaling linear: RoFormer does not scale its angles"),
+    ("bert_rope_tiny", ["--rotary-base", "500"], False, "--rotary-base 500: RoFormer's base is 10000"),
+    ("bert_rope_tiny", [], ("classification",), "--pooler-activation-fn tanh: RoFormer's classification head "
+                                                "applies the layers' activation (--activation-fn gelu)"),
+    ("bert_rope_tiny", ["--encoder-normalize-before"], False,
+     "the model is pre-LN (--encoder-normalize-before) and RoFormer post-LN"),
+    ("bert_a_tiny", ["--rotary", "fixed"], False, "the model combines encodings of several transformers "
+                                                  "classes: the absolute position embedding (roberta), RoPE "
+                                                  "(roformer)"),
+], ids=["pre-LN", "no embedding LayerNorm", "activation", "pooler activation", "3 classes and a span head",
+        "RoPE learnable", "RoPE scaled", "RoPE base", "RoPE tanh classifier", "RoPE pre-LN", "APE and RoPE"])
+def test_a_model_that_differs_from_the_transformers_class_is_the_remote_code_export_naming_the_difference(
         whole_data_bin, tmp_path, caplog, family, flags, heads, difference):  # noqa: F811
     checkpoint = make_checkpoint(whole_data_bin, tmp_path / "model.pt", family, flags, heads=heads)
     with caplog.at_level(logging.WARNING, logger="export_hf"):

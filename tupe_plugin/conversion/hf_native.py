@@ -15,7 +15,8 @@ for the t-th token of a right-padded row (fairseq's offset), a token-type table 
 feeds none), the embedding LayerNorm; the masked-LM head (dense, GELU, LayerNorm, the word embeddings tied,
 a bias), the classification head (dense, tanh, projection on the first token) and the span head (one linear
 map to start and end logits, ``qa_outputs``). The plugin's absolute encoding, learned or sinusoidal, is
-written as the rows of that table (rows 0 and 1 zeros); without one the table is zeros.
+written as the rows of that table (rows 0 and 1 zeros); without one the table is zeros. RoFormer for the
+fixed RoPE: :class:`RoFormer`.
 
 The plugin's settings go into ``config.json`` as ``fairseq_model_args`` (with the heads' names and the
 tensors the native weights do not hold, such as learned sinusoid frequencies, under ``fairseq_tensors``), so
@@ -139,14 +140,77 @@ class NativeClass:
         return state
 
 
-class Roberta(NativeClass):
+class BertLike(NativeClass):
+    """A transformers BERT variant: embeddings (words, a token-type row of zeros, LayerNorm), the layers,
+    the masked-LM head (``lm_head_parts``: the plugin's dense and LayerNorm, ``lm_bias``: its bias), the
+    classifier and ``qa_outputs``; the position encoding's tensors from :meth:`position_tensors`."""
+
+    lm_head_parts = ()
+    lm_bias = None
+
+    @property
+    def embeddings(self):
+        return self.base + "embeddings."
+
+    def position_tensors(self, state_dict, args, position):
+        """({transformers name: tensor} of the position encoding, {plugin key: tensor} the weights do not
+        hold)."""
+        raise NotImplementedError
+
+    def plugin_positions(self, weights, args, position):
+        """The plugin's position tensors that come back from the exported weights."""
+        return {}
+
+    def tensors(self, state_dict, args, position, heads):
+        """({transformers name: tensor}, {plugin key: tensor} the weights do not hold)."""
+        tensors, kept = self.position_tensors(state_dict, args, position)
+        tensors.update({
+            self.embeddings + "word_embeddings.weight": state_dict[PLUGIN + "embed_tokens.weight"],
+            self.embeddings + "token_type_embeddings.weight": torch.zeros(1, args.encoder_embed_dim),
+            self.lm_bias: state_dict[LM_HEAD + "bias"],
+        })
+        for name in ("weight", "bias"):
+            tensors[self.embeddings + "LayerNorm." + name] = \
+                state_dict[PLUGIN + "layernorm_embedding." + name]
+            for plugin, hf in self.lm_head_parts:
+                tensors[hf + name] = state_dict[LM_HEAD + plugin + name]
+            if heads["classification"]:
+                for part in ("dense.", "out_proj."):
+                    tensors["classifier." + part + name] = \
+                        state_dict[f"classification_heads.{heads['classification']}.{part}{name}"]
+            if heads["span"]:
+                tensors["qa_outputs." + name] = state_dict[f"span_heads.{heads['span']}.out_proj.{name}"]
+        tensors.update(self.layer_tensors(state_dict, args.encoder_layers))
+        return tensors, kept
+
+    def plugin_state(self, weights, args, position, heads, kept):
+        """The plugin state dict of the exported ``weights`` and the ``kept`` tensors of config.json."""
+        words = weights[self.embeddings + "word_embeddings.weight"]
+        state = {PLUGIN + "embed_tokens.weight": words, LM_HEAD + "weight": words,
+                 LM_HEAD + "bias": weights[self.lm_bias], **kept,
+                 **self.plugin_positions(weights, args, position)}
+        for name in ("weight", "bias"):
+            state[PLUGIN + "layernorm_embedding." + name] = weights[self.embeddings + "LayerNorm." + name]
+            for plugin, hf in self.lm_head_parts:
+                state[LM_HEAD + plugin + name] = weights[hf + name]
+            if heads.get("classification"):
+                for part in ("dense.", "out_proj."):
+                    state[f"classification_heads.{heads['classification']}.{part}{name}"] = \
+                        weights["classifier." + part + name]
+            if heads.get("span"):
+                state[f"span_heads.{heads['span']}.out_proj.{name}"] = weights["qa_outputs." + name]
+        state.update(self.plugin_layers(weights, args.encoder_layers))
+        return state
+
+
+class Roberta(BertLike):
     model_type = "roberta"
     name = "RoBERTa"
     classes = dict(masked_lm="RobertaForMaskedLM", classification="RobertaForSequenceClassification",
                    span="RobertaForQuestionAnswering")
     base = "roberta."
-    embeddings = "roberta.embeddings."
-    HEAD_PARTS = (("dense.", "dense."), ("layer_norm.", "layer_norm."))
+    lm_head_parts = (("dense.", "lm_head.dense."), ("layer_norm.", "lm_head.layer_norm."))
+    lm_bias = "lm_head.bias"
 
     def differences(self, args, position, heads, tensors):
         differences = super().differences(args, position, heads, tensors)
@@ -172,55 +236,62 @@ class Roberta(NativeClass):
                     layer_norm_eps=value_in_use("layer_norm_eps", args.layer_norm_eps),
                     position_embedding_type="absolute")
 
-    def tensors(self, state_dict, args, position, heads):
-        """({transformers name: tensor}, {plugin key: tensor} the weights do not hold)."""
+    def position_tensors(self, state_dict, args, position):
         table, kept = absolute_table(position, state_dict, args.max_positions)
-        dim = table.size(1)
-        tensors = {
-            self.embeddings + "word_embeddings.weight": state_dict[PLUGIN + "embed_tokens.weight"],
-            self.embeddings + "position_embeddings.weight": torch.cat([torch.zeros(PAD + 1, dim), table]),
-            self.embeddings + "token_type_embeddings.weight": torch.zeros(1, dim),
-            "lm_head.bias": state_dict[LM_HEAD + "bias"],
-        }
-        for name in ("weight", "bias"):
-            tensors[self.embeddings + "LayerNorm." + name] = \
-                state_dict[PLUGIN + "layernorm_embedding." + name]
-            for plugin, hf in self.HEAD_PARTS:
-                tensors["lm_head." + hf + name] = state_dict[LM_HEAD + plugin + name]
-            if heads["classification"]:
-                for part in ("dense.", "out_proj."):
-                    tensors["classifier." + part + name] = \
-                        state_dict[f"classification_heads.{heads['classification']}.{part}{name}"]
-            if heads["span"]:
-                tensors["qa_outputs." + name] = state_dict[f"span_heads.{heads['span']}.out_proj.{name}"]
-        tensors.update(self.layer_tensors(state_dict, args.encoder_layers))
-        return tensors, kept
+        rows = torch.cat([torch.zeros(PAD + 1, table.size(1)), table])
+        return {self.embeddings + "position_embeddings.weight": rows}, kept
 
-    def plugin_state(self, weights, args, position, heads, kept):
-        """The plugin state dict of the exported ``weights`` and the ``kept`` tensors of config.json."""
-        words = weights[self.embeddings + "word_embeddings.weight"]
-        state = {PLUGIN + "embed_tokens.weight": words, LM_HEAD + "weight": words,
-                 LM_HEAD + "bias": weights["lm_head.bias"], **kept}
+    def plugin_positions(self, weights, args, position):
         module = absolute_module(position)
-        if module is not None and "weight" in module.state_dict():
-            table = weights[self.embeddings + "position_embeddings.weight"]
-            rows = table[PAD + 1:PAD + 1 + args.max_positions]
-            state[POSITIONS + "weight"] = rows + weights[self.embeddings + "token_type_embeddings.weight"][0]
-        for name in ("weight", "bias"):
-            state[PLUGIN + "layernorm_embedding." + name] = weights[self.embeddings + "LayerNorm." + name]
-            for plugin, hf in self.HEAD_PARTS:
-                state[LM_HEAD + plugin + name] = weights["lm_head." + hf + name]
-            if heads.get("classification"):
-                for part in ("dense.", "out_proj."):
-                    state[f"classification_heads.{heads['classification']}.{part}{name}"] = \
-                        weights["classifier." + part + name]
-            if heads.get("span"):
-                state[f"span_heads.{heads['span']}.out_proj.{name}"] = weights["qa_outputs." + name]
-        state.update(self.plugin_layers(weights, args.encoder_layers))
-        return state
+        if module is None or "weight" not in module.state_dict():
+            return {}
+        rows = weights[self.embeddings + "position_embeddings.weight"][PAD + 1:PAD + 1 + args.max_positions]
+        return {POSITIONS + "weight": rows + weights[self.embeddings + "token_type_embeddings.weight"][0]}
 
 
-CLASSES = {native.model_type: native for native in (Roberta(),)}
+class RoFormer(BertLike):
+    """RoFormer (Su et al., arXiv 2104.09864, as transformers' ``RoFormerModel``): post-LN BERT layers
+    whose q and k are rotated by pairs (2k, 2k+1) by theta_k t, theta_k = 10000^(-2k/d_h), t counted from
+    0 over the row, as the plugin's fixed RoPE; no absolute position. Its sinusoid table (sin of the angles,
+    then their cos) is written from the plugin's angles. Its masked-LM head applies the layers' activation,
+    and so does its classification head."""
+
+    model_type = "roformer"
+    name = "RoFormer"
+    classes = dict(masked_lm="RoFormerForMaskedLM", classification="RoFormerForSequenceClassification",
+                   span="RoFormerForQuestionAnswering")
+    base = "roformer."
+    lm_head_parts = (("dense.", "cls.predictions.transform.dense."),
+                     ("layer_norm.", "cls.predictions.transform.LayerNorm."))
+    lm_bias = "cls.predictions.bias"
+
+    def differences(self, args, position, heads, tensors):
+        differences = super().differences(args, position, heads, tensors)
+        if heads["classification"] and args.pooler_activation_fn != args.activation_fn:
+            differences.append(f"--pooler-activation-fn {args.pooler_activation_fn}: RoFormer's "
+                               "classification head applies the layers' activation (--activation-fn "
+                               f"{args.activation_fn})")
+        return differences
+
+    def config(self, args, vocabulary):
+        return dict(super().config(args, vocabulary), max_position_embeddings=args.max_positions,
+                    embedding_size=args.encoder_embed_dim, rotary_value=False,
+                    layer_norm_eps=value_in_use("layer_norm_eps", args.layer_norm_eps))
+
+    def position_tensors(self, state_dict, args, position):
+        encoding = next(encoding for encoding in position.encodings() if encoding.kind == "rotation")
+        module = encoding.build(position)
+        prefix = f"{PLUGIN}positional_term.{encoding.slot}."
+        own = {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+        module.load_state_dict(own)
+        with torch.no_grad():
+            angles = module.angles(torch.arange(args.max_positions)).float()
+        table = torch.cat([angles.sin(), angles.cos()], -1)
+        return {self.base + "encoder.embed_positions.weight": table}, {prefix + key: value
+                                                                       for key, value in own.items()}
+
+
+CLASSES = {native.model_type: native for native in (Roberta(), RoFormer())}
 
 
 def native_class(args, position, heads, tensors):
