@@ -301,3 +301,18 @@ def test_a_checkpoint_converted_back_from_a_native_export_validates_to_the_origi
     )
     (original,), (back,) = (logged_losses(output, "valid") for output in outputs[1:])
     assert back == original and 0 < original < 100
+
+
+def test_an_export_and_its_conversion_back_get_the_permissions_of_the_users_umask(whole_data_bin, tmp_path):  # noqa: F811
+    import os
+    import stat
+
+    checkpoint = make_checkpoint(whole_data_bin, tmp_path / "model.pt", "bert_a_tiny", [], heads=False)
+    before = os.umask(0o022)
+    try:
+        export(str(checkpoint), str(whole_data_bin), str(tmp_path / "out"))
+        convert(str(tmp_path / "out"), str(tmp_path / "back"))
+    finally:
+        os.umask(before)
+    for folder in ("out", "back"):
+        assert stat.S_IMODE((tmp_path / folder).stat().st_mode) == 0o755, folder
