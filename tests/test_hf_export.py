@@ -164,8 +164,8 @@ MASKED_LM = ["--task", "masked_lm", "--criterion", "masked_lm", "--tokens-per-sa
 
 def make_checkpoint(data, path, arch, flags, heads=True, seed=0, task=MASKED_LM, max_positions=MAX_POSITIONS):
     """A plugin checkpoint of ``arch`` with random weights far from their initialisation and, with
-    ``heads``, a 3-class classification head and a span head; ``task``: the fairseq task's flags (a
-    fine-tuning task builds its own head)."""
+    ``heads`` (True, or the kinds: "classification", "span"), a 3-class classification head and a span
+    head; ``task``: the fairseq task's flags (a fine-tuning task builds its own head)."""
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
         str(data), "--user-dir", PLUGIN_DIR, *task, "--arch", arch, "--max-positions", str(max_positions),
@@ -173,8 +173,10 @@ def make_checkpoint(data, path, arch, flags, heads=True, seed=0, task=MASKED_LM,
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
-    if heads:
+    kinds = ("classification", "span") if heads is True else heads or ()
+    if "classification" in kinds:
         model.register_classification_head("sst", num_classes=3)
+    if "span" in kinds:
         model.register_span_head("squad")
     torch.manual_seed(seed)
     with torch.no_grad():

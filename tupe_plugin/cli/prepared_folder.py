@@ -96,10 +96,16 @@ def replace_folder_atomically(built, out):
 
 
 def make_sibling_folder(out, suffix=".tmp-"):
-    """A new empty folder next to ``out`` (same file system, so a rename moves it into place)."""
+    """A new empty folder next to ``out`` (same file system, so a rename moves it into place), with the
+    permissions the user's umask gives a new folder (``mkdtemp`` makes it private, ``drwx------``, which
+    colleagues on a shared machine could not read once it is moved into place)."""
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(out)) + suffix, dir=parent)
+    folder = tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(out)) + suffix, dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    return folder
 
 
 def write_prepared_folder(out, expected, build, tool, out_flag="--out", accept=None):

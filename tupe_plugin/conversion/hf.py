@@ -32,7 +32,8 @@ definitions (Devlin et al. 2019, BERT; Liu et al. 2019, RoBERTa), not from any c
   not where fairseq needs them, a weight with no place in the plugin, one missing, or a size that
   disagrees with ``config.json``. The pooler and the next-sentence head are dropped, said in the log.
 * The output folder is written aside and moved into place as :func:`.official_tupe.convert` does.
-* A folder written by ``tupe-export-hf`` (``model_type`` "tupe") goes back to its plugin checkpoint
+* A folder written by ``tupe-export-hf`` (``model_type`` "tupe", or a native RoBERTa export, whose
+  config.json records the plugin's ``fairseq_model_args``) goes back to its plugin checkpoint
   (:mod:`.hf_import`).
 """
 
@@ -590,7 +591,7 @@ def convert(hf_dir, out_dir, arch=None, force=False, conversions=CONVERSIONS):
     out_dir = os.path.abspath(out_dir)
     check_out_is_not_the_model(out_dir, hf_dir)
     config = read_json(hf_dir, CONFIG)
-    if config.get("model_type") == EXPORT_MODEL_TYPE:  # a folder of tupe-export-hf
+    if hf_import.is_export(config):  # a folder of tupe-export-hf
         return hf_import.convert_export(hf_dir, out_dir, config, *load_weights(hf_dir), arch=arch,
                                         force=force)
     conversion = conversion_of(config, os.path.join(hf_dir, CONFIG), conversions)

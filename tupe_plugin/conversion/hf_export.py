@@ -1,23 +1,28 @@
 """Export a plugin checkpoint as a transformers model.
 
-    tupe-export-hf CKPT DATA_BIN --out DIR [--head NAME] [--force]
+    tupe-export-hf CKPT DATA_BIN --out DIR [--head NAME] [--force] [--remote-code]
 
 DATA_BIN is the folder with the checkpoint's ``dict.txt`` and ``sentencepiece.bpe.model`` (as
-``tupe-finetune-glue`` takes it). DIR receives ``config.json`` (every model flag of the checkpoint, its
-``auto_map``), ``model.safetensors`` (the names of :mod:`.hf_names`), the modeling and configuration code of
-``hf_remote/`` (transformers' ``trust_remote_code``), the tokenizer, the dictionary's ``vocab.txt`` (fairseq's
-ids in order) and sentencepiece model, and a model card (``README.md``, with file names, never paths).
+``tupe-finetune-glue`` takes it). A model that one of transformers' own classes computes (RoBERTa for the
+absolute encodings and none: :mod:`.hf_native`) is written as that class: DIR receives its ``config.json``
+(transformers' ``model_type``, no ``auto_map``) and its weights, and loads without remote code. Every other
+model (or any with ``--remote-code``) is the remote-code model: ``config.json`` (every model flag of the
+checkpoint, its ``auto_map``), ``model.safetensors`` (the names of :mod:`.hf_names`), the modeling and
+configuration code of ``hf_remote/`` (transformers' ``trust_remote_code``); the export says why it is not
+native. Both hold the tokenizer, the dictionary's ``vocab.txt`` (fairseq's ids in order) and sentencepiece
+model, and a model card (``README.md``, with file names, never paths, saying which kind the export is).
 The tokenizer is a standard ``tokenizer.json`` (:mod:`.hf_tokenizer`): ``AutoTokenizer.from_pretrained(DIR)``
 loads it without remote code as a fast tokenizer; a model whose ids it cannot give keeps the custom
 sentencepiece tokenizer of ``hf_remote/`` (``trust_remote_code=True``), and the export says why.
 ``AutoModel``/``AutoModelForMaskedLM``/``AutoModelForSequenceClassification``/
-``AutoModelForQuestionAnswering.from_pretrained(DIR, trust_remote_code=True)`` load the model with torch and
-transformers only. A fine-tuned checkpoint's classification head (its number of classes, a regression head,
-the labels of its data's ``label/dict.txt``) and span head are exported; a checkpoint with several of one
-kind needs ``--head``. Every input is checked before anything is written, as fairseq-validate and the
-fine-tuning tools check it (the dictionary's fingerprint, the sentencepiece model, the checkpoint's
-checksums; an ``--out`` that is, holds or lies inside an input is refused, ``--force`` replaces only a
-previous export that holds nothing else); the folder is written aside and moved into place.
+``AutoModelForQuestionAnswering.from_pretrained(DIR)`` (with ``trust_remote_code=True`` for the remote-code
+form) load the model with torch and transformers only. A fine-tuned checkpoint's classification head (its
+number of classes, a regression head, the labels of its data's ``label/dict.txt``) and span head are
+exported; a checkpoint with several of one kind needs ``--head``. Every input is checked before anything is
+written, as fairseq-validate and the fine-tuning tools check it (the dictionary's fingerprint, the
+sentencepiece model, the checkpoint's checksums; an ``--out`` that is, holds or lies inside an input is
+refused, ``--force`` replaces only a previous export that holds nothing else); the folder is written aside
+and moved into place.
 """
 
 import argparse
@@ -31,7 +36,7 @@ import torch
 
 from tupe_plugin.cli.extras import MissingExtraError, require
 from tupe_plugin.cli.prepared_folder import make_sibling_folder
-from tupe_plugin.conversion import hf_tokenizer
+from tupe_plugin.conversion import hf_native, hf_tokenizer
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename, write_safetensors
 from tupe_plugin.encodings import registry
 from tupe_plugin.encodings.encoding import flag_name
@@ -231,6 +236,25 @@ def hf_config(args, state, tensors, heads, vocabulary, fast):
         fairseq_model_args=model_flags, fairseq_head_names=heads,
         **{flag: getattr(args, flag) for flag in POSITION_FLAGS},
     )
+    return dict(config, **head_fields(state, tensors, heads))
+
+
+def native_config(native, args, state, tensors, heads, vocabulary, kept):
+    """config.json of a native export: the transformers class's fields, its heads and labels, and what
+    ``tupe-convert-hf`` rebuilds the plugin model from (the model flags, the heads' names, the ``kept``
+    tensors the weights do not hold, as lists)."""
+    model_flags = {key: value for key, value in vars(args).items()
+                   if isinstance(value, (str, int, float, bool, type(None)))}
+    config = dict(native.config(args, vocabulary), architectures=native.architecture(heads),
+                  fairseq_model_args=model_flags, fairseq_head_names=heads,
+                  fairseq_tensors={key: value.tolist() for key, value in kept.items()})
+    return dict(config, **head_fields(state, tensors, heads))
+
+
+def head_fields(state, tensors, heads):
+    """config.json's fields of the exported classification head: its number of labels, the problem type,
+    the labels' names."""
+    config = {}
     if heads["classification"] is not None:
         rows = tensors["classifier.out_proj.weight"].size(0)
         config["num_labels"] = rows
@@ -242,52 +266,79 @@ def hf_config(args, state, tensors, heads, vocabulary, fast):
     return config
 
 
-def model_card(args, state, config, position, checkpoint, slow_reason):
-    """README.md of the export: architecture, encoding and papers, sizes, training, how it was exported and
-    is loaded; file and folder names only, never this machine's paths. ``position``: the checkpoint's
-    :class:`~tupe_plugin.encodings.position_config.PositionConfig`; ``slow_reason``: why the tokenizer is the
-    custom one, or None for tokenizer.json."""
+def model_card(args, state, config, position, checkpoint, slow_reason, native, why_remote):
+    """README.md of the export: architecture, encoding and papers, sizes, training, which kind of export it is
+    and why, how it is loaded; file and folder names only, never this machine's paths. ``position``: the
+    checkpoint's :class:`~tupe_plugin.encodings.position_config.PositionConfig`; ``slow_reason``: why the
+    tokenizer is the custom one, or None for tokenizer.json; ``native``: the
+    :class:`~.hf_native.NativeClass` it is exported as, or None with ``why_remote``."""
+    flags = vars(args)
     updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", "unknown")
     data = (state.get("cfg") or {}).get("task", {}).get("data")
-    encodings = [f"{flag_name(flag)} {config[flag]}" for flag in (*registry.FAMILIES, "cls_reset")]
-    encodings += [flag_name(name) + ("" if config[name] is True else f" {config[name]}")
+    encodings = [f"{flag_name(flag)} {flags[flag]}" for flag in (*registry.FAMILIES, "cls_reset")]
+    encodings += [flag_name(name) + ("" if flags[name] is True else f" {flags[name]}")
                   for encoding in position.encodings() for name in encoding.option_names()
-                  if config[name] is not False]
+                  if flags[name] is not False]
     papers = sorted({f"{encoding.citation} ({encoding.label})" for encoding in position.encodings()})
     tokenizer_code = "" if slow_reason is None else ", trust_remote_code=True"
+    auto_class = auto_class_of(config)
+    if native is not None:
+        kind = [f"- export: transformers' own {native.name} (`{config['architectures'][0]}`, model type "
+                f"`{native.model_type}`): {native.name} computes this model's outputs, so it loads without "
+                "remote code"]
+        kind += [f"- note: {note}" for note in native.notes(args, position)]
+        load = ["Load it with transformers (no remote code):"]
+        model_code = ""
+    else:
+        kind = [f"- export: the plugin's remote-code model (`{CODE_FILES[1]}`): {why_remote}"]
+        load = ["Load it with transformers (the model's code is in this folder: `trust_remote_code=True`):"]
+        model_code = ", trust_remote_code=True"
     lines = [
         f"# {getattr(args, 'arch', 'tupe_roberta')}", "",
         "A BERT-style encoder pre-trained with the tupe-plugin for fairseq, exported by `tupe-export-hf`.",
         "",
         f"- architecture: `{getattr(args, 'arch', 'tupe_roberta')}`; {config['num_hidden_layers']} layers, "
         f"hidden size {config['hidden_size']}, {config['num_attention_heads']} heads, FFN "
-        f"{config['intermediate_size']}, {config['vocab_size']} tokens, {config['max_position_embeddings']} "
-        "positions",
+        f"{config['intermediate_size']}, {config['vocab_size']} tokens, {args.max_positions} positions",
         f"- position encoding: {', '.join(encodings)}",
         *(f"- paper: {paper}" for paper in papers),
         f"- pre-training: {updates} updates"
         + (f" on `{os.path.basename(os.path.normpath(str(data)))}`" if data else "")
         + " (as the checkpoint records them)",
         f"- exported from `{os.path.basename(checkpoint)}`",
+        *kind,
         "- tokenizer: " + ("`tokenizer.json` (a standard fast tokenizer with the model's ids)"
                            if slow_reason is None else
                            f"the custom sentencepiece tokenizer of `{TOKENIZER_CODE}`: a tokenizer.json "
                            f"cannot give the model's ids ({slow_reason})"),
-        "", "Load it with transformers (the model's code is in this folder: `trust_remote_code=True`):", "",
+        "", *load, "",
         "```python",
-        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
+        f"from transformers import {auto_class}, AutoTokenizer",
         f"tokenizer = AutoTokenizer.from_pretrained(FOLDER{tokenizer_code})",
-        "model = AutoModelForMaskedLM.from_pretrained(FOLDER, trust_remote_code=True)",
+        f"model = {auto_class}.from_pretrained(FOLDER{model_code})",
         "```", "",
     ]
     return "\n".join(lines)
 
 
+def auto_class_of(config):
+    """The Auto class of the exported head: a classifier's, a span head's, or (with both, or none) the
+    masked LM's."""
+    heads = config.get("fairseq_head_names") or {}
+    if heads.get("classification") and not heads.get("span"):
+        return "AutoModelForSequenceClassification"
+    if heads.get("span") and not heads.get("classification"):
+        return "AutoModelForQuestionAnswering"
+    return "AutoModelForMaskedLM"
+
+
 def is_export(folder):
-    """Whether ``folder`` is a previous export (its config.json names the model type ``tupe``)."""
+    """Whether ``folder`` is a previous export (its config.json names the model type ``tupe``, or records
+    the plugin's model flags as a native export's does)."""
     try:
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-            return json.load(f).get("model_type") == EXPORT_MODEL_TYPE
+            config = json.load(f)
+        return config.get("model_type") == EXPORT_MODEL_TYPE or "fairseq_model_args" in config
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -330,9 +381,10 @@ def sibling_folder(out):
                           f"({error.strerror}): give a folder you can write") from None
 
 
-def export(checkpoint, data_bin, out, head=None, force=False):
+def export(checkpoint, data_bin, out, head=None, force=False, remote_code=False):
     """Write the transformers folder ``out`` of ``checkpoint``; return ``out``. Every input is checked
-    before anything is written."""
+    before anything is written. The model is written as transformers' own class where one computes it
+    (:mod:`.hf_native`), else, or with ``remote_code``, as the remote-code model."""
     out = os.path.abspath(out)
     for name, path, expected in (("CKPT", checkpoint, "file"), ("DATA_BIN", data_bin, "folder")):
         if problem := path_problem(path, expected):
@@ -353,7 +405,19 @@ def export(checkpoint, data_bin, out, head=None, force=False):
         logger.warning("tokenizer: a tokenizer.json cannot give the model's ids (%s); the export keeps the "
                        "custom sentencepiece tokenizer: load it with AutoTokenizer.from_pretrained(DIR, "
                        "trust_remote_code=True)", slow_reason)
-    config = hf_config(args, state, tensors, heads, vocabulary, fast is not None)
+    if remote_code:
+        native, why_remote = None, "asked for with --remote-code"
+    else:
+        native, why_remote = hf_native.native_class(args, position, heads, tensors)
+        if native is None:
+            logger.warning("exported as the remote-code model (load it with trust_remote_code=True), not as "
+                           "a transformers class: %s", why_remote)
+    if native is None:
+        config = hf_config(args, state, tensors, heads, vocabulary, fast is not None)
+    else:
+        native_tensors, kept = native.tensors(state_dict, args, position, heads)
+        config = native_config(native, args, state, tensors, heads, vocabulary, kept)
+        tensors = {name: value.float() for name, value in native_tensors.items()}
     folder = sibling_folder(out)
     try:
         write_safetensors(os.path.join(folder, "model.safetensors"), tensors)
@@ -372,16 +436,17 @@ def export(checkpoint, data_bin, out, head=None, force=False):
             f.writelines(symbol + "\n" for symbol in vocabulary)
         shutil.copyfile(os.path.join(data_bin, SENTENCEPIECE_MODEL),
                         os.path.join(folder, SENTENCEPIECE_MODEL))
-        for name in CODE_FILES:
+        for name in CODE_FILES if native is None else ():
             shutil.copyfile(os.path.join(REMOTE_CODE, name), os.path.join(folder, name))
         with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card(args, state, config, position, checkpoint, slow_reason))
+            f.write(model_card(args, state, config, position, checkpoint, slow_reason, native, why_remote))
         if os.path.isdir(out):
             shutil.rmtree(out)
         os.rename(folder, out)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    logger.info("wrote %s (%s, %d tensors%s)", out, getattr(args, "arch", "?"), len(tensors),
+    logger.info("wrote %s (%s as %s, %d tensors%s)", out, getattr(args, "arch", "?"),
+                "the remote-code model" if native is None else native.architecture(heads)[0], len(tensors),
                 "".join(f", {kind} head {name}" for kind, name in heads.items() if name))
     return out
 
@@ -397,15 +462,21 @@ def main(argv=None):
                         "several")
     parser.add_argument("--force", action="store_true",
                         help="replace a previous export in --out once the export succeeded")
+    parser.add_argument("--remote-code", action="store_true",
+                        help="write the remote-code model (trust_remote_code=True) even where transformers "
+                        "has the model's class (RoBERTa): one loader for all exports")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     try:
-        out = export(args.checkpoint, args.data_bin, args.out, args.head, args.force)
+        out = export(args.checkpoint, args.data_bin, args.out, args.head, args.force, args.remote_code)
     except (UserError, MissingExtraError) as error:
         sys.exit(f"tupe-export-hf: error: {error}")
+    with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    remote = ", trust_remote_code=True" if config["model_type"] == EXPORT_MODEL_TYPE else ""
     print(f"tupe-export-hf: done\n"
           f"output folder: {out} (model.safetensors, config.json, the tokenizer, README.md: the model card)\n"
-          f"load it with:  AutoModelForMaskedLM.from_pretrained({out!r}, trust_remote_code=True)")
+          f"load it with:  {auto_class_of(config)}.from_pretrained({out!r}{remote})")
     return 0
 
 

@@ -2,11 +2,14 @@
 
 The model flags come back from ``config.json``'s ``fairseq_model_args``, the tensors from
 ``model.safetensors`` by the name table of :mod:`.hf_names` read the other way (the masked-LM head's weight
-from the word embeddings, as the export tied them), the exported classification and span heads under their
-names of ``fairseq_head_names``. ``OUT/dict.txt`` lists ``vocab.txt`` without fairseq's specials and
+from the word embeddings, as the export tied them), or, for a native export (transformers' own
+``model_type``), by its class's names read back (:mod:`.hf_native`, with the tensors config.json keeps
+under ``fairseq_tensors``); the exported classification and span heads under their names of
+``fairseq_head_names``. ``OUT/dict.txt`` lists ``vocab.txt`` without fairseq's specials and
 ``<mask>``; the sentencepiece model is copied beside it, so ``from_pretrained(OUT)`` encodes text as before.
 """
 
+import argparse
 import logging
 import os
 import shutil
@@ -15,6 +18,7 @@ import torch
 
 from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.cli.prepared_folder import make_sibling_folder
+from tupe_plugin.conversion import hf_native
 from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
@@ -43,6 +47,29 @@ def read_vocabulary(hf_dir):
         raise ExportFolderError(f"{path} does not start with {' '.join(SPECIALS)} and end with {MASK}, as "
                                 "tupe-export-hf writes it: export the checkpoint again")
     return [f"{symbol} 1\n" for symbol in symbols[4:-1]]
+
+
+def is_export(config):
+    """Whether a folder's ``config`` is one ``tupe-export-hf`` wrote (remote-code or native)."""
+    return config.get("model_type") == EXPORT_MODEL_TYPE or "fairseq_model_args" in config
+
+
+def native_plugin_state(config, weights, heads, path):
+    """The plugin state dict of a native export's tensors (its class's names read back)."""
+    from tupe_plugin.encodings.position_config import PositionConfig
+
+    native = hf_native.CLASSES.get(config.get("model_type"))
+    if native is None:
+        raise ExportFolderError(f"{path}: model_type {config.get('model_type')!r} is not one tupe-export-hf "
+                                f"writes ({', '.join(hf_native.CLASSES)} or {EXPORT_MODEL_TYPE!r})")
+    args = argparse.Namespace(**config["fairseq_model_args"])
+    kept = {key: torch.tensor(value, dtype=torch.float32)
+            for key, value in (config.get("fairseq_tensors") or {}).items()}
+    try:
+        return native.plugin_state(weights, args, PositionConfig.from_args(args), heads, kept)
+    except KeyError as error:
+        raise ExportFolderError(f"{path} has no {error.args[0]}, which {native.name}'s export writes: export "
+                                "the checkpoint again") from None
 
 
 def plugin_state(weights, heads, path):
@@ -79,7 +106,10 @@ def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, fo
     check_output_folder(out_dir, force, OUTPUT_NAMES)
     lines = read_vocabulary(hf_dir)
     heads = config.get("fairseq_head_names") or {}
-    state = plugin_state(weights, heads, weights_path)
+    if config.get("model_type") == EXPORT_MODEL_TYPE:
+        state = plugin_state(weights, heads, weights_path)
+    else:
+        state = native_plugin_state(config, weights, heads, weights_path)
     folder = make_sibling_folder(out_dir)
     try:
         with open(os.path.join(folder, "dict.txt"), "w", encoding="utf-8") as f:

@@ -66,4 +66,6 @@ ABSOLUTE = Encoding(
     summary="a position embedding added to the word embedding at the input",
     citation="Vaswani et al., arXiv 1706.03762; Wang et al., On Position Embeddings in BERT, ICLR 2021",
     build=build_absolute_position, check=check_absolute,
+    # RoBERTa's learned table (position ids from pad + 1); the sinusoids are written out as its rows
+    hf_native=lambda config: ("roberta", None),
 )

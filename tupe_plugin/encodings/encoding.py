@@ -71,8 +71,11 @@ class Encoding:
     ``trained_value(name, before, default, saved)`` refines :meth:`value_as_trained`;
     ``unused_errors(config)`` the errors of its options where it is not used (by default each option
     declared ``refused_unused`` or with a ``before`` value, given another value than its default, is named
-    as this encoding's); ``exported``: the transformers code of
-    ``tupe-export-hf`` computes it (else the export refuses a model that uses it, naming it)."""
+    as this encoding's); ``exported``: the transformers code of ``tupe-export-hf`` computes it (else the
+    export refuses a model that uses it, naming it); ``hf_native(config)``: (the ``model_type`` of
+    transformers' own class that computes it with these options, None) or (None, why not):
+    ``tupe-export-hf`` writes such a model as that class, without remote code (None: transformers has no
+    class computing it)."""
 
     name: str
     label: str
@@ -93,6 +96,7 @@ class Encoding:
     trained_value: Optional[Callable] = None
     unused_errors: Optional[Callable] = None
     exported: bool = True
+    hf_native: Optional[Callable] = None
 
     def is_learned(self, config):
         return self.learned(config) if callable(self.learned) else self.learned

@@ -194,6 +194,17 @@ def unused_rotary_errors(config):
     return errors
 
 
+def rope_native(config):
+    """RoFormer rotates q and k by pairs (2k, 2k+1) by fixed angles of base 10000, unscaled."""
+    if config.learnable_rotary_frequencies:
+        return None, f"--rotary {config.rotary}: RoFormer's frequencies are fixed"
+    if config.rotary_scaling != "none":
+        return None, f"--rotary-scaling {config.rotary_scaling}: RoFormer does not scale its angles"
+    if config.rotary_base != 10000.0:
+        return None, f"--rotary-base {config.rotary_base:g}: RoFormer's base is 10000"
+    return "roformer", None
+
+
 ROPE = Encoding(
     name="rope", label="RoPE", kind="rotation", learned=False, family="rotary",
     choices=("fixed", "learnable"),
@@ -203,4 +214,5 @@ ROPE = Encoding(
     citation="Su et al., RoFormer, arXiv 2104.09864 (RoPE)",
     slot="rotary", options=RotaryOptions, build=build_rotary, check=check_rotary,
     unused_errors=unused_rotary_errors, export_names=(("sinusoid.frequencies", "rotary_frequencies"),),
+    hf_native=rope_native,
 )
