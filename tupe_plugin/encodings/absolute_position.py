@@ -58,6 +58,11 @@ def check_absolute(config):
     return []
 
 
+def as_roberta(config):
+    """transformers' RoBERTa adds a learned table at the input (the fixed ones written out as one)."""
+    return "roberta", None
+
+
 ABSOLUTE = Encoding(
     name="absolute", label="the absolute position embedding", kind="absolute", family="abs_pos",
     choices=("learned", "sinusoidal", "learnable-sinusoidal"),
@@ -67,5 +72,5 @@ ABSOLUTE = Encoding(
     citation="Vaswani et al., arXiv 1706.03762; Wang et al., On Position Embeddings in BERT, ICLR 2021",
     build=build_absolute_position, check=check_absolute,
     # RoBERTa's learned table (position ids from pad + 1); the sinusoids are written out as its rows
-    hf_native=lambda config: ("roberta", None),
+    hf_native=as_roberta,
 )
