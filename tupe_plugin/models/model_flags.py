@@ -84,7 +84,9 @@ def add_args(parser):
         default="auto",
         help="the attention kernel on CUDA: auto (default) lets torch's scaled_dot_product_attention choose, "
         "but for layers with a learned bias, which take the memory-efficient kernel (it returns the bias "
-        "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
+        "gradient), and runs no kernel of the plugin's (none has been measured on a GPU yet): torch's own "
+        "operations and SDPA's kernels; efficient, flash, cudnn or math to force one; triton: the plugin's "
+        "Triton kernels, RoPE's rotation of q and k in one pass and the attention kernel for a "
         "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
         "the table rows, Shaw value vectors from its sums of the probabilities by clipped distance (no "
