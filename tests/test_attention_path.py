@@ -1,6 +1,7 @@
 """One decision per forward picks the attention path; the untied term is folded exactly when that
 path wants it, and every layer runs the path it was given."""
 
+import argparse
 import logging
 
 import pytest
@@ -8,7 +9,9 @@ import torch
 from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
 from tupe_plugin.attention import attend, compiled_kernels, paths
 from tupe_plugin.attention.paths import AttentionPath, choose_path, fold_untied_term
+from tupe_plugin.encodings import position_config
 from tupe_plugin.encodings.position_config import PositionConfig
+from tupe_plugin.models.architectures import ARCHITECTURES
 
 TUPE_R = PositionConfig(embed_dim=8, num_heads=2, max_positions=8, rel_pos="t5", untied_pos="tupe",
                         cls_reset="paper")
@@ -312,3 +315,35 @@ def test_attend_refuses_distance_rows_on_a_path_that_takes_one_dense_bias(path):
     q = k = v = torch.zeros(1, 2, 4, 8)
     with pytest.raises(ValueError, match=r"take it expanded into the mask \(PositionalTerm.expanded\)"):
         attend.attend(path, q, k, v, None, 0.3, 0.0, offset_rows=torch.zeros(2, 7))
+
+
+def _every_tiny_config():
+    """The position config of every tiny preset."""
+    configs = {}
+    for arch in sorted(name for name in ARCHITECTURES if name.endswith("_tiny")):
+        args = argparse.Namespace(max_positions=64)
+        ARCHITECTURES[arch](args)
+        position_config.set_defaults(args)
+        configs[arch] = PositionConfig.from_args(args)
+    return configs
+
+
+@pytest.mark.parametrize("dropout, grad", [(0.1, True), (0.0, True), (0.0, False)])
+def test_auto_on_a_cuda_device_takes_no_kernel_of_the_plugins_that_no_gpu_run_has_measured(
+        monkeypatch, dropout, grad):
+    """On a CUDA device (mocked: Triton and the cuDNN frontend installed), ``auto`` runs torch's operations
+    and SDPA's kernels for every preset: no Triton attention or RoPE rotation, FlexAttention or cuDNN
+    graph."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(paths, "find_spec", lambda name: object())
+    monkeypatch.setattr(paths, "MEASURED_KERNELS", {})
+    configs = _every_tiny_config()
+    assert any(config.rotary_applies for config in configs.values())
+    with torch.set_grad_enabled(grad):
+        for arch, config in configs.items():
+            for length in (8, 64):
+                plan = paths.plan_attention("cuda", dropout, False, config, length, "auto")
+                assert plan.path in (AttentionPath.SDPA, AttentionPath.EXPLICIT), arch
+                assert not plan.fused_rotary, arch
+                assert plan.backends is None or set(plan.backends) <= set(paths.SDPA_BACKENDS.values()), arch
+                assert paths.backend_problem("auto", config, dropout) is None, arch

@@ -92,10 +92,14 @@ def test_without_a_gpu_or_the_interpreter_the_kernel_says_what_it_needs(monkeypa
         rotate_projection(torch.zeros(5, 48), cos, sin, 2)
 
 
-@pytest.mark.parametrize("device, rotary, fused", [
-    ("cuda", "fixed", True), ("cpu", "fixed", False), ("cuda", "learnable", False), ("cuda", "none", False)])
-def test_the_plan_fuses_the_rotation_on_cuda_for_fixed_frequencies_only(device, rotary, fused):
-    plan = paths.plan_attention(device, 0.1, False, config(2, 8, rotary=rotary), 16)
+@pytest.mark.parametrize("device, rotary, backend, fused", [
+    ("cuda", "fixed", "triton", True), ("cpu", "fixed", "triton", False),
+    ("cuda", "learnable", "triton", False), ("cuda", "none", "triton", False),
+    ("cuda", "fixed", "auto", False), ("cuda", "fixed", "efficient", False)])
+def test_the_plan_fuses_the_rotation_where_asked_on_cuda_for_fixed_frequencies_only(device, rotary, backend,
+                                                                                     fused):
+    """The fused rotation has not run on a GPU yet: --attention-backend triton asks for it, auto does not."""
+    plan = paths.plan_attention(device, 0.1, False, config(2, 8, rotary=rotary), 16, backend)
     assert plan.fused_rotary is fused
 
 

@@ -4,8 +4,8 @@
 the probabilities are wanted, the position config and the sequence length, which of seven paths every
 layer takes (:func:`choose_path`), which SDPA kernels it may use (:func:`sdpa_backends`), whether
 TUPE's untied term is folded into the dense bias (:func:`fold_untied_term`) and whether RoPE's rotation
-of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
-:class:`AttentionPlan` to every layer, and :func:`~.attend.attend` runs what it is given:
+of q and k runs as one Triton pass (:func:`fuse_rotary`, with ``--attention-backend triton``); the
+encoder hands the :class:`AttentionPlan` to every layer, and :func:`~.attend.attend` runs what it is given:
 
 * ``SDPA``: one ``scaled_dot_product_attention`` call (flash or memory-efficient kernel) — on GPU
   always, on CPU when there is no dropout and no mask that needs a gradient (nor, in training, a fixed
@@ -52,7 +52,10 @@ of q and k runs as one Triton pass (:func:`fuse_rotary`); the encoder hands the
   B = 16, over the 1.05 x bound, and BIASED_FLASH was as fast). ``benchmarks/benchmark_attention.py``
   measures the paths side by side (docs/benchmarks.md).
 
-A kernel that ``--attention-backend`` names runs where it can (:func:`kernel_runs_on`): on CUDA; elsewhere
+On CUDA, ``auto`` takes torch's own operations and SDPA's kernels only: a plugin kernel (the Triton attention
+and RoPE rotation, FlexAttention, cuDNN's graph) runs where ``--attention-backend`` names it, until a GPU run
+has measured it correct and faster (:data:`MEASURED_KERNELS`: none yet). A kernel that
+``--attention-backend`` names runs where it can (:func:`kernel_runs_on`): on CUDA; elsewhere
 (a model trained on a GPU, evaluated or fine-tuned on a CPU) the CPU paths run in its place.
 
 Each path reads some parts of the positional term (:mod:`tupe_plugin.terms.parts`), :data:`PATH_READS`; the
@@ -251,12 +254,22 @@ def fold_untied_term(path, config):
     return path in dense_bias_paths or config.t5_bias
 
 
-def fuse_rotary(device, config):
+# The plugin's own GPU kernels that a GPU run of benchmarks/gpu_checks.sh has shown correct and faster than
+# torch's operations and SDPA's kernels, each with the GPU it was measured on (the results committed under
+# benchmarks/results): none yet. On CUDA, ``auto`` takes these only; every other plugin kernel runs where a
+# flag names it (--attention-backend triton, flex, cudnn-graph).
+FUSED_ROTARY = "triton-rotary"
+MEASURED_KERNELS = {}
+
+
+def fuse_rotary(device, config, requested="auto"):
     """Whether RoPE rotates q and k of each layer's projection in one Triton pass, forward and backward
-    (:mod:`.triton_rotary`): on CUDA, for fixed frequencies, where Triton is installed. On CPU torch's
-    elementwise rotation stays (no slower there); learnable frequencies keep it too, as its backward
-    reaches them."""
-    return (torch.device(device).type == "cuda" and config.rotary_applies
+    (:mod:`.triton_rotary`): where ``--attention-backend triton`` asks for the plugin's Triton kernels (or
+    ``auto``, once a GPU run has measured it: :data:`MEASURED_KERNELS`), on CUDA, for fixed frequencies,
+    where Triton is installed. Otherwise torch's elementwise rotation stays: on CPU (no slower there), under
+    ``auto`` on CUDA (never yet run on a GPU), and for learnable frequencies, as its backward reaches them."""
+    asked = requested == TRITON_BACKEND or (requested == "auto" and FUSED_ROTARY in MEASURED_KERNELS)
+    return (asked and torch.device(device).type == "cuda" and config.rotary_applies
             and not config.learnable_rotary_frequencies and find_spec("triton") is not None)
 
 
@@ -320,7 +333,7 @@ def plan_attention(device, dropout, need_weights, config, seq_len, requested_bac
     ``--attention-backend``."""
     path = choose_path(device, dropout, need_weights, config, seq_len, requested_backend)
     return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
-                         fold_untied_term(path, config), fuse_rotary(device, config),
+                         fold_untied_term(path, config), fuse_rotary(device, config, requested_backend),
                          offset_bias_as_rows(path, seq_len, config))
 
 

@@ -36,6 +36,7 @@ from fairseq.modules import LayerNorm
 from torch import nn
 
 from ..terms.parts import ProjectedTable
+from ..user_input.memory_limits import FLOAT32, trained_bytes
 from .encoding import Encoding, option
 
 
@@ -227,13 +228,17 @@ def _enhanced_mask_decoder_errors(config):
     return errors
 
 
-def deberta_sizes(config):
-    """Its relative table: rows x C."""
+def deberta_sizes(config, forward):
+    """Its relative table in training (rows x C), and the rows a forward of length T reaches (at most 2T)
+    projected by each layer into K^r and Q^r, kept for the backward."""
     flag = "deberta_buckets" if config.deberta_buckets else "deberta_max_distance"
     value = getattr(config, flag)
     usual = "256 in the released v2/v3" if config.deberta_buckets else "512, as released"
-    return [(flag, value, f"relative table ({2 * value} rows of {config.embed_dim})",
-             2 * value * config.embed_dim * 4, usual)]
+    reached = min(2 * value, 2 * forward.length)
+    projected = 2 * forward.layers * reached * config.embed_dim
+    return [(flag, value, f"relative table ({2 * value} rows of {config.embed_dim}, with their gradients "
+             f"and Adam's moments; {reached} rows projected twice in each of {forward.layers} layers)",
+             trained_bytes(2 * value * config.embed_dim) + projected * FLOAT32, usual)]
 
 
 def trained_value(name, before, default, saved):

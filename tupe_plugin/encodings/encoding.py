@@ -50,7 +50,7 @@ def _no_errors(config):
     return []
 
 
-def _nothing_sized(config):
+def _nothing_sized(config, forward):
     return []
 
 
@@ -63,7 +63,10 @@ class Encoding:
     flag's help; ``slot`` the attribute of the shared term (or the encoder) that holds its module, whose name
     is the prefix of its checkpoint keys; ``options`` the dataclass of its own flags; ``build(config)`` its
     module or None; ``check(config)`` the errors of its options when it is used; ``sizes(config)`` the
-    ``(flag, value, tensor described, float32 bytes, usual value)`` of each size flag; ``kind`` what its
+    ``(flag, value, what it sizes, float32 bytes, usual value)`` of each size flag at the
+    :class:`~tupe_plugin.user_input.memory_limits.ForwardShape` ``forward``: what the model holds for it in
+    training (its tensors with their gradients and Adam's moments) and what one forward of that batch
+    computes for it; ``kind`` what its
     term is, for the rules between encodings (:data:`KINDS`); ``learned`` (or ``learned(config)``) whether
     that term has parameters; ``logit_terms`` (or ``logit_terms(config)``) the number of dot products its
     attention logits sum (the scale is 1/sqrt(terms d_h)); ``export_names`` the

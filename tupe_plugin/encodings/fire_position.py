@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..user_input.memory_limits import FLOAT32, trained_bytes
 from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 
@@ -94,12 +95,15 @@ def check_fire(config):
     return errors
 
 
-def fire_sizes(config):
-    """Its hidden layer over the 2P - 1 offsets of P = max_positions."""
-    offsets = 2 * config.max_positions - 1
-    return [("fire_hidden", config.fire_hidden,
-             f"FIRE hidden layer ({offsets} offsets x {config.fire_hidden})",
-             offsets * config.fire_hidden * 4, "32, the paper's")]
+def fire_sizes(config, forward):
+    """Its MLP runs on every offset of the forward's length T: (2T - 1) x hidden activations, the linear
+    layer's and the ReLU's kept for the backward and a gradient of the same size; its weights in training."""
+    offsets, hidden = 2 * forward.length - 1, config.fire_hidden
+    weights = hidden * ((2 if config.fire_signed else 1) + 1 + config.num_heads) + config.num_heads + 2
+    return [("fire_hidden", hidden,
+             f"FIRE hidden layer ({offsets} offsets x {hidden} activations, 3 copies for the forward and "
+             "backward, and its weights with their gradients and Adam's moments)",
+             3 * offsets * hidden * FLOAT32 + trained_bytes(weights), "32, the paper's")]
 
 
 FIRE = Encoding(

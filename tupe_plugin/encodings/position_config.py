@@ -18,7 +18,7 @@ from functools import cached_property
 from fairseq.utils import safe_getattr
 
 from ..user_input.cli_types import finite_float
-from ..user_input.memory_limits import beyond_memory
+from ..user_input.memory_limits import ForwardShape, beyond_memory, forward_shape
 from ..user_input.user_errors import UserError
 from . import registry
 from .encoding import flag_name, option
@@ -98,10 +98,12 @@ class PositionChoices:
     @classmethod
     def from_args(cls, args):
         """The config of fairseq model ``args`` (argparse or DictConfig); raises
-        :class:`PositionFlagError` listing every flag that cannot be built."""
+        :class:`PositionFlagError` listing every flag that cannot be built, or whose tensors and work in one
+        forward of the configured batch (:func:`~tupe_plugin.user_input.memory_limits.forward_shape`) exceed
+        the machine's memory."""
         config = cls(embed_dim=args.encoder_embed_dim, num_heads=args.encoder_attention_heads,
                      max_positions=args.max_positions, **{flag: getattr(args, flag) for flag in DEFAULTS})
-        config.check()
+        config.check(forward_shape(args))
         return config
 
     # -- the encodings used, and the facts derived from them (read these, never the flag strings) ----
@@ -194,7 +196,10 @@ class PositionChoices:
 
     # -- checks --------------------------------------------------------------------------------
 
-    def check(self):
+    def check(self, forward=None):
+        """Raise :class:`PositionFlagError` listing every flag that cannot be built; ``forward``: the
+        :class:`~tupe_plugin.user_input.memory_limits.ForwardShape` the sizes are counted at (by default one
+        sequence of ``max_positions`` tokens)."""
         errors = []
         for flag in fields(self):  # what the parser checks, for a config that did not come through it
             value, choices = getattr(self, flag.name), flag.metadata.get("choices")
@@ -204,7 +209,8 @@ class PositionChoices:
                 errors.append(f"{flag_name(flag.name)} must be a finite number, got {value}")
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
-        errors = self._between_encodings_errors() + registry.option_errors(self) + self._sizes_beyond_memory()
+        errors = (self._between_encodings_errors() + registry.option_errors(self)
+                  + self._sizes_beyond_memory(forward or ForwardShape(1, self.max_positions)))
         if errors:
             raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
 
@@ -253,16 +259,19 @@ class PositionChoices:
                           "choose one")
         return errors
 
-    def sized_tensors(self):
-        """(flag, its value, the tensor it sizes, that tensor's float32 bytes, its usual value) of each size
-        flag of the encodings used, at the model's shape."""
-        return [size for encoding in self.encodings() for size in encoding.sizes(self)]
+    def sized_tensors(self, forward=None):
+        """(flag, its value, what it sizes, the float32 bytes it needs, its usual value) of each size flag of
+        the encodings used, at the model's shape and the
+        :class:`~tupe_plugin.user_input.memory_limits.ForwardShape` ``forward`` (by default one sequence of
+        ``max_positions`` tokens): the tensors held in training and the work of one forward."""
+        forward = forward or ForwardShape(1, self.max_positions)
+        return [size for encoding in self.encodings() for size in encoding.sizes(self, forward)]
 
-    def _sizes_beyond_memory(self):
-        """A size flag whose tensor alone exceeds the machine's memory is a typo, refused before anything
-        is allocated (as --max-positions is)."""
+    def _sizes_beyond_memory(self, forward):
+        """A size flag whose tensors and work alone exceed the machine's memory is a typo, refused before
+        anything is allocated (as --max-positions is)."""
         errors = []
-        for flag, value, tensor, nbytes, usual in self.sized_tensors():
+        for flag, value, tensor, nbytes, usual in self.sized_tensors(forward):
             if problem := beyond_memory(f"{flag_name(flag)} {value}", tensor, nbytes):
                 errors.append(f"{problem} ({usual})")
         return errors

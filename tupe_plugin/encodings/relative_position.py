@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..user_input.memory_limits import trained_bytes
 from .encoding import Encoding, option
 from ..terms.parts import OffsetRows
 from .offset_bias import OffsetBias
@@ -138,10 +139,12 @@ def check_t5_bias(config):
     return []
 
 
-def t5_sizes(config):
+def t5_sizes(config, forward):
+    """Its table in training (a forward reads one row per distance bucket of T: nothing more per bucket)."""
     buckets = config.rel_pos_buckets
-    return [("rel_pos_buckets", buckets, f"T5 table ({buckets} rows of {config.num_heads})",
-             buckets * config.num_heads * 4, "32, T5's")]
+    return [("rel_pos_buckets", buckets,
+             f"T5 table ({buckets} rows of {config.num_heads}, with their gradients and Adam's moments)",
+             trained_bytes(buckets * config.num_heads), "32, T5's")]
 
 
 def exact_distances(config):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..user_input.memory_limits import FLOAT32
 from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 from .sinusoid import Sinusoid
@@ -76,11 +77,13 @@ def check_sandwich(config):
     return errors
 
 
-def sandwich_sizes(config):
-    """Its angles over the 2P - 1 offsets of P = max_positions."""
-    offsets, half = 2 * config.max_positions - 1, config.sandwich_dim // 2
-    return [("sandwich_dim", config.sandwich_dim, f"Sandwich angles ({offsets} offsets x {half})",
-             offsets * half * 4, "128 is the default")]
+def sandwich_sizes(config, forward):
+    """Its angles over the 2T - 1 offsets of the forward's length T, each forward: the angles, their sines,
+    cosines and products, (2T - 1) x d'/2 each."""
+    offsets, half = 2 * forward.length - 1, config.sandwich_dim // 2
+    return [("sandwich_dim", config.sandwich_dim,
+             f"Sandwich angles ({offsets} offsets x {half}, with their sines, cosines and products)",
+             4 * offsets * half * FLOAT32, "128 is the default")]
 
 
 SANDWICH = Encoding(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..user_input.memory_limits import FLOAT32, trained_bytes
 from .encoding import Encoding, option
 from ..terms.parts import ClippedTable
 from .sinusoid import Sinusoid
@@ -111,10 +112,17 @@ def check_shaw(config):
     return errors
 
 
-def shaw_sizes(config):
+def shaw_sizes(config, forward):
+    """Its table (learned: in training; sinusoidal: computed each forward) and q's products with all its rows,
+    (B, H, T, 2K + 1) a layer, which the keys' term is gathered from."""
     rows = 2 * config.shaw_max_distance + 1
-    return [("shaw_max_distance", config.shaw_max_distance, f"Shaw table ({rows} rows of {config.head_dim})",
-             rows * config.head_dim * 4, "64 is the default")]
+    table = rows * config.head_dim
+    table_bytes = trained_bytes(table) if config.shaw_table == "learned" else 3 * table * FLOAT32
+    products = forward.tokens * config.num_heads * rows
+    return [("shaw_max_distance", config.shaw_max_distance,
+             f"Shaw table ({rows} rows of {config.head_dim}) and the queries' products with its rows "
+             f"({forward.describe()} x {config.num_heads} heads x {rows})",
+             table_bytes + products * FLOAT32, "64 is the default")]
 
 
 SHAW = Encoding(

@@ -4,7 +4,11 @@ RoBERTa's flags the plugin's encoder does not implement are refused by name inst
 and ignored; sizes and probabilities are checked for range, and a ``--max-positions`` whose position
 table alone would not fit in memory (a typo) is refused before anything is allocated (the size flags of
 the encodings are checked by their config,
-:meth:`~tupe_plugin.encodings.position_config.PositionConfig.check`).
+:meth:`~tupe_plugin.encodings.position_config.PositionConfig.check`). Every size the model is built from
+(layers, widths, heads, positions) is checked before anything is allocated: a size far beyond any published
+model of that shape (:data:`PUBLISHED_LIMITS`) whatever the memory, and the whole model against the
+machine's memory, counted on the work: its parameters in training (with their gradients and Adam's two
+moments) and the largest activation of one forward of the configured batch (:func:`model_memory`).
 
 ``--layer-norm-eps`` sets the epsilon of every LayerNorm of the model (encoder and LM head): fairseq's
 1e-5 unless given, or carried from an ``--init-from-checkpoint`` model; Google's BERT checkpoints were
@@ -24,9 +28,10 @@ from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..attention.paths import ATTENTION_BACKENDS
 from ..encodings.encoding import flag_name
-from ..encodings.position_config import PositionFlagError
+from ..encodings.position_config import DEFAULTS, PositionConfig, PositionFlagError
 from ..user_input.cli_types import finite_float
-from ..user_input.memory_limits import beyond_memory
+from ..user_input.memory_limits import (FLOAT32, beyond_memory, forward_shape, machine_memory,
+                                        trained_bytes)
 
 LAYERNORM_EMBEDDING = "layernorm_embedding"
 
@@ -49,6 +54,16 @@ UNSUPPORTED_ROBERTA_FLAGS = (
     ("min_params_to_wrap", int(1e8), "the plugin's layers are not wrapped for --ddp-backend fully_sharded"),
 )
 
+# The model sizes, their usual value (BERT-base's) and the largest any published model of this shape has,
+# far beyond which a value is a typo whatever the memory: (flag, usual, limit, the largest published)
+PUBLISHED_LIMITS = (
+    ("encoder_layers", 12, 1000, "DeepNet's 1,000 layers are the deepest published Transformer"),
+    ("encoder_embed_dim", 768, 65536, "published models are at most about 25,600 wide"),
+    ("encoder_ffn_embed_dim", 3072, 262144, "published feed-forward layers are at most about 73,728 wide"),
+    ("encoder_attention_heads", 12, 1024, "published models have at most 128 heads"),
+)
+USUAL_MAX_POSITIONS = 512  # BERT's
+
 
 def add_args(parser):
     parser.add_argument(
@@ -69,7 +84,9 @@ def add_args(parser):
         default="auto",
         help="the attention kernel on CUDA: auto (default) lets torch's scaled_dot_product_attention choose, "
         "but for layers with a learned bias, which take the memory-efficient kernel (it returns the bias "
-        "gradient); efficient, flash, cudnn or math to force one; triton: the plugin's Triton kernel for a "
+        "gradient), and runs no kernel of the plugin's (none has been measured on a GPU yet): torch's own "
+        "operations and SDPA's kernels; efficient, flash, cudnn or math to force one; triton: the plugin's "
+        "Triton kernels, RoPE's rotation of q and k in one pass and the attention kernel for a "
         "learned bias shared by the batch (its gradient summed in the kernel, padding as row lengths, "
         "attention dropout), Shaw keys and DeBERTa's terms read inside it from q's (and k's) products with "
         "the table rows, Shaw value vectors from its sums of the probabilities by clipped distance (no "
@@ -127,9 +144,10 @@ def set_max_positions(args, task):
         args.max_positions = args.tokens_per_sample
 
 
-def check_model_flags(args):
+def check_model_flags(args, vocab_size=None):
     """Raise :class:`~tupe_plugin.encodings.position_config.PositionFlagError` listing the sizes,
-    probabilities and RoBERTa flags of ``args`` that no position config could fix."""
+    probabilities and RoBERTa flags of ``args`` that no position config could fix; ``vocab_size``: the
+    dictionary's, for the embeddings in :func:`model_memory` (None: left out)."""
     errors = []
     embed_dim, heads = args.encoder_embed_dim, args.encoder_attention_heads
     if heads < 1 or embed_dim < 1 or embed_dim % heads:
@@ -158,7 +176,9 @@ def check_model_flags(args):
     if eps is not None and not 0 < eps < 1:
         errors.append(f"--layer-norm-eps is a small positive number (1e-5 is fairseq's, 1e-12 BERT's), "
                       f"got {eps}")
-    errors += _position_table_memory(args)
+    errors += _beyond_published(args)
+    if not errors:
+        errors += _position_table_memory(args) or _model_memory_errors(args, vocab_size)
     if errors:
         raise PositionFlagError("invalid model flags:\n  " + "\n  ".join(errors))
 
@@ -168,6 +188,75 @@ def _position_table_memory(args):
     problem = beyond_memory(f"--max-positions {args.max_positions}", "position table",
                             args.max_positions * max(args.encoder_embed_dim, 1) * 4)
     return [f"{problem} (512 is BERT's)"] if problem else []
+
+
+def _beyond_published(args):
+    """A size far beyond any published model of that shape (:data:`PUBLISHED_LIMITS`) is a typo."""
+    errors = []
+    for flag, _, limit, published in PUBLISHED_LIMITS:
+        value = getattr(args, flag)
+        if value > limit:
+            errors.append(f"{flag_name(flag)} {value} is far beyond any published model ({published}; "
+                          f"the plugin takes at most {limit:,}): a typo?")
+    return errors
+
+
+def model_memory(args, vocab_size=None):
+    """(the float32 bytes the model's parameters take in training, the bytes of the largest activation of one
+    forward of the configured batch, that activation described) of a model of ``args``.
+
+    The parameters: embeddings (``vocab_size`` x D, where known), the position table (P x D) and each
+    layer's attention (4 D^2), feed-forward (2 D FFN) and LayerNorms, with their gradients and Adam's two
+    moments (:func:`~tupe_plugin.user_input.memory_limits.trained_bytes`); the largest activation: a layer's
+    feed-forward hidden states (B x T x FFN), its q, k and v (B x T x 3 D) or a head's logits of every
+    sequence where the encodings' relative vectors (Shaw, DeBERTa, Transformer-XL) are gathered into a
+    (B, H, T, T) mask, as on the default paths (the other terms reach the kernels as an (H, T, T) bias at
+    most, and the kernels compute the logits by blocks)."""
+    dim, ffn, heads = args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads
+    layers = args.encoder_layers
+    layer = 4 * dim * dim + 2 * dim * ffn + 9 * dim + ffn
+    parameters = layers * layer + (args.max_positions + (vocab_size or 0)) * dim + dim * dim
+    forward = forward_shape(args)
+    activations = [(forward.tokens * ffn, f"feed-forward layer ({forward.describe()} x {ffn})"),
+                   (forward.tokens * 3 * dim, f"q, k and v ({forward.describe()} x 3 x {dim})")]
+    if _gathers_relative_terms(args):
+        activations.append((forward.tokens * heads * forward.length,
+                            f"relative terms gathered into a (B, H, T, T) mask ({forward.describe()} x "
+                            f"{heads} heads x {forward.length})"))
+    largest, described = max(activations)
+    return trained_bytes(parameters), largest * FLOAT32, described
+
+
+def _gathers_relative_terms(args):
+    """Whether the position encodings of ``args`` add query-dependent relative vectors, which the default
+    attention paths gather into a (B, H, T, T) mask (False where the position flags are not yet valid:
+    their own check names them)."""
+    try:
+        config = PositionConfig(embed_dim=args.encoder_embed_dim, num_heads=args.encoder_attention_heads,
+                                max_positions=args.max_positions,
+                                **{flag: safe_getattr(args, flag, value) for flag, value in DEFAULTS.items()})
+        return config.relative_vectors
+    except Exception:  # an unknown choice: PositionConfig.check refuses it in words
+        return False
+
+
+def _model_memory_errors(args, vocab_size):
+    """The whole model against the machine's memory (:func:`model_memory`), in one line naming the size flag
+    farthest from its usual value (BERT-base's)."""
+    memory = machine_memory()
+    held, largest, described = model_memory(args, vocab_size)
+    if memory is None or held + largest <= memory:
+        return []
+    sizes = [(getattr(args, flag) / usual, flag, usual) for flag, usual, _, _ in PUBLISHED_LIMITS]
+    sizes.append((args.max_positions / USUAL_MAX_POSITIONS, "max_positions", USUAL_MAX_POSITIONS))
+    _, flag, usual = max(sizes)
+    forward = forward_shape(args)
+    gib = 2**30
+    return [f"{flag_name(flag)} {getattr(args, flag)} would need {(held + largest) / gib:,.1f} GiB: the "
+            f"model's parameters with their gradients and Adam's two moments ({held / gib:,.1f} GiB) and the "
+            f"largest activation of one forward of {forward.describe()}, its {described} "
+            f"({largest / gib:,.1f} GiB), more than the {memory / gib:,.1f} GiB of memory of this machine: "
+            f"a typo? ({usual} is BERT-base's)"]
 
 
 def show_setting(setting, value):

@@ -61,7 +61,7 @@ class TupeRobertaModel(SpanHeadsMixin, RobertaModel):
             check_dictionary_fingerprint(args, dictionary)
             task.allow_skipped_data = args.allow_skipped_data  # read by policies.skipped_data_check
             check_num_classes(task)
-            model_flags.check_model_flags(args)
+            model_flags.check_model_flags(args, len(dictionary))
             model = cls(args, TupeRobertaEncoder(args, dictionary))
             if not args.embed_init_applied:  # a new model, not one rebuilt for a checkpoint's weights
                 checkpoint_init.initialize_from_flags(model, args, dictionary)
