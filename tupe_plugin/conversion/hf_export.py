@@ -4,7 +4,8 @@
 
 DATA_BIN is the folder with the checkpoint's ``dict.txt`` and ``sentencepiece.bpe.model`` (as
 ``tupe-finetune-glue`` takes it). A model that one of transformers' own classes computes (RoBERTa for the
-absolute encodings and none: :mod:`.hf_native`) is written as that class: DIR receives its ``config.json``
+absolute encodings and none, RoFormer for the fixed RoPE, DeBERTa-v2 for DeBERTa without the Enhanced Mask
+Decoder: :mod:`.hf_native`) is written as that class: DIR receives its ``config.json``
 (transformers' ``model_type``, no ``auto_map``) and its weights, and loads without remote code. Every other
 model (or any with ``--remote-code``) is the remote-code model: ``config.json`` (every model flag of the
 checkpoint, its ``auto_map``), ``model.safetensors`` (the names of :mod:`.hf_names`), the modeling and
@@ -239,13 +240,13 @@ def hf_config(args, state, tensors, heads, vocabulary, fast):
     return dict(config, **head_fields(state, tensors, heads))
 
 
-def native_config(native, args, state, tensors, heads, vocabulary, kept):
+def native_config(native, args, position, state, tensors, heads, vocabulary, kept):
     """config.json of a native export: the transformers class's fields, its heads and labels, and what
     ``tupe-convert-hf`` rebuilds the plugin model from (the model flags, the heads' names, the ``kept``
     tensors the weights do not hold, as lists)."""
     model_flags = {key: value for key, value in vars(args).items()
                    if isinstance(value, (str, int, float, bool, type(None)))}
-    config = dict(native.config(args, vocabulary), architectures=native.architecture(heads),
+    config = dict(native.config(args, vocabulary, position), architectures=native.architecture(heads),
                   fairseq_model_args=model_flags, fairseq_head_names=heads,
                   fairseq_tensors={key: value.tolist() for key, value in kept.items()})
     return dict(config, **head_fields(state, tensors, heads))
@@ -416,7 +417,7 @@ def export(checkpoint, data_bin, out, head=None, force=False, remote_code=False)
         config = hf_config(args, state, tensors, heads, vocabulary, fast is not None)
     else:
         native_tensors, kept = native.tensors(state_dict, args, position, heads)
-        config = native_config(native, args, state, tensors, heads, vocabulary, kept)
+        config = native_config(native, args, position, state, tensors, heads, vocabulary, kept)
         tensors = {name: value.float() for name, value in native_tensors.items()}
     folder = sibling_folder(out)
     try:
@@ -464,7 +465,7 @@ def main(argv=None):
                         help="replace a previous export in --out once the export succeeded")
     parser.add_argument("--remote-code", action="store_true",
                         help="write the remote-code model (trust_remote_code=True) even where transformers "
-                        "has the model's class (RoBERTa): one loader for all exports")
+                        "has the model's class (RoBERTa, RoFormer, DeBERTa-v2): one loader for all exports")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     try:
