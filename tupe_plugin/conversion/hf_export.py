@@ -4,7 +4,8 @@
 
 DATA_BIN is the folder with the checkpoint's ``dict.txt`` and ``sentencepiece.bpe.model`` (as
 ``tupe-finetune-glue`` takes it). A model that one of transformers' own classes computes (RoBERTa for the
-absolute encodings and none: :mod:`.hf_native`) is written as that class: DIR receives its ``config.json``
+absolute encodings and none, RoFormer for the fixed RoPE, DeBERTa-v2 for DeBERTa without the Enhanced Mask
+Decoder: :mod:`.hf_native`) is written as that class: DIR receives its ``config.json``
 (transformers' ``model_type``, no ``auto_map``) and its weights, and loads without remote code. Every other
 model (or any with ``--remote-code``) is the remote-code model: ``config.json`` (every model flag of the
 checkpoint, its ``auto_map``), ``model.safetensors`` (the names of :mod:`.hf_names`), the modeling and
@@ -215,11 +216,46 @@ def labels(state, heads, rows):
     return {i: name for i, name in enumerate(names)} if len(names) == rows else None
 
 
+# the model options that only start a new model from a file (of the machine that trained it), before training:
+# recorded as None, since the weights replace what they did
+INIT_FILES = ("init_from_checkpoint", "embed_init_path", "embed_init_dict")
+# task settings that name the data (a path of the machine that trained the model)
+TASK_PATHS = ("data",)
+
+
+def model_settings(args):
+    """config.json's ``fairseq_model_args``: the model's settings of the checkpoint's flags (the options of
+    the plugin's model, what its architecture sets, the dictionary it records), what the model's code reads
+    and what ``tupe-convert-hf`` rebuilds it from; none of the training's, the task's or the machine's
+    (data, save_dir, tensorboard_logdir, ...), and the options that start a model from a file as None."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    from tupe_plugin.policies.restore_architecture import RECORDED, model_flag_actions
+
+    names = {"arch", *model_flag_actions(), *RECORDED}
+    architecture = ARCH_CONFIG_REGISTRY.get(getattr(args, "arch", None))
+    if architecture is not None:
+        set_by_it = argparse.Namespace()
+        architecture(set_by_it)
+        names.update(vars(set_by_it))
+    return {key: None if key in INIT_FILES else value for key, value in sorted(vars(args).items())
+            if key in names and isinstance(value, (str, int, float, bool, type(None)))}
+
+
+def task_settings(state):
+    """config.json's ``fairseq_task_args``: the checkpoint's task settings (``_name`` the task; how the text
+    was cut into samples, masked, ...) without the data's path, so that a checkpoint converted back by
+    ``tupe-convert-hf`` validates as the original did."""
+    task = (state.get("cfg") or {}).get("task") or {}
+    items = vars(task).items() if isinstance(task, argparse.Namespace) else dict(task).items()
+    return {key: value for key, value in sorted(items) if key not in TASK_PATHS
+            and isinstance(value, (str, int, float, bool, type(None)))
+            and not (isinstance(value, str) and os.path.isabs(value))}
+
+
 def hf_config(args, state, tensors, heads, vocabulary, fast):
     """config.json: the model's sizes and flags, its heads and labels; ``fast``: the tokenizer is
     tokenizer.json (else transformers' ``auto_map`` names the custom one)."""
-    model_flags = {key: value for key, value in vars(args).items()
-                   if isinstance(value, (str, int, float, bool, type(None)))}
     config = dict(
         model_type=EXPORT_MODEL_TYPE, architectures=["TupeForMaskedLM"],
         auto_map=AUTO_MAP if fast else dict(AUTO_MAP, **TOKENIZER_AUTO_MAP),
@@ -233,20 +269,19 @@ def hf_config(args, state, tensors, heads, vocabulary, fast):
         pre_layer_norm=bool(args.encoder_normalize_before),
         embedding_layer_norm=bool(args.layernorm_embedding),
         pad_token_id=1, bos_token_id=0, eos_token_id=2, tie_word_embeddings=True,
-        fairseq_model_args=model_flags, fairseq_head_names=heads,
-        **{flag: getattr(args, flag) for flag in POSITION_FLAGS},
+        fairseq_model_args=model_settings(args), fairseq_task_args=task_settings(state),
+        fairseq_head_names=heads, **{flag: getattr(args, flag) for flag in POSITION_FLAGS},
     )
     return dict(config, **head_fields(state, tensors, heads))
 
 
-def native_config(native, args, state, tensors, heads, vocabulary, kept):
+def native_config(native, args, position, state, tensors, heads, vocabulary, kept):
     """config.json of a native export: the transformers class's fields, its heads and labels, and what
     ``tupe-convert-hf`` rebuilds the plugin model from (the model flags, the heads' names, the ``kept``
     tensors the weights do not hold, as lists)."""
-    model_flags = {key: value for key, value in vars(args).items()
-                   if isinstance(value, (str, int, float, bool, type(None)))}
-    config = dict(native.config(args, vocabulary), architectures=native.architecture(heads),
-                  fairseq_model_args=model_flags, fairseq_head_names=heads,
+    config = dict(native.config(args, vocabulary, position), architectures=native.architecture(heads),
+                  fairseq_model_args=model_settings(args), fairseq_task_args=task_settings(state),
+                  fairseq_head_names=heads,
                   fairseq_tensors={key: value.tolist() for key, value in kept.items()})
     return dict(config, **head_fields(state, tensors, heads))
 
@@ -416,7 +451,7 @@ def export(checkpoint, data_bin, out, head=None, force=False, remote_code=False)
         config = hf_config(args, state, tensors, heads, vocabulary, fast is not None)
     else:
         native_tensors, kept = native.tensors(state_dict, args, position, heads)
-        config = native_config(native, args, state, tensors, heads, vocabulary, kept)
+        config = native_config(native, args, position, state, tensors, heads, vocabulary, kept)
         tensors = {name: value.float() for name, value in native_tensors.items()}
     folder = sibling_folder(out)
     try:
@@ -464,7 +499,7 @@ def main(argv=None):
                         help="replace a previous export in --out once the export succeeded")
     parser.add_argument("--remote-code", action="store_true",
                         help="write the remote-code model (trust_remote_code=True) even where transformers "
-                        "has the model's class (RoBERTa): one loader for all exports")
+                        "has the model's class (RoBERTa, RoFormer, DeBERTa-v2): one loader for all exports")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     try:

@@ -1,6 +1,8 @@
 """``tupe-convert-hf`` on a folder written by ``tupe-export-hf``: the plugin checkpoint again, same tensors.
 
-The model flags come back from ``config.json``'s ``fairseq_model_args``, the tensors from
+The model flags come back from ``config.json``'s ``fairseq_model_args`` (and a pre-training's task settings,
+such as ``sample_break_mode``, from ``fairseq_task_args``, so that the checkpoint validates as the original
+did), the tensors from
 ``model.safetensors`` by the name table of :mod:`.hf_names` read the other way (the masked-LM head's weight
 from the word embeddings, as the export tied them), or, for a native export (transformers' own
 ``model_type``), by its class's names read back (:mod:`.hf_native`, with the tensors config.json keeps
@@ -121,6 +123,12 @@ def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, fo
         cfg = convert_namespace_to_omegaconf(train_args)
         for key, value in model_args.items():
             setattr(cfg.model, key, value)
+        task_args = config.get("fairseq_task_args") or {}
+        if task_args.get("_name") == cfg.task._name:  # the pre-training's: how its text was cut and masked
+            for key, value in task_args.items():
+                for settings in (cfg.task, cfg.model):
+                    if key != "_name" and key in settings:
+                        setattr(settings, key, value)
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
         if heads.get("classification"):

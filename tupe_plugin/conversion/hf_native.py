@@ -16,7 +16,7 @@ feeds none), the embedding LayerNorm; the masked-LM head (dense, GELU, LayerNorm
 a bias), the classification head (dense, tanh, projection on the first token) and the span head (one linear
 map to start and end logits, ``qa_outputs``). The plugin's absolute encoding, learned or sinusoidal, is
 written as the rows of that table (rows 0 and 1 zeros); without one the table is zeros. RoFormer for the
-fixed RoPE: :class:`RoFormer`.
+fixed RoPE: :class:`RoFormer`; DeBERTa-v2 for DeBERTa without the Enhanced Mask Decoder: :class:`DebertaV2`.
 
 The plugin's settings go into ``config.json`` as ``fairseq_model_args`` (with the heads' names and the
 tensors the native weights do not hold, such as learned sinusoid frequencies, under ``fairseq_tensors``), so
@@ -74,6 +74,7 @@ class NativeClass:
     name = None  # e.g. "RoBERTa"
     classes = {}  # {"masked_lm"/"classification"/"span": transformers class name}
     base = None  # the base model's prefix in the weights ("roberta.")
+    qkv = QKV  # its q, k, v projections' names in a layer
 
     def architecture(self, heads):
         """config.json's ``architectures``: the class of the exported head."""
@@ -104,7 +105,7 @@ class NativeClass:
         """What a user of the export should know (the model card's notes)."""
         return []
 
-    def config(self, args, vocabulary):
+    def config(self, args, vocabulary, position):
         """config.json's fields of the model (the sizes, the dropouts, the ids)."""
         return dict(
             model_type=self.model_type, vocab_size=len(vocabulary), hidden_size=args.encoder_embed_dim,
@@ -121,7 +122,7 @@ class NativeClass:
         for n in range(layers):
             plugin, hf = f"{PLUGIN}layers.{n}.", f"{self.base}encoder.layer.{n}."
             for name in ("weight", "bias"):
-                for part, value in zip(QKV, state_dict[plugin + "self_attn.in_proj." + name].chunk(3)):
+                for part, value in zip(self.qkv, state_dict[plugin + "self_attn.in_proj." + name].chunk(3)):
                     tensors[hf + part + name] = value
                 for plugin_part, hf_part in LAYER_PARTS:
                     tensors[hf + hf_part + name] = state_dict[plugin + plugin_part + name]
@@ -134,19 +135,22 @@ class NativeClass:
             plugin, hf = f"{PLUGIN}layers.{n}.", f"{self.base}encoder.layer.{n}."
             for name in ("weight", "bias"):
                 state[plugin + "self_attn.in_proj." + name] = torch.cat([weights[hf + part + name]
-                                                                         for part in QKV])
+                                                                         for part in self.qkv])
                 for plugin_part, hf_part in LAYER_PARTS:
                     state[plugin + plugin_part + name] = weights[hf + hf_part + name]
         return state
 
 
 class BertLike(NativeClass):
-    """A transformers BERT variant: embeddings (words, a token-type row of zeros, LayerNorm), the layers,
-    the masked-LM head (``lm_head_parts``: the plugin's dense and LayerNorm, ``lm_bias``: its bias), the
-    classifier and ``qa_outputs``; the position encoding's tensors from :meth:`position_tensors`."""
+    """A transformers BERT variant: embeddings (words, a token-type row of zeros where ``token_types``,
+    LayerNorm), the layers, the masked-LM head (``lm_head_parts``: the plugin's dense and LayerNorm,
+    ``lm_bias``: its bias), the classifier (``classifier_parts``: the plugin head's dense and out_proj) and
+    ``qa_outputs``; the position encoding's tensors from :meth:`position_tensors`."""
 
     lm_head_parts = ()
     lm_bias = None
+    token_types = True
+    classifier_parts = (("dense.", "classifier.dense."), ("out_proj.", "classifier.out_proj."))
 
     @property
     def embeddings(self):
@@ -166,17 +170,18 @@ class BertLike(NativeClass):
         tensors, kept = self.position_tensors(state_dict, args, position)
         tensors.update({
             self.embeddings + "word_embeddings.weight": state_dict[PLUGIN + "embed_tokens.weight"],
-            self.embeddings + "token_type_embeddings.weight": torch.zeros(1, args.encoder_embed_dim),
             self.lm_bias: state_dict[LM_HEAD + "bias"],
         })
+        if self.token_types:
+            tensors[self.embeddings + "token_type_embeddings.weight"] = torch.zeros(1, args.encoder_embed_dim)
         for name in ("weight", "bias"):
             tensors[self.embeddings + "LayerNorm." + name] = \
                 state_dict[PLUGIN + "layernorm_embedding." + name]
             for plugin, hf in self.lm_head_parts:
                 tensors[hf + name] = state_dict[LM_HEAD + plugin + name]
             if heads["classification"]:
-                for part in ("dense.", "out_proj."):
-                    tensors["classifier." + part + name] = \
+                for part, hf in self.classifier_parts:
+                    tensors[hf + name] = \
                         state_dict[f"classification_heads.{heads['classification']}.{part}{name}"]
             if heads["span"]:
                 tensors["qa_outputs." + name] = state_dict[f"span_heads.{heads['span']}.out_proj.{name}"]
@@ -194,9 +199,9 @@ class BertLike(NativeClass):
             for plugin, hf in self.lm_head_parts:
                 state[LM_HEAD + plugin + name] = weights[hf + name]
             if heads.get("classification"):
-                for part in ("dense.", "out_proj."):
+                for part, hf in self.classifier_parts:
                     state[f"classification_heads.{heads['classification']}.{part}{name}"] = \
-                        weights["classifier." + part + name]
+                        weights[hf + name]
             if heads.get("span"):
                 state[f"span_heads.{heads['span']}.out_proj.{name}"] = weights["qa_outputs." + name]
         state.update(self.plugin_layers(weights, args.encoder_layers))
@@ -231,8 +236,9 @@ class Roberta(BertLike):
                          f"{args.max_positions} positions")
         return notes
 
-    def config(self, args, vocabulary):
-        return dict(super().config(args, vocabulary), max_position_embeddings=args.max_positions + PAD + 1,
+    def config(self, args, vocabulary, position):
+        return dict(super().config(args, vocabulary, position),
+                    max_position_embeddings=args.max_positions + PAD + 1,
                     layer_norm_eps=value_in_use("layer_norm_eps", args.layer_norm_eps),
                     position_embedding_type="absolute")
 
@@ -273,8 +279,8 @@ class RoFormer(BertLike):
                                f"{args.activation_fn})")
         return differences
 
-    def config(self, args, vocabulary):
-        return dict(super().config(args, vocabulary), max_position_embeddings=args.max_positions,
+    def config(self, args, vocabulary, position):
+        return dict(super().config(args, vocabulary, position), max_position_embeddings=args.max_positions,
                     embedding_size=args.encoder_embed_dim, rotary_value=False,
                     layer_norm_eps=value_in_use("layer_norm_eps", args.layer_norm_eps))
 
@@ -291,25 +297,151 @@ class RoFormer(BertLike):
                                                                        for key, value in own.items()}
 
 
-CLASSES = {native.model_type: native for native in (Roberta(), RoFormer())}
+def relative_table(position, state_dict):
+    """(the plugin's module of ``position``'s relative table read by every layer, loaded from
+    ``state_dict``; its checkpoint key prefix): DeBERTa's shared table (the registry's ``relative_vectors``
+    kind with a table the layers project, :meth:`layer_projection`)."""
+    encoding = next(encoding for encoding in position.encodings() if encoding.kind == "relative_vectors")
+    module = encoding.build(position)
+    prefix = f"{PLUGIN}positional_term.{encoding.slot}."
+    if state_dict is not None:
+        module.load_state_dict({key[len(prefix):]: value for key, value in state_dict.items()
+                                if key.startswith(prefix)})
+    return module, prefix
+
+
+class DebertaV2(BertLike):
+    """DeBERTa-v2 (He, Liu, Gao, Chen, arXiv 2006.03654, as transformers' ``DebertaV2Model``) for the
+    plugin's DeBERTa without the Enhanced Mask Decoder, in its released form (the p2c term reads
+    delta(i, j)): post-LN layers whose q, k, v are projected apart, with c2p and p2c terms from one relative
+    table (``rel_embeddings``, 2k rows, or 2N with ``position_buckets``; ``norm_rel_ebd`` its LayerNorm)
+    projected by each layer's ``pos_query_proj`` and ``pos_key_proj`` (the plugin's W^{q,r}, W^{k,r}; a
+    bias the plugin's projection does not have is written as zeros) or, with ``share_att_key``, by its
+    content projections; an absolute table at the input (``position_biased_input``, positions from 0) where
+    the plugin adds one, else none; no token types. Its masked-LM head is the released layout
+    (``lm_predictions.lm_head``: dense, the layers' activation, LayerNorm, the word embeddings, a bias), its
+    classifier a pooler (dense on the first token, ``pooler_hidden_act``) and a linear map. The exported
+    classes are transformers' (the inverse of :mod:`.hf_deberta`'s import)."""
+
+    model_type = "deberta-v2"
+    name = "DeBERTa-v2"
+    classes = dict(masked_lm="DebertaV2ForMaskedLM", classification="DebertaV2ForSequenceClassification",
+                   span="DebertaV2ForQuestionAnswering")
+    base = "deberta."
+    qkv = ("attention.self.query_proj.", "attention.self.key_proj.", "attention.self.value_proj.")
+    lm_head_parts = (("dense.", "lm_predictions.lm_head.dense."),
+                     ("layer_norm.", "lm_predictions.lm_head.LayerNorm."))
+    lm_bias = "lm_predictions.lm_head.bias"
+    token_types = False
+    classifier_parts = (("dense.", "pooler.dense."), ("out_proj.", "classifier."))
+    # the plugin layer's relative projections (W^{q,r}, W^{k,r}) and transformers'
+    projections = (("query.", "attention.self.pos_query_proj."), ("key.", "attention.self.pos_key_proj."))
+
+    def differences(self, args, position, heads, tensors):
+        differences = super().differences(args, position, heads, tensors)
+        if heads["classification"] and args.pooler_activation_fn not in ACTIVATIONS:
+            differences.append(f"--pooler-activation-fn {args.pooler_activation_fn}: DeBERTa-v2's pooler has "
+                               "no such activation")
+        return differences
+
+    def notes(self, args, position):
+        table, _ = relative_table(position, None)
+        notes = ["the model's masked-LM head is DeBERTa-v2's released layout (`lm_predictions.lm_head`)"]
+        if table.buckets and args.max_positions > table.max_distance:
+            notes.append(f"equal to the plugin for distances |i - j| < {table.max_distance} "
+                         "(max_relative_positions); beyond, Microsoft's DeBERTa code, which the plugin "
+                         "follows, clips the distance before its log bucket and transformers' port does not, "
+                         f"so inputs longer than {table.max_distance} tokens give other outputs here than in "
+                         "the plugin")
+        return notes
+
+    def config(self, args, vocabulary, position):
+        table, _ = relative_table(position, None)
+        config = dict(super().config(args, vocabulary, position), type_vocab_size=0,
+                      max_position_embeddings=args.max_positions,
+                      layer_norm_eps=value_in_use("layer_norm_eps", args.layer_norm_eps),
+                      relative_attention=True, max_relative_positions=table.max_distance,
+                      position_buckets=table.buckets or -1, pos_att_type=["p2c", "c2p"],
+                      share_att_key=table.layer_projection(position) is None,
+                      norm_rel_ebd="none" if table.norm is None else "layer_norm",
+                      position_biased_input=absolute_module(position) is not None,
+                      pooler_hidden_act=ACTIVATIONS.get(args.pooler_activation_fn, "tanh"),
+                      pooler_hidden_size=args.encoder_embed_dim, pooler_dropout=args.pooler_dropout,
+                      cls_dropout=args.pooler_dropout, legacy=False)
+        del config["classifier_dropout"]
+        return config
+
+    def position_tensors(self, state_dict, args, position):
+        table, prefix = relative_table(position, state_dict)
+        tensors = {self.base + "encoder.rel_embeddings.weight": state_dict[prefix + "weight"]}
+        if table.norm is not None:
+            for name in ("weight", "bias"):
+                tensors[self.base + "encoder.LayerNorm." + name] = state_dict[prefix + "norm." + name]
+        projection = table.layer_projection(position)
+        for n in range(args.encoder_layers if projection is not None else 0):
+            plugin, hf = f"{PLUGIN}layers.{n}.self_attn.relative_projections.", \
+                f"{self.base}encoder.layer.{n}."
+            for side, hf_side in self.projections:
+                weight = state_dict[plugin + side + "weight"]
+                tensors[hf + hf_side + "weight"] = weight
+                tensors[hf + hf_side + "bias"] = state_dict.get(plugin + side + "bias",
+                                                                 torch.zeros(weight.size(0)))
+        kept = {}
+        if absolute_module(position) is not None:
+            rows, kept = absolute_table(position, state_dict, args.max_positions)
+            tensors[self.embeddings + "position_embeddings.weight"] = rows
+        return tensors, kept
+
+    def plugin_positions(self, weights, args, position):
+        table, prefix = relative_table(position, None)
+        state = {prefix + "weight": weights[self.base + "encoder.rel_embeddings.weight"]}
+        if table.norm is not None:
+            for name in ("weight", "bias"):
+                state[prefix + "norm." + name] = weights[self.base + "encoder.LayerNorm." + name]
+        projection = table.layer_projection(position)
+        own = () if projection is None else projection.state_dict()
+        for n in range(args.encoder_layers if projection is not None else 0):
+            plugin, hf = f"{PLUGIN}layers.{n}.self_attn.relative_projections.", \
+                f"{self.base}encoder.layer.{n}."
+            for side, hf_side in self.projections:
+                for name in ("weight", "bias"):
+                    if side + name in own:  # a bias the plugin's projection does not have: zeros
+                        state[plugin + side + name] = weights[hf + hf_side + name]
+        module = absolute_module(position)
+        if module is not None and "weight" in module.state_dict():
+            state[POSITIONS + "weight"] = weights[self.embeddings + "position_embeddings.weight"]
+        return state
+
+
+CLASSES = {native.model_type: native for native in (Roberta(), RoFormer(), DebertaV2())}
+
+
+def model_types(encoding, position):
+    """(the model types of transformers' classes that compute ``encoding`` with ``position``'s options, the
+    first the one it is exported as alone; why none does or None)."""
+    if encoding.hf_native is None:
+        return (), None
+    types, why = encoding.hf_native(position)
+    return ((types,) if isinstance(types, str) else tuple(types or ())), why
 
 
 def native_class(args, position, heads, tensors):
     """(the :class:`NativeClass` the model is exported as, None) or (None, why not: the differences)."""
-    types = {}
+    every = []
     for encoding in position.encodings():
-        model_type, why = encoding.hf_native(position) if encoding.hf_native else (None, None)
-        if model_type is None:
+        types, why = model_types(encoding, position)
+        if not types:
             return None, why or f"transformers has no class computing {encoding.label} " \
                                 f"({flag_name(encoding.family)} {getattr(position, encoding.family)})"
-        types.setdefault(model_type, []).append(encoding)
-    if len(types) > 1:
-        used = ", ".join(f"{encoding.label} ({model_type})" for model_type, encodings in types.items()
-                         for encoding in encodings)
+        every.append((encoding, types))
+    common = [model_type for model_type in (every[0][1] if every else (NO_POSITION_TYPE,))
+              if all(model_type in types for _, types in every)]
+    if not common:
+        used = ", ".join(f"{encoding.label} ({types[0]})" for encoding, types in every)
         return None, f"the model combines encodings of several transformers classes: {used}"
-    native = CLASSES.get(next(iter(types), NO_POSITION_TYPE))
+    native = CLASSES.get(common[0])
     if native is None:
-        return None, f"the export has no writer for transformers' {next(iter(types))}"
+        return None, f"the export has no writer for transformers' {common[0]}"
     differences = native.differences(args, position, heads, tensors)
     if differences:
         return None, "; ".join(differences)

@@ -159,8 +159,12 @@ def build(model, vocabulary):
         # is byte pieces, which fairseq keeps, as tokenizers' byte fallback makes them.
         separators = "".join(f"\\x{{{ord(character):x}}}" for character in WHITESPACE)
         tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{separators}]+"), behavior="removed")
-    tokenizer.decoder = decoders.Metaspace(replacement="▁",
-                                           prepend_scheme="always" if model.add_dummy_prefix else "never")
+    # <mask> takes the space before it (lstrip, as fairseq's hub encodes ' <mask>'): decoding gives it back
+    # ('of <mask>', not 'of<mask>'), the Metaspace decoder dropping it at the start of the text
+    tokenizer.decoder = decoders.Sequence([
+        decoders.Replace("<mask>", "▁<mask>"),
+        decoders.Metaspace(replacement="▁",
+                           prepend_scheme="always" if model.add_dummy_prefix else "never")])
     tokenizer.post_processor = processors.TemplateProcessing(
         single=SINGLE, pair=PAIR, special_tokens=[("<s>", vocabulary.index("<s>")),
                                                   ("</s>", vocabulary.index("</s>"))])

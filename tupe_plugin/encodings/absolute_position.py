@@ -59,8 +59,9 @@ def check_absolute(config):
 
 
 def as_roberta(config):
-    """transformers' RoBERTa adds a learned table at the input (the fixed ones written out as one)."""
-    return "roberta", None
+    """transformers' RoBERTa adds a learned table at the input (the fixed ones written out as one); so does
+    DeBERTa-v2 (``position_biased_input``) beside its relative attention."""
+    return ("roberta", "deberta-v2"), None
 
 
 ABSOLUTE = Encoding(

@@ -248,6 +248,42 @@ def trained_value(name, before, default, saved):
     return default if shared else before
 
 
+def transformers_log_bucket(relative, buckets, max_distance):
+    """The log bucket transformers' DeBERTa-v2 port gives the signed distance ``relative``
+    (``make_log_bucket_position``): :func:`log_bucket`'s formula without the clipping to +-(K - 1), its
+    logarithms in float32."""
+    half = buckets // 2
+    distance = torch.where((relative < half) & (relative > -half), torch.tensor(half - 1).type_as(relative),
+                           relative.abs())
+    scaled = torch.log(distance / half) / torch.log(torch.tensor((max_distance - 1) / half))
+    logarithmic = torch.ceil(scaled * (half - 1)) + half
+    return torch.where(distance <= half, relative.type_as(logarithmic), logarithmic * relative.sign()).long()
+
+
+def deberta_native(config):
+    """transformers' DeBERTa-v2 computes the released form (p2c reading delta(i, j)) without the Enhanced
+    Mask Decoder, with any projection biases (one it lacks is a zero bias there), ``share_att_key``, log
+    buckets and the table's LayerNorm; equal for |i - j| < K where its float32 log buckets are the plugin's
+    (beyond K the plugin clips, as Microsoft's code, and transformers does not: the export's card says so).
+    The absolute table, where the model adds one, is DeBERTa-v2's ``position_biased_input``."""
+    if config.deberta_emd:
+        return None, "--deberta-emd: DeBERTa-v2 has no Enhanced Mask Decoder before its masked-LM head"
+    if not config.deberta_released_p2c:
+        return None, (f"--deberta-p2c {config.deberta_p2c}: DeBERTa-v2's p2c term reads delta(i, j), the "
+                      "released form")
+    if config.deberta_buckets:
+        reach = min(config.deberta_max_distance, config.max_positions)
+        distances = torch.arange(1 - reach, reach)
+        ours = log_bucket(distances, config.deberta_buckets, config.deberta_max_distance)
+        theirs = transformers_log_bucket(distances, config.deberta_buckets, config.deberta_max_distance)
+        if not torch.equal(ours, theirs):
+            first = int(distances[ours != theirs].abs().min())
+            return None, (f"--deberta-buckets {config.deberta_buckets} with --deberta-max-distance "
+                          f"{config.deberta_max_distance}: DeBERTa-v2's log buckets, computed in float32, "
+                          f"put the distance {first} in another bucket than Microsoft's code (float64)")
+    return "deberta-v2", None
+
+
 DEBERTA = Encoding(
     name="deberta", label="DeBERTa", kind="relative_vectors", family="rel_pos", choices=("deberta",),
     choices_help="deberta = DeBERTa's disentangled attention, content-to-position q_i . K^r_d(i,j) and "
@@ -260,4 +296,5 @@ DEBERTA = Encoding(
     slot="disentangled", options=DebertaOptions, build=build_disentangled_table, check=check_deberta,
     sizes=deberta_sizes, logit_terms=3, trained_value=trained_value,
     export_names=(("weight", "deberta_table"), ("norm.", "deberta_table_norm.")),
+    hf_native=deberta_native,
 )

@@ -76,9 +76,10 @@ class Encoding:
     declared ``refused_unused`` or with a ``before`` value, given another value than its default, is named
     as this encoding's); ``exported``: the transformers code of ``tupe-export-hf`` computes it (else the
     export refuses a model that uses it, naming it); ``hf_native(config)``: (the ``model_type`` of
-    transformers' own class that computes it with these options, None) or (None, why not):
-    ``tupe-export-hf`` writes such a model as that class, without remote code (None: transformers has no
-    class computing it)."""
+    transformers' own class that computes it with these options, or a tuple of those that do, the first
+    the one it is exported as alone, None) or (None, why not): ``tupe-export-hf`` writes such a model as the
+    class every encoding of it names, without remote code (None: transformers has no class computing
+    it)."""
 
     name: str
     label: str
