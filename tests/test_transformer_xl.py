@@ -92,3 +92,8 @@ def test_the_hf_export_refuses_xl_naming_it(dictionary):
     with pytest.raises(hf_export.ExportError,
                        match=r"model.pt: Transformer-XL's relative encoding \(--rel-pos xl\) cannot be exported"):
         hf_export.check_exportable(args, "model.pt")
+
+
+def test_xl_needs_an_even_model_width_for_its_sinusoids():
+    with pytest.raises(PositionFlagError, match="--rel-pos xl needs an even --encoder-embed-dim .*, got 63"):
+        PositionConfig(embed_dim=63, num_heads=3, max_positions=8, rel_pos="xl").check()

@@ -89,8 +89,8 @@ def check_transformer_xl(config):
     if config.xl_max_distance < 0:
         errors.append(f"--xl-max-distance must be >= 0 (0: no clamp), got {config.xl_max_distance}")
     if config.embed_dim % 2:
-        errors.append(f"--rel-pos xl needs an even --encoder-embed-dim (its sinusoids), got "
-        "{config.embed_dim}")
+        errors.append("--rel-pos xl needs an even --encoder-embed-dim (its sinusoids), got "
+                      f"{config.embed_dim}")
     return errors
 
 
