@@ -781,7 +781,8 @@ def _bad_values(name):
         return ["yes", 1]
     if name in configuration_tupe.INTEGERS:
         least = configuration_tupe.INTEGERS[name]
-        return [least - 1, -4, 1e9, float(least), "8", True]
+        beyond = [configuration_tupe.LARGEST[name] + 1, 10 ** 9] if name in configuration_tupe.LARGEST else []
+        return [least - 1, -4, 1e9, float(least), "8", True, *beyond]
     if name in configuration_tupe.NUMBERS:
         least, included = configuration_tupe.NUMBERS[name]
         return [float("nan"), float("inf"), least - 1 if included else least, "1.0"]

@@ -48,6 +48,9 @@ INTEGERS = dict(vocab_size=1, hidden_size=1, num_hidden_layers=1, num_attention_
                 intermediate_size=1, max_position_embeddings=1, rel_pos_buckets=4, rel_pos_max_distance=1,
                 shaw_max_distance=1, sandwich_dim=2, fire_hidden=1, deberta_max_distance=1, deberta_buckets=0,
                 deberta_emd_layers=1)
+# The sizes far beyond any published model of that shape, refused as a damaged or mistyped config (the
+# plugin refuses the same flags at training): a model built from them would exhaust the machine's memory.
+LARGEST = dict(num_hidden_layers=1000, hidden_size=65536, intermediate_size=262144, num_attention_heads=1024)
 # (least value, whether the least value itself is taken)
 NUMBERS = dict(layer_norm_eps=(0.0, False), rotary_base=(1.0, False), rotary_scaling_factor=(0.0, False),
                sandwich_scale=(0.0, False), fire_threshold=(1.0, True))
@@ -76,7 +79,8 @@ def _takes(name):
     if name in BOOLEANS:
         return "true or false"
     if name in INTEGERS:
-        return f"an integer >= {INTEGERS[name]}"
+        largest = f" and <= {LARGEST[name]} (beyond any published model)" if name in LARGEST else ""
+        return f"an integer >= {INTEGERS[name]}{largest}"
     if name in NUMBERS:
         least, included = NUMBERS[name]
         return f"a finite number {'>=' if included else '>'} {least:g}"
@@ -89,7 +93,7 @@ def _field_takes(name, value):
     if name in BOOLEANS:
         return isinstance(value, bool)
     if name in INTEGERS:
-        return _is_integer(value) and value >= INTEGERS[name]
+        return _is_integer(value) and INTEGERS[name] <= value <= LARGEST.get(name, value)
     if name in NUMBERS:
         least, included = NUMBERS[name]
         return _is_number(value) and (value >= least if included else value > least)
