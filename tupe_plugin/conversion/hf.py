@@ -51,7 +51,7 @@ import torch
 from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.conversion import hf_import
-from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE
+from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, LAYER_PARTS, QKV_PARTS
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.fairseq_fixes.checkpoint_compat import load, unreadable_reason
@@ -73,15 +73,6 @@ SAFETENSORS_DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
     "BOOL": torch.bool,
 }
-# plugin layer part -> HF layer part (under BASE.encoder.layer.N.)
-LAYER_PARTS = (
-    ("self_attn.out_proj.", "attention.output.dense."),
-    ("self_attn_layer_norm.", "attention.output.LayerNorm."),
-    ("fc1.", "intermediate.dense."),
-    ("fc2.", "output.dense."),
-    ("final_layer_norm.", "output.LayerNorm."),
-)
-QKV_PARTS = ("attention.self.query.", "attention.self.key.", "attention.self.value.")
 
 
 class Family:

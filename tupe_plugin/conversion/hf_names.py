@@ -45,6 +45,16 @@ NAME_TABLE = (
     ("span_heads.{head}.out_proj.", "qa_outputs."),
 )
 TIED = ("encoder.lm_head.weight", "encoder.sentence_encoder.embed_tokens.weight")
+# A plugin layer's parts and those of transformers' BERT-style layer (under ``encoder.layer.N.``), which
+# the conversion in (:mod:`.hf`) and the native exports (:mod:`.hf_native`) share
+LAYER_PARTS = (
+    ("self_attn.out_proj.", "attention.output.dense."),
+    ("self_attn_layer_norm.", "attention.output.LayerNorm."),
+    ("fc1.", "intermediate.dense."),
+    ("fc2.", "output.dense."),
+    ("final_layer_norm.", "output.LayerNorm."),
+)
+QKV_PARTS = ("attention.self.query.", "attention.self.key.", "attention.self.value.")
 
 SAFETENSORS_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64"}
 

@@ -25,6 +25,7 @@ that ``tupe-convert-hf`` rebuilds the same plugin architecture from the folder.
 
 import torch
 
+from tupe_plugin.conversion.hf_names import LAYER_PARTS, QKV_PARTS
 from tupe_plugin.encodings.encoding import flag_name
 from tupe_plugin.models.model_flags import value_in_use
 
@@ -37,15 +38,6 @@ PAD = 1
 NO_POSITION_TYPE = "roberta"
 # the plugin's activations (--activation-fn) that transformers applies as the same function (ACT2FN)
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "tanh": "tanh", "linear": "linear"}
-# the plugin layer's parts and transformers' BERT layer's (under ``encoder.layer.N.``)
-LAYER_PARTS = (
-    ("self_attn.out_proj.", "attention.output.dense."),
-    ("self_attn_layer_norm.", "attention.output.LayerNorm."),
-    ("fc1.", "intermediate.dense."),
-    ("fc2.", "output.dense."),
-    ("final_layer_norm.", "output.LayerNorm."),
-)
-QKV = ("attention.self.query.", "attention.self.key.", "attention.self.value.")
 
 
 def absolute_module(position):
@@ -74,7 +66,7 @@ class NativeClass:
     name = None  # e.g. "RoBERTa"
     classes = {}  # {"masked_lm"/"classification"/"span": transformers class name}
     base = None  # the base model's prefix in the weights ("roberta.")
-    qkv = QKV  # its q, k, v projections' names in a layer
+    qkv = QKV_PARTS  # its q, k, v projections' names in a layer
 
     def architecture(self, heads):
         """config.json's ``architectures``: the class of the exported head."""
