@@ -52,22 +52,9 @@ def family_help(family):
     return FAMILIES[family] + ": " + "; ".join(encoding.choices_help for encoding in of_family(family))
 
 
-def selected(family, value):
-    """The encoding ``--family value`` selects, or None (``none``)."""
-    return next((encoding for encoding in of_family(family) if encoding.selected_by(value)), None)
-
-
-def by_name(name):
-    return next(encoding for encoding in ENCODINGS if encoding.name == name)
-
-
 def option_fields():
     """(encoding, field) of every registered option."""
     return [(encoding, flag) for encoding in ENCODINGS for flag in encoding.option_fields()]
-
-
-def option_names():
-    return tuple(flag.name for _, flag in option_fields())
 
 
 def owner(name):
