@@ -89,6 +89,23 @@ def plugin_state(weights, heads, path):
     return state
 
 
+def restore_task_settings(cfg, task_args):
+    """Give ``cfg`` the pre-training's task settings an export kept (``fairseq_task_args``): how its text
+    was cut into blocks (``sample_break_mode``, ``tokens_per_sample``), masked (``mask_prob``, ...), and the
+    seed the masks are drawn with, which fairseq's masked_lm task reads from the common settings
+    (``common.seed``), recorded there too as fairseq-train records it; so that ``fairseq-validate`` reads the
+    converted checkpoint's blocks and masks as the original's. An export without them (of another task, or
+    written before they were kept) leaves fairseq's defaults."""
+    if task_args.get("_name") != cfg.task._name:
+        return
+    for key, value in task_args.items():
+        for settings in (cfg.task, cfg.model):
+            if key != "_name" and key in settings:
+                setattr(settings, key, value)
+    if isinstance(task_args.get("seed"), int):
+        cfg.common.seed = task_args["seed"]
+
+
 def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, force=False):
     """Write ``out_dir/model.pt``, ``dict.txt`` and the sentencepiece model of an exported folder; return the
     checkpoint path."""
@@ -123,12 +140,7 @@ def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, fo
         cfg = convert_namespace_to_omegaconf(train_args)
         for key, value in model_args.items():
             setattr(cfg.model, key, value)
-        task_args = config.get("fairseq_task_args") or {}
-        if task_args.get("_name") == cfg.task._name:  # the pre-training's: how its text was cut and masked
-            for key, value in task_args.items():
-                for settings in (cfg.task, cfg.model):
-                    if key != "_name" and key in settings:
-                        setattr(settings, key, value)
+        restore_task_settings(cfg, config.get("fairseq_task_args") or {})
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
         if heads.get("classification"):
@@ -137,7 +149,7 @@ def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, fo
         if heads.get("span"):
             model.register_span_head(heads["span"])
         model.load_state_dict(state, strict=True)
-        cfg.task.data = out_dir
+        cfg.task.data = cfg.model.data = out_dir  # not the folder it was written in
         torch.save(converted_state(cfg, model, hf_dir), os.path.join(folder, CHECKPOINT_NAME))
         move_into_place(folder, out_dir, force, OUTPUT_NAMES)
     finally:
