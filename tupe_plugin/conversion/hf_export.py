@@ -315,7 +315,7 @@ def model_card(args, state, config, position, checkpoint, slow_reason, native, w
                   for encoding in position.encodings() for name in encoding.option_names()
                   if flags[name] is not False]
     papers = sorted({f"{encoding.citation} ({encoding.label})" for encoding in position.encodings()})
-    tokenizer_code = "" if slow_reason is None else ", trust_remote_code=True"
+    tokenizer_class, tokenizer_code = tokenizer_loader(native is not None, slow_reason is None)
     auto_class = auto_class_of(config)
     if native is not None:
         kind = [f"- export: transformers' own {native.name} (`{config['architectures'][0]}`, model type "
@@ -348,12 +348,23 @@ def model_card(args, state, config, position, checkpoint, slow_reason, native, w
                            f"cannot give the model's ids ({slow_reason})"),
         "", *load, "",
         "```python",
-        f"from transformers import {auto_class}, AutoTokenizer",
-        f"tokenizer = AutoTokenizer.from_pretrained(FOLDER{tokenizer_code})",
+        f"from transformers import {auto_class}, {tokenizer_class}",
+        f"tokenizer = {tokenizer_class}.from_pretrained(FOLDER{tokenizer_code})",
         f"model = {auto_class}.from_pretrained(FOLDER{model_code})",
         "```", "",
     ]
     return "\n".join(lines)
+
+
+def tokenizer_loader(native, fast):
+    """(class, arguments) of the card's tokenizer line, the one that loads it without asking to run code
+    where none is needed: ``AutoTokenizer`` for a native export; for the remote-code model's
+    ``tokenizer.json``, ``PreTrainedTokenizerFast``, since ``AutoTokenizer`` (transformers 5) reads
+    ``config.json`` through ``AutoConfig`` first, whose model type only the folder's code knows, and asks
+    whether to run it; the custom sentencepiece tokenizer is code (``trust_remote_code=True``)."""
+    if not fast:
+        return "AutoTokenizer", ", trust_remote_code=True"
+    return ("AutoTokenizer" if native else "PreTrainedTokenizerFast"), ""
 
 
 def auto_class_of(config):
