@@ -17,8 +17,8 @@ import pathlib
 import pytest
 import torch
 from test_hf_export import make_checkpoint, plugin_batch, transformers_only, whole_data_bin  # noqa: F401
-from test_hf_native_export import (CHILD, GLUE_TASK, assert_real_positions_close, glue_bin,  # noqa: F401
-                                   plugin_model, sst2_sentences)
+from test_hf_native_export import (CHILD, GLUE_TASK, assert_real_positions_close, assert_same_tensors,  # noqa: F401
+                                   glue_bin, plugin_model, sst2_sentences)
 from test_hf_pipelines import GLUE_POSITIONS, hub_of, masked_texts, plugin_fill_mask
 
 from tupe_plugin.conversion.hf import convert
@@ -218,7 +218,5 @@ def test_convert_hf_on_a_deberta_export_gives_the_checkpoint_back(deberta, famil
     original = torch.load(root / (f"{family}.pt" if kind == "pretrained" else f"{family}-{kind}.pt"),
                           weights_only=False)
     back = torch.load(tmp_path / "back" / "model.pt", weights_only=False)
-    assert back["model"].keys() == original["model"].keys()
-    for key in original["model"]:
-        assert torch.equal(back["model"][key], original["model"][key]), key
+    assert_same_tensors(back["model"], original["model"], kind)
     assert back["cfg"]["model"].arch == original["cfg"]["model"].arch

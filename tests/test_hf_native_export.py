@@ -272,10 +272,17 @@ def test_convert_hf_on_a_native_export_gives_the_checkpoint_back(native, family,
     original = torch.load(root / (f"{family}.pt" if kind == "pretrained" else f"{family}-{kind}.pt"),
                           weights_only=False)
     back = torch.load(tmp_path / "back" / "model.pt", weights_only=False)
-    assert back["model"].keys() == original["model"].keys()
-    for key in original["model"]:
-        assert torch.equal(back["model"][key], original["model"][key]), key
+    assert_same_tensors(back["model"], original["model"], kind)
     assert back["cfg"]["model"].arch == original["cfg"]["model"].arch
+
+
+def assert_same_tensors(back, original, kind):
+    """``back``'s tensors are ``original``'s, but for the masked-LM head of a fine-tune's export (``kind``
+    glue or squad), which holds none: freshly initialised, its weight the word embeddings."""
+    assert back.keys() == original.keys()
+    for key in original:
+        fresh = key.startswith("encoder.lm_head.") and key != "encoder.lm_head.weight"
+        assert (fresh and kind != "pretrained") or torch.equal(back[key], original[key]), key
 
 
 @pytest.mark.slow

@@ -19,26 +19,32 @@ sentencepiece tokenizer of ``hf_remote/`` (``trust_remote_code=True``), and the 
 ``AutoModelForQuestionAnswering.from_pretrained(DIR)`` (with ``trust_remote_code=True`` for the remote-code
 form) load the model with torch and transformers only. A fine-tuned checkpoint's classification head (its
 number of classes, a regression head, the labels of its data's ``label/dict.txt``) and span head are
-exported; a checkpoint with several of one kind needs ``--head``. Every input is checked before anything is
-written, as fairseq-validate and the fine-tuning tools check it (the dictionary's fingerprint, the
-sentencepiece model, the checkpoint's checksums; an ``--out`` that is, holds or lies inside an input is
-refused, ``--force`` replaces only a previous export that holds nothing else); the folder is written aside
-and moved into place.
+exported; a checkpoint with several of one kind needs ``--head``. The export of one classification or one
+span head holds no masked-LM head (:func:`~.hf_names.exported_head`), so that its class loads it without
+weights it does not read. The model card (:func:`model_card`) starts with the Hugging Face Hub's YAML header
+and says what the model was pre-trained on and, for a fine-tune, its task, labels and dev score. Every input
+is checked before anything is written, as fairseq-validate and the fine-tuning tools check it (the
+dictionary's fingerprint, the sentencepiece model, the checkpoint's checksums; an ``--out`` that is, holds or
+lies inside an input is refused, ``--force`` replaces only a previous export that holds nothing else); the
+folder is written aside and moved into place.
 """
 
 import argparse
 import json
 import logging
 import os
+import pickle
 import shutil
 import sys
 
 import torch
+import yaml
 
 from tupe_plugin.cli.extras import MissingExtraError, require
 from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.conversion import hf_native, hf_tokenizer
-from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename, write_safetensors
+from tupe_plugin.conversion.hf_names import (EXPORT_MODEL_TYPE, LM_HEAD, TIED, exported_head, rename,
+                                             write_safetensors)
 from tupe_plugin.encodings import registry
 from tupe_plugin.encodings.encoding import flag_name
 from tupe_plugin.encodings.position_config import DEFAULTS, PositionConfig
@@ -69,6 +75,14 @@ TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_tupe.TupeTokenizer", None]
 # config.json as the exported code reads them
 POSITION_FLAGS = tuple(DEFAULTS)
 ACTIVATIONS = ("gelu", "gelu_accurate", "gelu_fast", "relu", "relu_squared", "tanh", "linear")
+# the exported head (:func:`~.hf_names.exported_head`): its Auto class and the Hub's pipeline tag
+HEAD_CLASSES = {
+    "masked_lm": ("AutoModelForMaskedLM", "fill-mask"),
+    "classification": ("AutoModelForSequenceClassification", "text-classification"),
+    "span": ("AutoModelForQuestionAnswering", "question-answering"),
+}
+# fairseq's pre-training task: a checkpoint of any other task is a fine-tune
+PRETRAINING_TASKS = ("masked_lm",)
 
 
 class ExportError(UserError, ValueError):
@@ -242,12 +256,18 @@ def model_settings(args):
             if key in names and isinstance(value, (str, int, float, bool, type(None)))}
 
 
+def cfg_section(state, name):
+    """The section ``name`` (``task``, ``checkpoint``, ``model``, ...) of a checkpoint's cfg as a dict; {}
+    when it has none."""
+    section = (state.get("cfg") or {}).get(name) or {}
+    return vars(section) if isinstance(section, argparse.Namespace) else dict(section)
+
+
 def task_settings(state):
     """config.json's ``fairseq_task_args``: the checkpoint's task settings (``_name`` the task; how the text
     was cut into samples, masked, ...) without the data's path, so that a checkpoint converted back by
     ``tupe-convert-hf`` validates as the original did."""
-    task = (state.get("cfg") or {}).get("task") or {}
-    items = vars(task).items() if isinstance(task, argparse.Namespace) else dict(task).items()
+    items = cfg_section(state, "task").items()
     return {key: value for key, value in sorted(items) if key not in TASK_PATHS
             and isinstance(value, (str, int, float, bool, type(None)))
             and not (isinstance(value, str) and os.path.isabs(value))}
@@ -301,15 +321,168 @@ def head_fields(state, tensors, heads):
     return config
 
 
+def updates_and_data(state):
+    """``(updates, data folder name)`` a checkpoint records (its optimizer history's ``num_updates``, the
+    name of its task's ``data``); each None where it records none."""
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
+    data = cfg_section(state, "task").get("data")
+    return updates, os.path.basename(os.path.normpath(str(data))) if data else None
+
+
+def training_text(updates, data):
+    """``N updates on `DATA``` of :func:`updates_and_data`."""
+    return (f"{updates} updates" if updates is not None else "an unknown number of updates") \
+        + (f" on `{data}`" if data else "")
+
+
+def is_fine_tune(state):
+    """Whether the checkpoint ``state`` was trained on another fairseq task than the pre-training's
+    (``sentence_prediction``, ``squad_span``, ...)."""
+    return cfg_section(state, "task").get("_name") not in (None, *PRETRAINING_TASKS)
+
+
+def run_folder(state, checkpoint):
+    """The folder the training run of ``state`` ran in, which the relative paths it records are relative to:
+    the one its ``--save-dir``, recorded relative to it, leads from to the folder of the file ``checkpoint``
+    (still where the run wrote it); None otherwise."""
+    save_dir = cfg_section(state, "checkpoint").get("save_dir")
+    if not save_dir or os.path.isabs(str(save_dir)):
+        return None
+    folder, tail = os.path.dirname(os.path.abspath(checkpoint)), os.path.normpath(str(save_dir))
+    if tail == os.curdir:
+        return folder
+    if tail.startswith(os.pardir) or not folder.endswith(os.sep + tail):
+        return None
+    return folder[:-len(tail) - 1] or os.sep
+
+
+def run_start(state, checkpoint):
+    """The checkpoint file the training run of ``state`` (the file ``checkpoint``) started from, as the run
+    recorded it: fairseq's ``--finetune-from-model`` (what ``tupe-finetune-glue`` and ``tupe-finetune-squad``
+    pass, an absolute path), a ``--restore-file`` other than fairseq's default (the run's own
+    ``checkpoint_last.pt``), the plugin's ``--init-from-checkpoint``; a path relative to the folder the run
+    ran in made absolute where that folder is known (:func:`run_folder`); None when it records none."""
+    from tupe_plugin.policies.missing_restore_file import DEFAULT_RESTORE_FILE
+
+    restore = cfg_section(state, "checkpoint").get("restore_file")
+    for path in (cfg_section(state, "checkpoint").get("finetune_from_model"),
+                 None if restore == DEFAULT_RESTORE_FILE else restore,
+                 cfg_section(state, "model").get("init_from_checkpoint")):
+        if path:
+            folder = None if os.path.isabs(str(path)) else run_folder(state, checkpoint)
+            return os.path.join(folder, str(path)) if folder else str(path)
+    return None
+
+
+def pretraining(state, checkpoint):
+    """The card's words on the pre-training of the checkpoint ``state`` (the file ``checkpoint``): the
+    updates and data it records; for a fine-tune, which records its own, those that the checkpoint its run
+    started from (:func:`run_start`) records, read weights-only (:func:`saved_state`) and followed through a
+    fine-tune of a fine-tune; "unknown", and why, when that file is not there or cannot be read."""
+    from tupe_plugin.checkpoints.checkpoint_config import saved_state
+
+    read, source = {os.path.realpath(checkpoint)}, None
+    while is_fine_tune(state):
+        start = run_start(state, checkpoint)
+        if start is None:
+            return "unknown (the fine-tuning records no checkpoint it started from)"
+        name = f"`{os.path.basename(start)}`, the checkpoint the fine-tuning started from,"
+        if not os.path.isabs(start):
+            return (f"unknown ({name} is recorded relative to the folder the fine-tuning ran in, which is "
+                    "unknown: the checkpoint does not lie in a --save-dir recorded relative to it)")
+        if not os.path.isfile(start):
+            return f"unknown ({name} is no longer at the path the fine-tuning recorded)"
+        if os.path.realpath(start) in read:
+            return f"unknown ({name} is the exported checkpoint or one already followed, overwritten since)"
+        try:
+            state = saved_state(start)
+        except (UserError, OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
+            logger.warning("model card: %s, the checkpoint the fine-tuning started from, cannot be read "
+                           "(%s): the card says the pre-training is unknown", start,
+                           str(error).split("\n")[0])
+            return f"unknown ({name} cannot be read)"
+        read.add(os.path.realpath(start))
+        source, checkpoint = name, start
+    return training_text(*updates_and_data(state)) + (" (as the checkpoint records them)" if source is None
+                                                      else f" (as {source} records them)")
+
+
+def task_name(state, checkpoint):
+    """The name of the fine-tuning task of ``state`` (the file ``checkpoint``): the ``task`` of the
+    ``run.json`` that ``tupe-finetune-glue`` and ``tupe-finetune-squad`` write beside it (``RTE``, ``SQuAD
+    v1.1``; when it records the start the checkpoint records), else the GLUE task the data folder is named
+    after as ``tupe-finetune-glue`` names it (``TASK-bin``), else None."""
+    from tupe_plugin.downstream.run_record import read_record
+    from tupe_plugin.glue.tasks import GLUE_TASKS
+
+    try:
+        record = read_record(os.path.dirname(os.path.abspath(checkpoint)))
+    except (OSError, ValueError):
+        record = None
+    start = run_start(state, checkpoint)
+    if isinstance(record, dict) and record.get("task") and start and record.get("checkpoint") \
+            and os.path.realpath(str(record["checkpoint"])) == os.path.realpath(start):
+        return str(record["task"])
+    _, data = updates_and_data(state)
+    stem = data.removesuffix("-bin") if data else None
+    return stem if stem in GLUE_TASKS else None
+
+
+def dev_score(state):
+    """The card's line on the dev score the fine-tuning recorded: fairseq's ``extra_state["val_loss"]``, the
+    checkpoint's score of ``--best-checkpoint-metric`` at its validation, and ``extra_state["best"]``, the
+    run's best until then."""
+    checkpoint = cfg_section(state, "checkpoint")
+    metric = checkpoint.get("best_checkpoint_metric") or "loss"
+    extra = state.get("extra_state") or {}
+    try:
+        score = float(extra["val_loss"])
+    except (KeyError, TypeError, ValueError):
+        return f"- dev {metric}: not recorded (the checkpoint holds no validation score)"
+    better = "higher" if checkpoint.get("maximize_best_checkpoint_metric") else "lower"
+    line = (f"- dev {metric}: {score:.4g} (this checkpoint's, as the fine-tuning's validation recorded it; "
+            f"fairseq's `--best-checkpoint-metric {metric}`, {better} is better)")
+    try:
+        best = float(extra["best"])
+    except (KeyError, TypeError, ValueError):
+        return line
+    return line if best == score else line[:-1] + f"; the run's best until then: {best:.4g})"
+
+
+def labels_line(config):
+    """The card's line on the exported classification head's labels (``id2label``); [] without one."""
+    if "num_labels" not in config:
+        return []
+    if config["problem_type"] == "regression":
+        return ["- labels: none, a regression head (one output)"]
+    if config.get("id2label"):
+        return ["- labels: " + ", ".join(f"{i} `{name}`" for i, name in config["id2label"].items())
+                + " (`id2label`, from the data's `label/dict.txt`)"]
+    return [f"- labels: {config['num_labels']} classes, unnamed (the checkpoint's data holds no "
+            f"`label/dict.txt` of {config['num_labels']} names)"]
+
+
+def hub_header(config, position, native):
+    """The Hugging Face Hub's YAML header of the card: ``library_name``, ``pipeline_tag`` (the exported
+    head's, :data:`HEAD_CLASSES`), ``tags`` (fairseq, tupe-plugin, the position encodings' registry names,
+    the transformers model type of a native export). No ``license``: neither a checkpoint nor its data
+    records one, and the export invents none."""
+    tags = ["fairseq", "tupe-plugin", *(encoding.name.replace("_", "-") for encoding in position.encodings())]
+    tags += [native.model_type] if native is not None else []
+    header = dict(library_name="transformers",
+                  pipeline_tag=HEAD_CLASSES[exported_head(config.get("fairseq_head_names") or {})][1],
+                  tags=tags)
+    return ["---", yaml.safe_dump(header, sort_keys=False).rstrip("\n"), "---", ""]
+
+
 def model_card(args, state, config, position, checkpoint, slow_reason, native, why_remote):
-    """README.md of the export: architecture, encoding and papers, sizes, training, which kind of export it is
-    and why, how it is loaded; file and folder names only, never this machine's paths. ``position``: the
-    checkpoint's :class:`~tupe_plugin.encodings.position_config.PositionConfig`; ``slow_reason``: why the
-    tokenizer is the custom one, or None for tokenizer.json; ``native``: the
+    """README.md of the export: the Hub's YAML header (:func:`hub_header`), architecture, encoding and
+    papers, sizes, the pre-training (:func:`pretraining`), a fine-tune's task, labels and dev score, which
+    kind of export it is and why, how it is loaded; file and folder names only, never this machine's
+    paths. ``position``: the checkpoint's :class:`~tupe_plugin.encodings.position_config.PositionConfig`;
+    ``slow_reason``: why the tokenizer is the custom one, or None for tokenizer.json; ``native``: the
     :class:`~.hf_native.NativeClass` it is exported as, or None with ``why_remote``."""
     flags = vars(args)
-    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", "unknown")
-    data = (state.get("cfg") or {}).get("task", {}).get("data")
     encodings = [f"{flag_name(flag)} {flags[flag]}" for flag in (*registry.FAMILIES, "cls_reset")]
     encodings += [flag_name(name) + ("" if flags[name] is True else f" {flags[name]}")
                   for encoding in position.encodings() for name in encoding.option_names()
@@ -328,18 +501,27 @@ def model_card(args, state, config, position, checkpoint, slow_reason, native, w
         kind = [f"- export: the plugin's remote-code model (`{CODE_FILES[1]}`): {why_remote}"]
         load = ["Load it with transformers (the model's code is in this folder: `trust_remote_code=True`):"]
         model_code = ", trust_remote_code=True"
+    fine_tuned, task = is_fine_tune(state), cfg_section(state, "task").get("_name")
+    name = task_name(state, checkpoint) if fine_tuned else None
+    training = [f"- pre-training: {pretraining(state, checkpoint)}"]
+    if fine_tuned:
+        training.append(f"- fine-tuning: {name or 'a task it does not name'} (fairseq's `{task}` task), "
+                        f"{training_text(*updates_and_data(state))} (as the checkpoint records them)")
+    training += labels_line(config) + ([dev_score(state)] if fine_tuned else [])
+    subject = name or f"fairseq's `{task}` task"
+    fine_tuned_on = f" and fine-tuned on {subject}" if fine_tuned else ""
     lines = [
+        *hub_header(config, position, native),
         f"# {getattr(args, 'arch', 'tupe_roberta')}", "",
-        "A BERT-style encoder pre-trained with the tupe-plugin for fairseq, exported by `tupe-export-hf`.",
+        f"A BERT-style encoder pre-trained with the tupe-plugin for fairseq{fine_tuned_on}, exported by "
+        "`tupe-export-hf`.",
         "",
         f"- architecture: `{getattr(args, 'arch', 'tupe_roberta')}`; {config['num_hidden_layers']} layers, "
         f"hidden size {config['hidden_size']}, {config['num_attention_heads']} heads, FFN "
         f"{config['intermediate_size']}, {config['vocab_size']} tokens, {args.max_positions} positions",
         f"- position encoding: {', '.join(encodings)}",
         *(f"- paper: {paper}" for paper in papers),
-        f"- pre-training: {updates} updates"
-        + (f" on `{os.path.basename(os.path.normpath(str(data)))}`" if data else "")
-        + " (as the checkpoint records them)",
+        *training,
         f"- exported from `{os.path.basename(checkpoint)}`",
         *kind,
         "- tokenizer: " + ("`tokenizer.json` (a standard fast tokenizer with the model's ids)"
@@ -368,14 +550,9 @@ def tokenizer_loader(native, fast):
 
 
 def auto_class_of(config):
-    """The Auto class of the exported head: a classifier's, a span head's, or (with both, or none) the
-    masked LM's."""
-    heads = config.get("fairseq_head_names") or {}
-    if heads.get("classification") and not heads.get("span"):
-        return "AutoModelForSequenceClassification"
-    if heads.get("span") and not heads.get("classification"):
-        return "AutoModelForQuestionAnswering"
-    return "AutoModelForMaskedLM"
+    """The Auto class of the exported head (:func:`~.hf_names.exported_head`): a classifier's, a span
+    head's, or (with both, or none) the masked LM's."""
+    return HEAD_CLASSES[exported_head(config.get("fairseq_head_names") or {})][0]
 
 
 def is_export(folder):
@@ -445,6 +622,8 @@ def export(checkpoint, data_bin, out, head=None, force=False, remote_code=False)
     rows = state_dict["encoder.sentence_encoder.embed_tokens.weight"].size(0)
     vocabulary = read_vocabulary(data_bin, rows, args)
     heads = head_names(state_dict, head, checkpoint)
+    if exported_head(heads) != "masked_lm":  # a classifier's or span head's: its class reads no LM head
+        state_dict = {key: value for key, value in state_dict.items() if not key.startswith(LM_HEAD)}
     tensors = exported_tensors(state_dict, heads, checkpoint)
     fast, slow_reason = hf_tokenizer.fast_tokenizer(os.path.join(data_bin, SENTENCEPIECE_MODEL), vocabulary)
     if slow_reason is not None:

@@ -7,8 +7,11 @@ did), the tensors from
 from the word embeddings, as the export tied them), or, for a native export (transformers' own
 ``model_type``), by its class's names read back (:mod:`.hf_native`, with the tensors config.json keeps
 under ``fairseq_tensors``); the exported classification and span heads under their names of
-``fairseq_head_names``. ``OUT/dict.txt`` lists ``vocab.txt`` without fairseq's specials and
-``<mask>``; the sentencepiece model is copied beside it, so ``from_pretrained(OUT)`` encodes text as before.
+``fairseq_head_names``. The export of a classifier or a span head holds no masked-LM head
+(:func:`~.hf_names.exported_head`): the checkpoint's is then freshly initialised (its weight tied to the word
+embeddings), as fairseq builds it, and a log line says so. ``OUT/dict.txt`` lists ``vocab.txt`` without
+fairseq's specials and ``<mask>``; the sentencepiece model is copied beside it, so ``from_pretrained(OUT)``
+encodes text as before.
 """
 
 import argparse
@@ -21,7 +24,7 @@ import torch
 from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.cli.prepared_folder import make_sibling_folder
 from tupe_plugin.conversion import hf_native
-from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, TIED, rename
+from tupe_plugin.conversion.hf_names import EXPORT_MODEL_TYPE, LM_HEAD, TIED, exported_head, rename
 from tupe_plugin.conversion.official_tupe import (CHECKPOINT_NAME, check_output_folder, converted_state,
                                                   move_into_place)
 from tupe_plugin.user_input.user_errors import UserError
@@ -106,6 +109,23 @@ def restore_task_settings(cfg, task_args):
         cfg.common.seed = task_args["seed"]
 
 
+def fresh_masked_lm_head(model, state, heads, path):
+    """{plugin key: tensor} of ``model``'s freshly initialised masked-LM head tensors that ``state`` lacks:
+    those of an export of a classifier or a span head, which holds none (said in a log line); a masked-LM
+    export that lacks them is refused."""
+    fresh = {key: value for key, value in model.state_dict().items()
+             if key.startswith(LM_HEAD) and key not in state}
+    if not fresh:
+        return {}
+    names = ", ".join(sorted(key[len(LM_HEAD):] for key in fresh))
+    if exported_head(heads) == "masked_lm":
+        raise ExportFolderError(f"{path} has no masked-LM head ({LM_HEAD}{{{names}}}), which the export of a "
+                                "masked LM holds: export the checkpoint again")
+    logger.info("the export of a %s head holds no masked-LM head: the checkpoint's (%s{%s}) is freshly "
+                "initialised, its weight tied to the word embeddings", exported_head(heads), LM_HEAD, names)
+    return fresh
+
+
 def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, force=False):
     """Write ``out_dir/model.pt``, ``dict.txt`` and the sentencepiece model of an exported folder; return the
     checkpoint path."""
@@ -148,6 +168,7 @@ def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, fo
             model.register_classification_head(heads["classification"], num_classes=classes)
         if heads.get("span"):
             model.register_span_head(heads["span"])
+        state.update(fresh_masked_lm_head(model, state, heads, weights_path))
         model.load_state_dict(state, strict=True)
         cfg.task.data = cfg.model.data = out_dir  # not the folder it was written in
         torch.save(converted_state(cfg, model, hf_dir), os.path.join(folder, CHECKPOINT_NAME))

@@ -4,7 +4,8 @@ and ``tupe-convert-hf`` on an export), and the safetensors file both read and wr
 Each row is (plugin prefix, transformers prefix), those of the position encodings' tensors from the
 registry (each encoding's ``export_names``); ``{n}`` is a layer number, ``{head}`` the name of the
 checkpoint's classification or span head (one of each is exported). The masked-LM head's ``weight`` is the
-word embeddings (tied): it has no row, and comes back from them.
+word embeddings (tied): it has no row, and comes back from them. An export for one classification or one span
+head holds no masked-LM head (:func:`exported_head`).
 """
 
 import json
@@ -45,6 +46,8 @@ NAME_TABLE = (
     ("span_heads.{head}.out_proj.", "qa_outputs."),
 )
 TIED = ("encoder.lm_head.weight", "encoder.sentence_encoder.embed_tokens.weight")
+# the plugin keys of the masked-LM head
+LM_HEAD = "encoder.lm_head."
 # A plugin layer's parts and those of transformers' BERT-style layer (under ``encoder.layer.N.``), which
 # the conversion in (:mod:`.hf`) and the native exports (:mod:`.hf_native`) share
 LAYER_PARTS = (
@@ -57,6 +60,18 @@ LAYER_PARTS = (
 QKV_PARTS = ("attention.self.query.", "attention.self.key.", "attention.self.value.")
 
 SAFETENSORS_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64"}
+
+
+def exported_head(heads):
+    """The head an export of ``heads`` ({"classification": name or None, "span": name or None}) is for:
+    "classification" or "span" when it holds that head alone, else (no head, or both) "masked_lm". Only a
+    "masked_lm" export holds the masked-LM head's tensors: a classifier's or a span head's loads into its
+    transformers class without weights that class does not read."""
+    if heads.get("classification") and not heads.get("span"):
+        return "classification"
+    if heads.get("span") and not heads.get("classification"):
+        return "span"
+    return "masked_lm"
 
 
 def _pattern(prefix, head):

@@ -25,13 +25,12 @@ that ``tupe-convert-hf`` rebuilds the same plugin architecture from the folder.
 
 import torch
 
-from tupe_plugin.conversion.hf_names import LAYER_PARTS, QKV_PARTS
+from tupe_plugin.conversion.hf_names import LAYER_PARTS, LM_HEAD, QKV_PARTS, exported_head
 from tupe_plugin.encodings.encoding import flag_name
 from tupe_plugin.models.model_flags import value_in_use
 
 PLUGIN = "encoder.sentence_encoder."
 POSITIONS = PLUGIN + "embed_positions."
-LM_HEAD = "encoder.lm_head."
 # fairseq's padding index: RoBERTa's position of the t-th token is PAD + 1 + t
 PAD = 1
 # a model without any position encoding: RoBERTa with a table of zeros
@@ -136,8 +135,9 @@ class NativeClass:
 class BertLike(NativeClass):
     """A transformers BERT variant: embeddings (words, a token-type row of zeros where ``token_types``,
     LayerNorm), the layers, the masked-LM head (``lm_head_parts``: the plugin's dense and LayerNorm,
-    ``lm_bias``: its bias), the classifier (``classifier_parts``: the plugin head's dense and out_proj) and
-    ``qa_outputs``; the position encoding's tensors from :meth:`position_tensors`."""
+    ``lm_bias``: its bias; only in a masked-LM export, :func:`~.hf_names.exported_head`), the classifier
+    (``classifier_parts``: the plugin head's dense and out_proj) and ``qa_outputs``; the position encoding's
+    tensors from :meth:`position_tensors`."""
 
     lm_head_parts = ()
     lm_bias = None
@@ -160,16 +160,16 @@ class BertLike(NativeClass):
     def tensors(self, state_dict, args, position, heads):
         """({transformers name: tensor}, {plugin key: tensor} the weights do not hold)."""
         tensors, kept = self.position_tensors(state_dict, args, position)
-        tensors.update({
-            self.embeddings + "word_embeddings.weight": state_dict[PLUGIN + "embed_tokens.weight"],
-            self.lm_bias: state_dict[LM_HEAD + "bias"],
-        })
+        tensors[self.embeddings + "word_embeddings.weight"] = state_dict[PLUGIN + "embed_tokens.weight"]
+        lm_head_parts = self.lm_head_parts if exported_head(heads) == "masked_lm" else ()
+        if lm_head_parts:
+            tensors[self.lm_bias] = state_dict[LM_HEAD + "bias"]
         if self.token_types:
             tensors[self.embeddings + "token_type_embeddings.weight"] = torch.zeros(1, args.encoder_embed_dim)
         for name in ("weight", "bias"):
             tensors[self.embeddings + "LayerNorm." + name] = \
                 state_dict[PLUGIN + "layernorm_embedding." + name]
-            for plugin, hf in self.lm_head_parts:
+            for plugin, hf in lm_head_parts:
                 tensors[hf + name] = state_dict[LM_HEAD + plugin + name]
             if heads["classification"]:
                 for part, hf in self.classifier_parts:
@@ -181,14 +181,19 @@ class BertLike(NativeClass):
         return tensors, kept
 
     def plugin_state(self, weights, args, position, heads, kept):
-        """The plugin state dict of the exported ``weights`` and the ``kept`` tensors of config.json."""
+        """The plugin state dict of the exported ``weights`` and the ``kept`` tensors of config.json; the
+        masked-LM head's weight is the word embeddings, its other tensors those of the weights where they
+        hold them (the export of a classifier or a span head holds none: ``tupe-convert-hf`` initialises
+        them)."""
         words = weights[self.embeddings + "word_embeddings.weight"]
-        state = {PLUGIN + "embed_tokens.weight": words, LM_HEAD + "weight": words,
-                 LM_HEAD + "bias": weights[self.lm_bias], **kept,
+        state = {PLUGIN + "embed_tokens.weight": words, LM_HEAD + "weight": words, **kept,
                  **self.plugin_positions(weights, args, position)}
+        lm_head_parts = self.lm_head_parts if self.lm_bias in weights else ()
+        if lm_head_parts:
+            state[LM_HEAD + "bias"] = weights[self.lm_bias]
         for name in ("weight", "bias"):
             state[PLUGIN + "layernorm_embedding." + name] = weights[self.embeddings + "LayerNorm." + name]
-            for plugin, hf in self.lm_head_parts:
+            for plugin, hf in lm_head_parts:
                 state[LM_HEAD + plugin + name] = weights[hf + name]
             if heads.get("classification"):
                 for part, hf in self.classifier_parts:
