@@ -3,8 +3,9 @@
 Self-contained (transformers and sentencepiece only); copied into an export whose ids no standard
 ``tokenizer.json`` can give (a piece of the sentencepiece model missing from the dictionary, ...). As
 fairseq's RoBERTa hub encodes: the sentencepiece pieces of the text joined by spaces and split on
-whitespace, each piece's id its line in ``vocab.txt`` (``<s> <pad> </s> <unk>``, the dictionary's symbols, ``<mask>``), a piece outside it
-``<unk>``; one text is ``<s> A </s>``, a pair ``<s> A </s> </s> B </s>``.
+whitespace, each piece's id its line in ``vocab.txt`` (``<s> <pad> </s> <unk>``, the dictionary's
+symbols, ``<mask>``), a piece outside it ``<unk>``; one text is ``<s> A </s>``, a pair ``<s> A </s> </s>
+B </s>``.
 """
 
 import os
