@@ -218,6 +218,40 @@ def test_without_its_run_record_a_fine_tune_is_named_after_its_glue_data_folder(
     assert "- fine-tuning: RTE (fairseq's `sentence_prediction` task)" in card
 
 
+def squad_fine_tune(folder, data_bin, evaluation):
+    """``folder/checkpoint_best.pt``, a SQuAD fine-tune (fairseq's squad_span task, a span head) as
+    tupe-finetune-squad leaves it, ``evaluation`` written to its eval.log after it (None: no eval.log)."""
+    folder.mkdir()
+    path = make_checkpoint(data_bin, folder / "checkpoint_best.pt", "bert_a_tiny", [], heads=("span",))
+    state = torch.load(path, weights_only=False)
+    state["cfg"]["task"]["_name"] = "squad_span"
+    torch.save(state, path)
+    if evaluation is not None:
+        (folder / "eval.log").write_text(evaluation, encoding="utf-8")
+    return path
+
+
+def test_a_squad_fine_tunes_card_gives_the_official_dev_em_and_f1_of_its_evaluation(whole_data_bin,  # noqa: F811
+                                                                                     tmp_path):
+    evaluation = 'evaluating\n{"exact_match": 10.0, "f1": 20.0}\n{"exact_match": 12.5, "f1": 30.25}\n'
+    checkpoint = squad_fine_tune(tmp_path / "squad", whole_data_bin, evaluation)
+    card = card_of(export(str(checkpoint), str(whole_data_bin), str(tmp_path / "out")))
+    assert ("- dev EM 12.50, F1 30.25 (SQuAD's official evaluation of this checkpoint by "
+            "`tupe-finetune-squad`, its `eval.log`)") in card
+
+
+@pytest.mark.parametrize("evaluation", [None, "no scores\n"], ids=["no eval.log", "no score line"])
+def test_a_squad_fine_tune_without_an_evaluation_has_no_official_score_line(whole_data_bin, tmp_path,  # noqa: F811
+                                                                           evaluation):
+    checkpoint = squad_fine_tune(tmp_path / "squad", whole_data_bin, evaluation)
+    assert "- dev EM" not in card_of(export(str(checkpoint), str(whole_data_bin), str(tmp_path / "out")))
+
+
+def test_an_evaluation_older_than_the_checkpoint_is_not_its_score(whole_data_bin, tmp_path):  # noqa: F811
+    checkpoint = squad_fine_tune(tmp_path / "squad", whole_data_bin, '{"exact_match": 12.5, "f1": 30.25}\n')
+    os.utime(tmp_path / "squad" / "eval.log", (1, 1))
+    assert "- dev EM" not in card_of(export(str(checkpoint), str(whole_data_bin), str(tmp_path / "out")))
+
 # ---------------------------------------------------------------- the weights a head's export holds
 
 LOAD_REPORTS = r"""

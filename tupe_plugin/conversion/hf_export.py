@@ -449,6 +449,25 @@ def dev_score(state):
     return line if best == score else line[:-1] + f"; the run's best until then: {best:.4g})"
 
 
+def official_squad_scores(state, checkpoint):
+    """The card's line on SQuAD's official dev EM/F1 of ``checkpoint``, where ``tupe-finetune-squad``
+    evaluated this very file (its ``checkpoint_best.pt``, the scores logged after it was written); [] where
+    it did not."""
+    from tupe_plugin.squad.finetune import EVALUATION_LOG, official_scores
+
+    folder = os.path.dirname(os.path.abspath(checkpoint))
+    log = os.path.join(folder, EVALUATION_LOG)
+    evaluated = os.path.basename(checkpoint) == "checkpoint_best.pt" and os.path.isfile(log) \
+        and os.path.getmtime(log) >= os.path.getmtime(checkpoint)
+    if cfg_section(state, "task").get("_name") != "squad_span" or not evaluated:
+        return []
+    scores = official_scores(folder)
+    if scores is None:
+        return []
+    return [f"- dev EM {scores[0]:.2f}, F1 {scores[1]:.2f} (SQuAD's official evaluation of this checkpoint "
+            f"by `tupe-finetune-squad`, its `{EVALUATION_LOG}`)"]
+
+
 def labels_line(config):
     """The card's line on the exported classification head's labels (``id2label``); [] without one."""
     if "num_labels" not in config:
@@ -507,7 +526,8 @@ def model_card(args, state, config, position, checkpoint, slow_reason, native, w
     if fine_tuned:
         training.append(f"- fine-tuning: {name or 'a task it does not name'} (fairseq's `{task}` task), "
                         f"{training_text(*updates_and_data(state))} (as the checkpoint records them)")
-    training += labels_line(config) + ([dev_score(state)] if fine_tuned else [])
+    training += labels_line(config)
+    training += [dev_score(state), *official_squad_scores(state, checkpoint)] if fine_tuned else []
     subject = name or f"fairseq's `{task}` task"
     fine_tuned_on = f" and fine-tuned on {subject}" if fine_tuned else ""
     lines = [

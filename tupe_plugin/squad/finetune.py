@@ -34,6 +34,8 @@ from ..user_input.path_checks import path_problem
 from . import prepare
 
 SQUAD_WEBSITE = "rajpurkar.github.io/SQuAD-explorer"
+# where the official evaluation of SAVE_DIR/checkpoint_best.pt is logged, its EM/F1 line last
+EVALUATION_LOG = "eval.log"
 
 
 def main(argv=None):
@@ -106,25 +108,35 @@ def main(argv=None):
                 "--gold-file", files["valid"], "--output", os.path.join(args.save_dir, "predictions.json"),
                 "--max-answer-length", str(args.max_answer_length), *negative, *articles,
                 *(["--cpu"] if args.cpu else [])]
-    evaluated = run_logged(evaluate, os.path.join(args.save_dir, "eval.log"))
+    evaluated = run_logged(evaluate, os.path.join(args.save_dir, EVALUATION_LOG))
     if evaluated == 0:
         print(finished_run(args.version, args.save_dir))
     return evaluated
 
 
-def finished_run(version, save_dir):
-    """What ends a run that trained and was evaluated: its official dev scores (the last line of them in
-    SAVE_DIR/eval.log), the checkpoint they are of, the folder."""
-    log, scores = os.path.join(save_dir, "eval.log"), None
+def official_scores(save_dir):
+    """(EM, F1) of the last line of them that tupe-evaluate-squad wrote in SAVE_DIR/eval.log (SQuAD's
+    official evaluation of SAVE_DIR/checkpoint_best.pt), or None."""
+    log, scores = os.path.join(save_dir, EVALUATION_LOG), None
+    if not os.path.isfile(log):
+        return None
     with open(log, encoding="utf-8", errors="replace") as f:
         for line in f:
             if line.startswith(('{"exact_match"', '{"exact"')):
                 scores = json.loads(line)
     if scores is None:
+        return None
+    return float(scores.get("exact_match", scores.get("exact"))), float(scores["f1"])
+
+
+def finished_run(version, save_dir):
+    """What ends a run that trained and was evaluated: its official dev scores (:func:`official_scores`),
+    the checkpoint they are of, the folder."""
+    log, scores = os.path.join(save_dir, EVALUATION_LOG), official_scores(save_dir)
+    if scores is None:
         score = f"none: {log} holds no EM/F1 line of tupe-evaluate-squad"
     else:
-        exact = scores.get("exact_match", scores.get("exact"))
-        score = f"EM {exact:.2f}, F1 {scores['f1']:.2f} (official evaluation; predictions.json)"
+        score = f"EM {scores[0]:.2f}, F1 {scores[1]:.2f} (official evaluation; predictions.json)"
     return summary(f"tupe-finetune-squad: SQuAD v{version} done", [
         ("dev", score),
         ("checkpoint", f"{os.path.join(save_dir, 'checkpoint_best.pt')} (the best dev loss; "
