@@ -1,8 +1,12 @@
 """The way back from Hugging Face, end to end: a checkpoint pre-trained with fairseq-train on real text with
 task settings other than fairseq's defaults (whole lines per block, another masking probability and seed),
 exported with tupe-export-hf (the remote-code model, and transformers' RoBERTa, RoFormer and DeBERTa-v2),
-converted back with tupe-convert-hf, validates with docs/export-hf.md's fairseq-validate command to the
-original's loss on as many blocks."""
+converted back with tupe-convert-hf, records those settings and validates with docs/export-hf.md's
+fairseq-validate command to the original's loss on as many blocks (one form of each export class). The
+fairseq-trained export of every native family (BERT-A, no PE, the two sinusoid APEs as RoBERTa, BERT-RoPE
+as RoFormer, DeBERTa as DeBERTa-v2) loads with plain from_pretrained, no trust_remote_code, in a process
+that can import torch and transformers only, as transformers' own class, and gives the plugin's masked-LM
+logits on a padded batch of real text."""
 # the fixtures imported from the other test modules are the tests' arguments
 # ruff: noqa: F811
 
@@ -15,7 +19,8 @@ import sentencepiece as spm
 import torch
 from cli import run_fairseq_steps, train_args
 from conftest import test_data
-from test_hf_export import whole_data_bin  # noqa: F401
+from test_hf_export import plugin_batch, transformers_only, whole_data_bin  # noqa: F401
+from test_hf_native_export import assert_real_positions_close, plugin_model
 
 from tupe_plugin.conversion import hf_cli, hf_export
 
@@ -23,9 +28,19 @@ from tupe_plugin.conversion import hf_cli, hf_export
 FORMS = {
     "remote code (TUPE-R)": ("tupe_r_tiny", "tupe"),
     "RoBERTa (BERT-A)": ("bert_a_tiny", "roberta"),
+    "RoBERTa (no PE)": ("bert_nope_tiny", "roberta"),
+    "RoBERTa (sinusoid APE)": ("bert_sin_ape_tiny", "roberta"),
+    "RoBERTa (learnable sinusoid APE)": ("bert_lsin_ape_tiny", "roberta"),
     "RoFormer (BERT-RoPE)": ("bert_rope_tiny", "roformer"),
     "DeBERTa-v2": ("deberta_tiny", "deberta-v2"),
 }
+# the native forms: model_type -> transformers' own masked-LM class
+MASKED_LM_CLASSES = {"roberta": "RobertaForMaskedLM", "roformer": "RoFormerForMaskedLM",
+                     "deberta-v2": "DebertaV2ForMaskedLM"}
+NATIVE = [form for form, (_, model_type) in FORMS.items() if model_type in MASKED_LM_CLASSES]
+# validated with fairseq-validate, one form of each export class (each fairseq-validate costs seconds: its
+# data loader's worker process)
+VALIDATED = ["remote code (TUPE-R)", "RoBERTa (BERT-A)", "RoFormer (BERT-RoPE)", "DeBERTa-v2"]
 # the pre-training's task settings, none of them fairseq's default (none, 0.15, 1): a checkpoint that
 # recorded the defaults validates on other blocks (sample_break_mode), other masked tokens (mask_prob, the
 # seed the masking is drawn with) and to another loss
@@ -48,11 +63,10 @@ def sentences(processor):
 
 
 @pytest.fixture(scope="module")
-def round_trip(whole_data_bin, tmp_path_factory):
-    """Every form pre-trained (fairseq-train, 2 updates), exported (tupe-export-hf), converted back
-    (tupe-convert-hf), and the original and the converted checkpoint validated with the same command:
-    {form: (the export's folder, the original checkpoint, the converted one, their fairseq-validate
-    outputs)}."""
+def trained(whole_data_bin, tmp_path_factory):
+    """Every form pre-trained (fairseq-train, 2 updates, all in one process), exported (tupe-export-hf) and
+    converted back (tupe-convert-hf): (the data-bin, {form: (the export's folder, the original checkpoint,
+    the converted one)})."""
     root = tmp_path_factory.mktemp("round_trip")
     lines = sentences(spm.SentencePieceProcessor(model_file=str(whole_data_bin / "sentencepiece.bpe.model")))
     (root / "train.bpe").write_text("\n".join(lines[:-80]) + "\n", encoding="utf-8")
@@ -71,9 +85,55 @@ def round_trip(whole_data_bin, tmp_path_factory):
         assert hf_export.main([str(original), str(data), "--out", str(exported)]) == 0
         assert hf_cli.main(["--hf-model", str(exported), "--out", str(back)]) == 0
         paths[form] = (exported, original, back / "model.pt")
-    outputs = iter(run_fairseq_steps(*[validate_command(data, checkpoint) for exported, *checkpoints
-                                       in paths.values() for checkpoint in checkpoints]))
-    return {form: (*form_paths, next(outputs), next(outputs)) for form, form_paths in paths.items()}
+    return data, paths
+
+
+@pytest.fixture(scope="module")
+def round_trip(trained):
+    """The original and the converted checkpoint of each VALIDATED form validated with the same command, in
+    one process: {form: (the original's fairseq-validate output, the converted one's)}."""
+    data, paths = trained
+    outputs = iter(run_fairseq_steps(*[validate_command(data, checkpoint) for form in VALIDATED
+                                       for checkpoint in paths[form][1:]]))
+    return {form: (next(outputs), next(outputs)) for form in VALIDATED}
+
+
+CHILD = r"""
+import sys, json, torch
+sys.modules["fairseq"] = None
+sys.modules["tupe_plugin"] = None
+from transformers import AutoModelForMaskedLM
+request = json.load(open(sys.argv[1]))
+batch = torch.load(request["batch"])
+ids, mask = batch["input_ids"], batch["attention_mask"]
+results = {}
+with torch.no_grad():
+    for form, folder in request["exports"].items():
+        model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+        results[form] = dict(module=type(model).__module__, name=type(model).__name__,
+                             logits=model(input_ids=ids, attention_mask=mask).logits)
+torch.save(results, request["out"])
+"""
+
+
+@pytest.fixture(scope="module")
+def transformers_logits(trained, tmp_path_factory):
+    """The native exports loaded with plain from_pretrained (no trust_remote_code) in one process that can
+    import torch and transformers only: (the padded batch of real text, {form: the class loaded, its
+    masked-LM logits})."""
+    data, paths = trained
+    root = tmp_path_factory.mktemp("trained_logits")
+    batch, _, _ = plugin_batch(data, paths[NATIVE[0]][1])
+    # TEXTS cut to the models' --max-positions (the blocks they were trained on): the longest row fills it
+    positions = cfg(paths[NATIVE[0]][1])["model"].max_positions
+    batch = {key: value[:, :positions] for key, value in batch.items()}
+    batch["input_ids"] = batch["input_ids"].masked_fill(batch["attention_mask"].eq(0), 1)  # <pad>
+    torch.save(batch, root / "batch.pt")
+    request = dict(exports={form: str(paths[form][0]) for form in NATIVE}, batch=str(root / "batch.pt"),
+                   out=str(root / "results.pt"))
+    (root / "request.json").write_text(json.dumps(request))
+    transformers_only(CHILD, root / "request.json", modules=root / "modules")
+    return batch, torch.load(root / "results.pt", weights_only=False)
 
 
 def blocks(output):
@@ -93,14 +153,14 @@ def cfg(path):
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_each_form_is_exported_as_its_class(round_trip, form):
-    exported, *_ = round_trip[form]
+def test_each_form_is_exported_as_its_class(trained, form):
+    exported, *_ = trained[1][form]
     assert json.loads((exported / "config.json").read_text())["model_type"] == FORMS[form][1]
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_a_converted_checkpoint_records_the_pre_trainings_task_settings_and_seed(round_trip, form):
-    _, original, back, *_ = round_trip[form]
+def test_a_converted_checkpoint_records_the_pre_trainings_task_settings_and_seed(trained, form):
+    _, original, back = trained[1][form]
     original, back = cfg(original), cfg(back)
     for key in ("sample_break_mode", "tokens_per_sample", "mask_prob", "leave_unmasked_prob", "seed"):
         assert back["task"][key] == original["task"][key], key
@@ -109,21 +169,35 @@ def test_a_converted_checkpoint_records_the_pre_trainings_task_settings_and_seed
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_a_converted_checkpoint_names_its_own_folder_as_its_data(round_trip, form):
-    _, _, back, *_ = round_trip[form]
+def test_a_converted_checkpoint_names_its_own_folder_as_its_data(trained, form):
+    _, _, back = trained[1][form]
     saved = cfg(back)
     assert saved["task"]["data"] == vars(saved["model"])["data"] == str(back.parent)
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", VALIDATED)
 def test_a_converted_checkpoint_validates_on_the_originals_blocks(round_trip, form):
-    *_, original, back = round_trip[form]
+    original, back = round_trip[form]
     (count,) = blocks(original)
     assert blocks(back) == [count] and count > 1
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", VALIDATED)
 def test_a_converted_checkpoint_validates_to_the_originals_loss(round_trip, form):
-    *_, original, back = round_trip[form]
+    original, back = round_trip[form]
     loss, perplexity = loss_and_perplexity(original)
     assert loss_and_perplexity(back) == (loss, perplexity) and 0 < loss < 100
+
+
+@pytest.mark.parametrize("form", NATIVE)
+def test_a_fairseq_trained_native_export_gives_the_plugins_masked_lm_logits_without_remote_code(
+        trained, transformers_logits, form):
+    data, paths = trained
+    batch, results = transformers_logits
+    _, original, _ = paths[form]
+    assert (results[form]["module"].split(".")[:2], results[form]["name"]) == \
+        (["transformers", "models"], MASKED_LM_CLASSES[FORMS[form][1]])
+    assert batch["attention_mask"].eq(0).any() and batch["attention_mask"].all(1).any()
+    with torch.no_grad():
+        logits = plugin_model(original, data)(batch["input_ids"])[0]
+    assert_real_positions_close(results[form]["logits"], logits, batch["attention_mask"], "logits")
