@@ -175,6 +175,7 @@ def test_a_converted_checkpoint_names_its_own_folder_as_its_data(trained, form):
     assert saved["task"]["data"] == vars(saved["model"])["data"] == str(back.parent)
 
 
+@pytest.mark.slow  # eight fairseq-validate runs, 45 s: make test-slow
 @pytest.mark.parametrize("form", VALIDATED)
 def test_a_converted_checkpoint_validates_on_the_originals_blocks(round_trip, form):
     original, back = round_trip[form]
@@ -182,6 +183,7 @@ def test_a_converted_checkpoint_validates_on_the_originals_blocks(round_trip, fo
     assert blocks(back) == [count] and count > 1
 
 
+@pytest.mark.slow  # eight fairseq-validate runs, 45 s: make test-slow
 @pytest.mark.parametrize("form", VALIDATED)
 def test_a_converted_checkpoint_validates_to_the_originals_loss(round_trip, form):
     original, back = round_trip[form]
