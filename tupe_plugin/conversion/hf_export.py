@@ -221,7 +221,7 @@ def labels(state, heads, rows):
     ``madeupwordNNNN`` lines fairseq pads it with), or None."""
     if heads["classification"] is None or rows < 2:
         return None
-    data = state["cfg"].get("task", {}).get("data") if state.get("cfg") else None
+    data = cfg_section(state, "task").get("data")
     path = os.path.join(str(data), "label", "dict.txt") if data else None
     if not path or not os.path.isfile(path):
         return None
@@ -453,11 +453,11 @@ def official_squad_scores(state, checkpoint):
     """The card's line on SQuAD's official dev EM/F1 of ``checkpoint``, where ``tupe-finetune-squad``
     evaluated this very file (its ``checkpoint_best.pt``, the scores logged after it was written); [] where
     it did not."""
-    from tupe_plugin.squad.finetune import EVALUATION_LOG, official_scores
+    from tupe_plugin.squad.finetune import EVALUATED_CHECKPOINT, EVALUATION_LOG, official_scores
 
     folder = os.path.dirname(os.path.abspath(checkpoint))
     log = os.path.join(folder, EVALUATION_LOG)
-    evaluated = os.path.basename(checkpoint) == "checkpoint_best.pt" and os.path.isfile(log) \
+    evaluated = os.path.basename(checkpoint) == EVALUATED_CHECKPOINT and os.path.isfile(log) \
         and os.path.getmtime(log) >= os.path.getmtime(checkpoint)
     if cfg_section(state, "task").get("_name") != "squad_span" or not evaluated:
         return []

@@ -34,7 +34,8 @@ from ..user_input.path_checks import path_problem
 from . import prepare
 
 SQUAD_WEBSITE = "rajpurkar.github.io/SQuAD-explorer"
-# where the official evaluation of SAVE_DIR/checkpoint_best.pt is logged, its EM/F1 line last
+# the checkpoint the official evaluation scores, and where it is logged, its EM/F1 line last
+EVALUATED_CHECKPOINT = "checkpoint_best.pt"
 EVALUATION_LOG = "eval.log"
 
 
@@ -104,7 +105,7 @@ def main(argv=None):
     negative = (["--version-2-with-negative", "--null-threshold", str(args.null_threshold)]
                 if args.version == "2.0" else [])
     evaluate = [sys.executable, "-m", "tupe_plugin.squad.evaluate",
-                "--path", os.path.join(args.save_dir, "checkpoint_best.pt"), "--data", args.bin_dir,
+                "--path", os.path.join(args.save_dir, EVALUATED_CHECKPOINT), "--data", args.bin_dir,
                 "--gold-file", files["valid"], "--output", os.path.join(args.save_dir, "predictions.json"),
                 "--max-answer-length", str(args.max_answer_length), *negative, *articles,
                 *(["--cpu"] if args.cpu else [])]
@@ -139,7 +140,7 @@ def finished_run(version, save_dir):
         score = f"EM {scores[0]:.2f}, F1 {scores[1]:.2f} (official evaluation; predictions.json)"
     return summary(f"tupe-finetune-squad: SQuAD v{version} done", [
         ("dev", score),
-        ("checkpoint", f"{os.path.join(save_dir, 'checkpoint_best.pt')} (the best dev loss; "
+        ("checkpoint", f"{os.path.join(save_dir, EVALUATED_CHECKPOINT)} (the best dev loss; "
                        "checkpoint_last.pt beside it)"),
         ("output folder", f"{save_dir} (train.log, fairseq-train's log; eval.log, the evaluation; "
                           "run.json, the run's settings)")])
