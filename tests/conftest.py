@@ -19,6 +19,7 @@ import tupe_plugin  # noqa: F401  (registers the model and archs)
 from tupe_plugin.fairseq_fixes import known_warnings
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.architectures import POSITION_PRESETS
+from tupe_plugin.terms.parts import DenseBias, OffsetRows
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_DATA = os.path.join(REPO, "tests", "data")
@@ -106,17 +107,17 @@ def assert_kernel_took_the_terms_rows(model, seq_len, calls):
     assert len(calls) == model.args.encoder_layers
     with torch.no_grad():
         term = model.encoder.sentence_encoder.positional_term.content_free(seq_len)
-        untied = term.folded().dense_bias
+        untied = term.folded().get(DenseBias)
         untied = None if untied is None else untied.bias
     for bias, rows, cls in calls:
         if untied is None:
             assert bias is None
         else:
             torch.testing.assert_close(bias, untied[None])
-        torch.testing.assert_close(rows, term.offset_bias.rows)
-        assert (cls is None) == (term.offset_bias.cls is None)
+        torch.testing.assert_close(rows, term.get(OffsetRows).rows)
+        assert (cls is None) == (term.get(OffsetRows).cls is None)
         if cls is not None:
-            torch.testing.assert_close(cls, term.offset_bias.cls)
+            torch.testing.assert_close(cls, term.get(OffsetRows).cls)
 
 
 def assert_gradients_close(actual, expected, atol=1e-5, rtol=1e-4, rename=lambda name: name):

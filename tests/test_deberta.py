@@ -9,6 +9,7 @@ from paper_equations import deberta_delta, encoder_features
 from tupe_plugin.attention import toeplitz_scores
 from tupe_plugin.encodings.deberta_position import log_bucket
 from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
+from tupe_plugin.terms.parts import ProjectedTable
 
 
 @pytest.mark.parametrize("preset, flags, message", [
@@ -69,8 +70,8 @@ def test_a_length_projects_only_the_table_rows_it_reaches(dictionary):
     encoder = build_model("deberta_tiny", dictionary).encoder.sentence_encoder
     term = encoder.positional_term.content_free(10)
     index = encoder.positional_term.disentangled.rows_and_index(10)[2]
-    assert term.projected_table.table.shape[0] == 2 * 10 - 1
-    torch.testing.assert_close(term.projected_table.table[index[4, 4]],
+    assert term.get(ProjectedTable).table.shape[0] == 2 * 10 - 1
+    torch.testing.assert_close(term.get(ProjectedTable).table[index[4, 4]],
                                encoder.positional_term.disentangled.weight[512])
 
 
@@ -136,7 +137,7 @@ def test_offsets_lay_out_the_relative_index_by_offset(dictionary):
         .positional_term
     term = positional.content_free(7)
     positions = torch.arange(7)
-    by_offset = term.projected_table.offsets[positions[None, :] - positions[:, None] + 6]
+    by_offset = term.get(ProjectedTable).offsets[positions[None, :] - positions[:, None] + 6]
     assert torch.equal(by_offset, positional.disentangled.rows_and_index(7)[2])
 
 
@@ -169,7 +170,7 @@ def test_released_position_to_content_reads_the_content_to_position_row(dictiona
                                   printed(tokens, features_only=True)[0])
     term = released.encoder.sentence_encoder.positional_term.content_free(9)
     # the offset j - i of the pair (key j, query i) reads the row of offset i - j of the c2p term
-    assert torch.equal(term.projected_table.p2c_offsets, term.projected_table.offsets.flip(0))
+    assert torch.equal(term.get(ProjectedTable).p2c_offsets, term.get(ProjectedTable).offsets.flip(0))
 
 
 @pytest.mark.parametrize("flags, biases", [({}, (True, False)), ({"deberta_rel_proj_bias": "both"}, (True, True)),

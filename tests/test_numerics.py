@@ -7,7 +7,6 @@ the whole model. bf16 keeps 8 significant bits (relative rounding 2^-9), so the 
 architecture at 512 tokens.
 """
 
-from dataclasses import replace
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 from tupe_plugin.attention.paths import plan_attention
-from tupe_plugin.terms.parts import Shift
+from tupe_plugin.terms.parts import DenseBias, Shift
 from conftest import PRESETS, build_model, random_tokens
 
 BF16_TOLERANCE = 0.02
@@ -93,7 +92,7 @@ def test_summed_bias_is_built_in_float32_under_autocast(preset, dictionary):
         term = encoder.positional_term.content_free(6).expanded()
         folded = term.folded()
         masks = [t.attention_mask(encoder.padding_mask(tokens), x.dtype) for t in (term, folded)]
-    assert folded.dense_bias.bias.dtype == torch.float32
+    assert folded.get(DenseBias).bias.dtype == torch.float32
     for mask in masks:
         assert mask.dtype == torch.float32
         assert torch.isfinite(mask).all() and torch.all(mask[1, :, :, 3:] == torch.finfo(torch.float32).min)
@@ -111,8 +110,8 @@ def test_dense_term_does_not_overflow_fp16_where_the_scaled_logits_fit(dictionar
         positional.half()
         term = positional.content_free(16)
         dense = term.dense()
-        reference = replace(term, shift=Shift(term.shift.q.float(), term.shift.k.float())).dense()
-    assert (term.shift.q.float() @ term.shift.k.float().transpose(1, 2)).abs().max() > 65504
+        reference = term.with_parts(Shift(term.get(Shift).q.float(), term.get(Shift).k.float())).dense()
+    assert (term.get(Shift).q.float() @ term.get(Shift).k.float().transpose(1, 2)).abs().max() > 65504
     assert dense.dtype == torch.float16 and torch.isfinite(dense).all()
     torch.testing.assert_close(dense.float(), reference, rtol=0, atol=1e-3 * 2e4)  # fp16 rounding
 

@@ -14,8 +14,8 @@ from tupe_plugin.encoder.self_attention import PositionalSelfAttention
 from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.encodings.positional_term import PositionalTerm, SharedPositionalTerm
 from tupe_plugin.encodings.transformer_xl_position import RelativeKeyProjection
-from tupe_plugin.terms.parts import (PART_TYPES, ClippedTable, DenseBias, LowRank, OffsetRows, ProjectedTable,
-                                     Rotary, Shift)
+from tupe_plugin.terms.parts import (PART_TYPES, ClippedTable, DenseBias, LayerTerm, LowRank, OffsetRows,
+                                     ProjectedTable, Rotary, Shift)
 
 
 def xl_reference(attention, xl, x, lengths, scale):
@@ -123,6 +123,7 @@ def _parts(heads=2, seq_len=4, dim=8, values=False, cls=False, query_shift=False
         ProjectedTable: ProjectedTable(
             table, offsets, query_shift=torch.zeros(heads, 1, dim // heads) if query_shift else None),
         Rotary: Rotary(torch.ones(seq_len, dim // 2), torch.zeros(seq_len, dim // 2)),
+        LayerTerm: LayerTerm("a layer's own term"),
     }
 
 
@@ -202,7 +203,7 @@ def test_a_layer_without_a_projection_of_its_own_projects_the_table_with_its_con
     term = PositionalTerm(scale=1.0)
     term.add(ProjectedTable(torch.randn(5, 8), torch.arange(5)))
     query_rows, key_rows = attention._relative_rows(torch.float32, term)
-    q, k = F.linear(term.projected_table.table, attention.in_proj.weight[:16],
+    q, k = F.linear(term.get(ProjectedTable).table, attention.in_proj.weight[:16],
                     attention.in_proj.bias[:16]).split(8, -1)
     torch.testing.assert_close(key_rows, k.view(5, 2, 4).transpose(0, 1))
     torch.testing.assert_close(query_rows, q.view(5, 2, 4).transpose(0, 1))

@@ -22,6 +22,8 @@ from tupe_plugin.encodings import positional_term
 from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable
 from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.encodings.shaw_position import clipped_index
+from tupe_plugin.terms.forward import Forward
+from tupe_plugin.terms.parts import ProjectedTable
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -139,11 +141,11 @@ def deberta_case(seq_len, heads, max_distance, buckets, p2c, generator):
     key_rows, query_rows = (torch.randn(heads, 2 * table.span, 16, generator=generator).to(DEVICE)
                             .requires_grad_() for _ in range(2))
     term = positional_term.PositionalTerm(scale=1.0)
-    table.contribute(term, seq_len)
+    table.contribute(term, Forward.of_length(seq_len))
     first, count = table.rows_and_index(seq_len)[:2]
     used = slice(first, first + count)
-    relative = RelativeRows(key_rows[:, used], term.projected_table.offsets, query_rows[:, used],
-                            term.projected_table.p2c_offsets.flip(0))
+    relative = RelativeRows(key_rows[:, used], term.get(ProjectedTable).offsets, query_rows[:, used],
+                            term.get(ProjectedTable).p2c_offsets.flip(0))
     c2p = pair_rows(seq_len, lambda i, j: deberta_delta(i, j, config))
     p2c_rows = c2p if p2c == "released" else pair_rows(seq_len, lambda i, j: deberta_delta(j, i, config))
     return (key_rows, query_rows), relative, ((key_rows, c2p), (query_rows, p2c_rows))

@@ -34,7 +34,7 @@ def sdpa_mask(mask, dtype):
 
 def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=None, backends=None,
            key_lengths=None, relative=None, value_offsets=None, offset_rows=None, offset_cls=None,
-           mask_gradient=None):
+           mask_gradient=None, layer_logits=None):
     """Run ``path``: (output (B, H, T, d), probabilities (B, H, T, T) on the explicit path, else None).
 
     ``mask`` is None, a boolean keep-mask or an additive float mask (always the float mask of a
@@ -53,10 +53,15 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     CHUNKED, BIASED_FLASH, TRITON and FLEX (the plan expands it into the mask for the other paths).
     ``mask_gradient``: CHUNKED and BIASED_FLASH add the float mask's gradient to this
     :class:`~.shared_mask_gradient.SharedMaskGradient` (the mask being its
-    :func:`~.shared_mask_gradient.gather_mask_gradient`'s) rather than returning it.
+    :func:`~.shared_mask_gradient.gather_mask_gradient`'s) rather than returning it. ``layer_logits``: what
+    the layer's own terms add to its scaled logits, a function of them (EXPLICIT only,
+    :class:`~tupe_plugin.terms.parts.LayerTerm`).
     """
     if path is AttentionPath.EXPLICIT:
-        return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index)
+        return explicit_attention(q, k, v, mask, scale, dropout, value_table, value_index, layer_logits)
+    if layer_logits is not None:
+        raise ValueError("a term a layer computes from its own logits is read by the explicit path only: "
+                         "choose_path gives EXPLICIT")
     if value_table is not None and path is not AttentionPath.TRITON:
         raise ValueError("Shaw value vectors need the probabilities: choose_path gives EXPLICIT or TRITON")
     if relative is not None and path not in RELATIVE_OFFSET_PATHS:
@@ -93,13 +98,16 @@ def attend(path, q, k, v, mask, scale, dropout, value_table=None, value_index=No
     return out, None
 
 
-def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_index=None):
+def explicit_attention(q, k, v, mask, scale, dropout, value_table=None, value_index=None, layer_logits=None):
     """softmax(scale q k^T + mask) v step by step, with the probabilities (and Shaw value vectors);
-    attention dropout with :func:`~.dropout.keep_mask`."""
+    attention dropout with :func:`~.dropout.keep_mask`; ``layer_logits(logits)``: what the layer's own
+    terms add to its scaled logits (B, H, T, T), computed from them before the mask is added."""
     # float32 logits before the mask is added: a float32 mask's padding value (its most negative
     # number) would round to -inf in bf16 and turn an all-padded row into NaN.
     logits = torch.matmul(q * scale, k.transpose(-1, -2))
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    if layer_logits is not None:
+        logits = logits + layer_logits(logits)
     if mask is not None:
         add_mask_(logits, mask)
     probs = torch.softmax(logits, dim=-1).to(q.dtype)

@@ -45,7 +45,9 @@ encoder hands the :class:`AttentionPlan` to every layer, and :func:`~.attend.att
   dropout as TRITON, a bias of the offset expanded into that dense bias (cuDNN takes no rows); no relative
   products (Shaw, DeBERTa: :func:`backend_problem`);
 * ``EXPLICIT``: matmul-softmax-matmul over whole tensors — where the probabilities are needed
-  (``need_weights``; Shaw value vectors off the Triton kernel), and on CPU for a learned dense bias without
+  (``need_weights``; Shaw value vectors off the Triton kernel), where a layer computes a term of its own
+  logits (:class:`~tupe_plugin.terms.parts.LayerTerm`: CoPE, DAPE), and on CPU for a learned dense bias
+  without
   dropout when ``T <= d_h``: there it is faster than BIASED_FLASH and the probabilities it keeps,
   B H T^2 numbers a layer, are at most the layer's hidden states (B T H d_h): the memory bound of the
   choice (at twice, T = 128 with d_h = 64, the peak memory of a training step was 1.059 x BERT-A's at
@@ -74,8 +76,8 @@ from typing import Optional
 import torch
 from torch.nn.attention import SDPBackend
 
-from ..terms.parts import (CLIPPED_TABLE, CLIPPED_VALUES, DENSE_BIAS, KIND_WORDS, LOW_RANK, OFFSET_ROWS,
-                           PROJECTED_TABLE, ROTARY, SHIFT)
+from ..terms.parts import (CLIPPED_TABLE, CLIPPED_VALUES, DENSE_BIAS, KIND_WORDS, LAYER_TERM, LOW_RANK,
+                           OFFSET_ROWS, PROJECTED_TABLE, ROTARY, SHIFT)
 from .cpu_kernels import reads_offset_rows
 
 # Without dropout, a learned dense bias takes the explicit path up to T = d_h (see above).
@@ -100,7 +102,7 @@ def choose_path(device, dropout, need_weights, config, seq_len, requested="auto"
     ``requested`` the ``--attention-backend``.
     """
     on_cpu = torch.device(device).type == "cpu"
-    if need_weights:
+    if need_weights or config.layer_terms:
         return AttentionPath.EXPLICIT
     if requested in KERNEL_BACKENDS and kernel_runs_on(requested, device):
         return KERNEL_BACKENDS[requested]
@@ -144,7 +146,8 @@ OFFSET_ROWS_PATHS = (AttentionPath.CHUNKED, AttentionPath.BIASED_FLASH, Attentio
 # them widened), not the GPU kernels of --attention-backend; a bias of the offset as its rows the kernels of
 # OFFSET_ROWS_PATHS; Shaw's keys and a projected table (DeBERTa) every path that takes a (B, H, T, T) mask,
 # gathered into it, and the Triton kernel and FlexAttention by offset; cuDNN's graph neither (one bias shared
-# by the batch); Shaw's value vectors the paths that have the probabilities.
+# by the batch); Shaw's value vectors the paths that have the probabilities; a term each layer computes from
+# its own logits (CoPE, DAPE) the explicit path, where the logits are whole.
 _EVERY_PATH = (SHIFT, DENSE_BIAS, ROTARY)
 PATH_READS = {
     AttentionPath.SDPA: frozenset((*_EVERY_PATH, LOW_RANK, CLIPPED_TABLE, PROJECTED_TABLE)),
@@ -152,7 +155,7 @@ PATH_READS = {
     AttentionPath.BIASED_FLASH: frozenset((*_EVERY_PATH, LOW_RANK, OFFSET_ROWS, CLIPPED_TABLE,
                                            PROJECTED_TABLE)),
     AttentionPath.EXPLICIT: frozenset((*_EVERY_PATH, LOW_RANK, CLIPPED_TABLE, CLIPPED_VALUES,
-                                       PROJECTED_TABLE)),
+                                       PROJECTED_TABLE, LAYER_TERM)),
     AttentionPath.TRITON: frozenset((*_EVERY_PATH, OFFSET_ROWS, CLIPPED_TABLE, CLIPPED_VALUES,
                                      PROJECTED_TABLE)),
     AttentionPath.FLEX: frozenset((*_EVERY_PATH, OFFSET_ROWS, CLIPPED_TABLE, PROJECTED_TABLE)),
@@ -220,6 +223,9 @@ def backend_problem(requested, config, attention_dropout, setting=_flag_setting)
     dropout, and each kernel needs its package where CUDA is (elsewhere the CPU paths run in its place).
     ``setting(name, value)`` says how the command at hand sets a model option (a flag by default)."""
     flag = f"--attention-backend {requested}"
+    if requested in KERNEL_BACKENDS and config.layer_terms:
+        return (f"{flag} computes no term of a layer's own logits ({config.layer_terms}), which the explicit "
+                "path computes: use --attention-backend auto")
     if requested == FLEX_BACKEND and config.shaw_values:
         return (f"{flag} does not add Shaw value vectors, which need the attention probabilities: add "
                 "--shaw-keys-only, or use --attention-backend triton or auto")
@@ -262,14 +268,15 @@ FUSED_ROTARY = "triton-rotary"
 MEASURED_KERNELS = {}
 
 
-def fuse_rotary(device, config, requested="auto"):
+def fuse_rotary(device, config, requested="auto", per_sequence=False):
     """Whether RoPE rotates q and k of each layer's projection in one Triton pass, forward and backward
     (:mod:`.triton_rotary`): where ``--attention-backend triton`` asks for the plugin's Triton kernels (or
     ``auto``, once a GPU run has measured it: :data:`MEASURED_KERNELS`), on CUDA, for fixed frequencies,
     where Triton is installed. Otherwise torch's elementwise rotation stays: on CPU (no slower there), under
-    ``auto`` on CUDA (never yet run on a GPU), and for learnable frequencies, as its backward reaches them."""
+    ``auto`` on CUDA (never yet run on a GPU), for learnable frequencies, as its backward reaches them, and
+    for tables per sequence (``per_sequence``: randomized positions), which the kernel does not read."""
     asked = requested == TRITON_BACKEND or (requested == "auto" and FUSED_ROTARY in MEASURED_KERNELS)
-    return (asked and torch.device(device).type == "cuda" and config.rotary_applies
+    return (asked and not per_sequence and torch.device(device).type == "cuda" and config.rotary_applies
             and not config.learnable_rotary_frequencies and find_spec("triton") is not None)
 
 
@@ -328,12 +335,14 @@ class AttentionPlan:
         return self.path in KERNEL_BACKENDS.values()
 
 
-def plan_attention(device, dropout, need_weights, config, seq_len, requested_backend="auto"):
+def plan_attention(device, dropout, need_weights, config, seq_len, requested_backend="auto",
+                   per_sequence=False):
     """The :class:`AttentionPlan` of a forward (see the module docstring); ``requested_backend`` is
-    ``--attention-backend``."""
+    ``--attention-backend``; ``per_sequence``: each sequence has positions of its own."""
     path = choose_path(device, dropout, need_weights, config, seq_len, requested_backend)
     return AttentionPlan(path, dropout, sdpa_backends(device, config, requested_backend),
-                         fold_untied_term(path, config), fuse_rotary(device, config, requested_backend),
+                         fold_untied_term(path, config),
+                         fuse_rotary(device, config, requested_backend, per_sequence),
                          offset_bias_as_rows(path, seq_len, config))
 
 

@@ -23,10 +23,11 @@ class PositionalEncoderLayer(nn.Module):
         activation_fn="gelu",
         normalize_before=False,
         layer_projection=None,
+        layer_terms=None,
     ):
         super().__init__()
         self.normalize_before = normalize_before
-        self.self_attn = PositionalSelfAttention(embed_dim, num_heads, layer_projection)
+        self.self_attn = PositionalSelfAttention(embed_dim, num_heads, layer_projection, layer_terms)
         self.self_attn_layer_norm = LayerNorm(embed_dim)
         self.fc1 = nn.Linear(embed_dim, ffn_embed_dim)
         self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)

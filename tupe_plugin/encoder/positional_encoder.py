@@ -11,6 +11,7 @@ from ..attention.shared_mask_gradient import gather_mask_gradient
 from ..encodings.absolute_position import build_absolute_position
 from ..encodings.position_config import PositionConfig, PositionFlagError
 from ..encodings.positional_term import SharedPositionalTerm
+from ..terms.parts import OffsetRows
 from ..user_input.command_hints import model_setting
 from .encoder_layer import PositionalEncoderLayer
 from .enhanced_mask_decoder import build_enhanced_mask_decoder
@@ -59,6 +60,7 @@ class PositionalTransformerEncoder(nn.Module):
                 activation_fn=args.activation_fn,
                 normalize_before=args.encoder_normalize_before,
                 layer_projection=self.positional_term.layer_projection,
+                layer_terms=self.positional_term.layer_terms,
             )
             for _ in range(args.encoder_layers)
         )
@@ -79,10 +81,13 @@ class PositionalTransformerEncoder(nn.Module):
                 "was encoded with another dict.txt than the model's" + (" or is not token ids" if token < 0 else "")
             ) from err
 
-    def embed(self, src_tokens, token_embeddings=None):
+    def embed(self, src_tokens, token_embeddings=None, forward=None):
+        """The input of the first layer; ``forward``: the :class:`~tupe_plugin.terms.forward.Forward` whose
+        positions an absolute embedding adds (by default 0..T-1)."""
         x = self.embed_tokens_checked(src_tokens) if token_embeddings is None else token_embeddings
         if self.embed_positions is not None:
-            x = x + self.embed_positions(src_tokens.size(1))
+            per_sequence = forward is not None and forward.per_sequence
+            x = x + self.embed_positions(forward.positions if per_sequence else src_tokens.size(1))
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         return self.dropout(x)
@@ -106,11 +111,13 @@ class PositionalTransformerEncoder(nn.Module):
             )
         return mask
 
-    def attention_plan(self, device, need_attn, seq_len):
+    def attention_plan(self, device, need_attn, seq_len, per_sequence=False):
         """The forward's :class:`~tupe_plugin.attention.paths.AttentionPlan`, the same for every layer: the
-        attention dropout in effect (0 in evaluation) and the path and kernels that run it."""
+        attention dropout in effect (0 in evaluation) and the path and kernels that run it; ``per_sequence``:
+        each sequence has positions of its own (:attr:`~tupe_plugin.terms.forward.Forward.per_sequence`)."""
         dropout = self.attention_dropout if self.training else 0.0
-        return plan_attention(device, dropout, need_attn, self.config, seq_len, self.attention_backend)
+        return plan_attention(device, dropout, need_attn, self.config, seq_len, self.attention_backend,
+                              per_sequence)
 
     def forward(self, src_tokens, return_all_hiddens=False, need_attn=False, token_embeddings=None,
                 masked_lm=False):
@@ -120,16 +127,17 @@ class PositionalTransformerEncoder(nn.Module):
         Decoder's query stream (:mod:`.enhanced_mask_decoder`); inner_states and attn are the layers' own.
         """
         padding_mask = self.padding_mask(src_tokens)
-        x = self.embed(src_tokens, token_embeddings)
+        forward = self.positional_term.forward_of(*src_tokens.shape, src_tokens.device)
+        x = self.embed(src_tokens, token_embeddings, forward)
         if padding_mask is not None:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
-        seq_len = src_tokens.size(1)
-        plan = self.attention_plan(x.device, need_attn, seq_len)
-        term = self.positional_term.build(seq_len, plan.fold_untied, padding_mask, x.dtype,
+        plan = self.attention_plan(x.device, need_attn, forward.seq_len, forward.per_sequence)
+        term = self.positional_term.build(forward, plan.fold_untied, padding_mask, x.dtype,
                                           plan.padding_as_lengths, plan.offset_bias_as_rows)
         plan.check_reads(term.parts())
-        if plan.path in SHARED_MASK_GRADIENT_PATHS:  # every layer's kernel adds the mask's gradient to one buffer
-            offset = () if term.offset_bias is None else (term.offset_bias.rows, term.offset_bias.cls)
+        if plan.path in SHARED_MASK_GRADIENT_PATHS:  # one buffer takes every layer's mask gradient
+            rows = term.get(OffsetRows)
+            offset = () if rows is None else (rows.rows, rows.cls)
             mask, mask_gradient = gather_mask_gradient(term.attn_mask, *offset)
             term = replace(term, attn_mask=mask, mask_gradient=mask_gradient)
         inner_states = [x.transpose(0, 1)] if return_all_hiddens else None

@@ -29,6 +29,8 @@ from ..attention.toeplitz_scores import offset_scores, offset_scores_with_transp
 from ..attention.relative_terms import RelativeRows
 from ..attention.triton_rotary import rotate_projection
 from ..encodings.rotary_position import rotate, rotate_in_place, rotates_in_place
+from ..terms.parts import (ClippedTable, DenseBias, LayerTerm, LowRank, OffsetRows, ProjectedTable, Rotary,
+                           Shift)
 
 
 class PositionalSelfAttention(nn.Module):
@@ -37,9 +39,14 @@ class PositionalSelfAttention(nn.Module):
     (:meth:`~tupe_plugin.encodings.positional_term.SharedPositionalTerm.layer_projection`), called here, after
     the layer's own projections are made (the order of a seeded initialisation), and kept as
     ``relative_projections`` (the checkpoints' key). Without one (None, or a build that gives None) a
-    projected table is projected with the layer's content projections (DeBERTa's share_att_key)."""
+    projected table is projected with the layer's content projections (DeBERTa's share_att_key).
 
-    def __init__(self, embed_dim, num_heads, layer_projection=None):
+    ``layer_terms``: builds this layer's modules of the :class:`~tupe_plugin.terms.parts.LayerTerm` parts
+    ({encoding name: module},
+    :meth:`~tupe_plugin.encodings.positional_term.SharedPositionalTerm.layer_terms`),
+    kept as ``layer_terms`` (the checkpoints' key ``layer_terms.<name>.*``)."""
+
+    def __init__(self, embed_dim, num_heads, layer_projection=None, layer_terms=None):
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads:
             raise ValueError(
@@ -51,6 +58,8 @@ class PositionalSelfAttention(nn.Module):
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.relative_projections = None if layer_projection is None else layer_projection()
+        terms = {} if layer_terms is None else layer_terms()
+        self.layer_terms = nn.ModuleDict(terms) if terms else None
 
     def projection(self, x, query=None):
         """The (B, T, 3, H, d_h) projection of x (B, T, C) into q, k, v; with ``query`` (B, T, C), q of the
@@ -81,7 +90,7 @@ class PositionalSelfAttention(nn.Module):
         Returns the output (B, T, C) and, with ``need_weights``, the probabilities (B, H, T, T).
         """
         batch, seq_len, embed_dim = x.shape
-        rotary = term.rotary
+        rotary = term.get(Rotary)
         if rotary is not None and plan.fused_rotary:
             rows = rotate_projection(self.token_projection(x, query), rotary.cos, rotary.sin, self.num_heads)
             q, k, v = split_heads(rows.view(batch, seq_len, 3, self.num_heads, self.head_dim))
@@ -90,40 +99,59 @@ class PositionalSelfAttention(nn.Module):
         else:
             q, k, v = split_heads(self.projection(x, query))
         attn_mask, relative = term.attn_mask, None
-        offset = term.offset_bias
+        offset = term.get(OffsetRows)
         offset_rows, offset_cls = (None, None) if offset is None else (offset.rows, offset.cls)
-        if term.shift is not None:
-            q = q + term.shift.q.to(q.dtype)
-            if term.shift.k is not None:
-                k = k + term.shift.k.to(k.dtype)
-        clipped = term.clipped_table
+        shift = term.get(Shift)
+        if shift is not None:
+            q = q + shift.q.to(q.dtype)
+            if shift.k is not None:
+                k = k + shift.k.to(k.dtype)
+        layer_logits = self.layer_logits(q, k, term)
+        clipped = term.get(ClippedTable)
         if clipped is not None:
             if plan.relative_by_offset:
                 relative = RelativeRows(clipped.table[None], clipped.offsets)
             else:
                 attn_mask = add_bias(attn_mask, ClippedDistanceScores.apply(self._shaw_products(q, term),
                                                                             clipped.index))
-        if term.projected_table is not None:
+        if term.get(ProjectedTable) is not None:
             if plan.relative_by_offset:
                 relative, shift_rows = self.projected_rows(q.dtype, term)
                 if shift_rows is not None:  # the query shift's products, a bias of the offset (check_reads)
                     offset_rows = shift_rows if offset_rows is None else offset_rows + shift_rows
             else:
                 attn_mask = add_bias(attn_mask, self.disentangled_bias(q, k, term))
-        if term.low_rank is not None:
-            extra = term.low_rank.q.size(-1)
-            q = torch.cat([q, term.low_rank.q.to(q.dtype).expand(batch, -1, -1, -1)], -1)
-            k = torch.cat([k, term.low_rank.k.to(k.dtype).expand(batch, -1, -1, -1)], -1)
+        low_rank = term.get(LowRank)
+        if low_rank is not None:
+            extra = low_rank.q.size(-1)
+            q = torch.cat([q, low_rank.q.to(q.dtype).expand(batch, -1, -1, -1)], -1)
+            k = torch.cat([k, low_rank.k.to(k.dtype).expand(batch, -1, -1, -1)], -1)
             v = F.pad(v, (0, extra))
         out, probs = attend(
             plan.path, q, k, v, attn_mask, term.scale, plan.dropout,
             clipped.table if clipped is not None and clipped.values else None,
             None if clipped is None else clipped.index, plan.backends, term.key_lengths,
             relative, None if clipped is None else clipped.offsets, offset_rows, offset_cls,
-            term.mask_gradient if attn_mask is term.attn_mask else None,
+            term.mask_gradient if attn_mask is term.attn_mask else None, layer_logits,
         )
         out = out[..., : self.head_dim].transpose(1, 2).reshape(batch, seq_len, embed_dim)
         return self.out_proj(out), probs if need_weights else None
+
+    def layer_logits(self, q, k, term):
+        """What the term's :class:`~tupe_plugin.terms.parts.LayerTerm` parts add to this layer's logits, as a
+        function of its scaled logits ``scale q k^T`` (B, H, T, T) for the explicit path, or None: each
+        part's module of this layer called on them, on q and k (B, H, T, d_h, shifted and rotated), on the
+        content-free bias every layer adds (the dense bias, (H, T, T), or None) and the key padding."""
+        parts = [part for part in term.parts() if isinstance(part, LayerTerm)]
+        if not parts:
+            return None
+        dense = term.get(DenseBias)
+        bias = None if dense is None else dense.bias
+        modules = [self.layer_terms[part.name] for part in parts]
+
+        def added(logits):
+            return sum(module(logits, q, k, bias, term.key_padding) for module in modules)
+        return added
 
     @staticmethod
     def _rotated(qkv, cos, sin):
@@ -141,14 +169,14 @@ class PositionalSelfAttention(nn.Module):
     def _shaw_products(q, term):
         """(B, H, T, 2K+1) scale * q_i . a_r: q against the Shaw table, gathered by clip(j-i) into the
         mask."""
-        return torch.matmul(q * term.scale, term.clipped_table.table.to(q.dtype).t())
+        return torch.matmul(q * term.scale, term.get(ClippedTable).table.to(q.dtype).t())
 
     def disentangled_terms(self, q, k, term):
         """The term's projected table's scale * (q_i + query shift) . K^r_delta(i,j) and scale * k_j .
         Q^r_delta(i,j) (DeBERTa's c2p and p2c; Q^r_delta(j,i) with ``--deberta-p2c paper``), each
         (B, H, T, T) or None where the table has no such term: q and k against the table rows this length
         reaches (:func:`~tupe_plugin.attention.toeplitz_scores.offset_scores`)."""
-        table = term.projected_table
+        table = term.get(ProjectedTable)
         query_rows, key_rows = self._relative_rows(q.dtype, term)
         content_to_position = position_to_content = None
         if key_rows is not None:
@@ -165,7 +193,7 @@ class PositionalSelfAttention(nn.Module):
         """The sum of :meth:`disentangled_terms` as one (B, H, T, T) tensor, p2c added by bands of key rows
         (:func:`~tupe_plugin.attention.toeplitz_scores.offset_scores_with_transposed`): no (T, T) term is
         transposed or added whole."""
-        table = term.projected_table
+        table = term.get(ProjectedTable)
         if table.p2c_offsets is None:
             return self.disentangled_terms(q, k, term)[0]
         query_rows, key_rows = self._relative_rows(q.dtype, term)
@@ -178,7 +206,7 @@ class PositionalSelfAttention(nn.Module):
         by the p2c row, given for the pair (key j, query i) by offset i - j: the p2c offsets reversed; and the
         query shift's part of c2p, scale * shift . K^r, as the (H, 2T - 1) rows of a bias of the offset
         (float32, as the term's are), or None."""
-        table = term.projected_table
+        table = term.get(ProjectedTable)
         query_rows, key_rows = self._relative_rows(dtype, term)
         p2c = table.p2c_offsets
         relative = RelativeRows(key_rows, None if key_rows is None else table.offsets,
@@ -200,7 +228,7 @@ class PositionalSelfAttention(nn.Module):
     def _relative_rows(self, dtype, term):
         """Q^r and K^r (H, R, d_h) or None: the layer's projections of the projected table's rows this length
         reaches, by its ``relative_projections`` or else its content projections."""
-        table = term.projected_table.table.to(dtype)
+        table = term.get(ProjectedTable).table.to(dtype)
         if self.relative_projections is not None:
             query_rows, key_rows = self.relative_projections(table)
         else:

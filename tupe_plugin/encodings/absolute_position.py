@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..user_input.command_hints import input_length_fix
+from ..terms.forward import as_positions
 from .encoding import Encoding
 from .sinusoid import Sinusoid
 
@@ -24,13 +25,16 @@ class LearnedAbsolutePosition(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_positions, embed_dim))
         nn.init.normal_(self.weight, mean=0.0, std=0.02)
 
-    def forward(self, seq_len):
-        if seq_len > self.max_positions:
-            raise ValueError(
-                f"input of {seq_len} tokens is longer than the {self.max_positions} learned "
-                f"absolute positions; {input_length_fix(self.max_positions)}"
-            )
-        return self.weight[:seq_len]
+    def forward(self, positions):
+        """The rows of a length T (positions 0..T-1: (T, C)), or of a tensor of positions (T,) or (B, T)
+        (each sequence's own: (B, T, C))."""
+        longest = positions if isinstance(positions, int) else int(positions.max()) + 1
+        if longest > self.max_positions:
+            what = (f"input of {positions} tokens is longer than" if isinstance(positions, int)
+                    else f"position {longest - 1} is beyond")
+            raise ValueError(f"{what} the {self.max_positions} learned absolute positions; "
+                             f"{input_length_fix(self.max_positions)}")
+        return self.weight[:positions] if isinstance(positions, int) else self.weight[positions]
 
 
 class SinusoidalAbsolutePosition(nn.Module):
@@ -38,8 +42,10 @@ class SinusoidalAbsolutePosition(nn.Module):
         super().__init__()
         self.sinusoid = Sinusoid(embed_dim, learnable)
 
-    def forward(self, seq_len):
-        positions = torch.arange(seq_len, device=self.sinusoid.frequencies.device)
+    def forward(self, positions):
+        """The sinusoids of a length T (positions 0..T-1) or of a tensor of positions (T,) or (B, T)."""
+        device = self.sinusoid.frequencies.device
+        positions = as_positions(positions, device)
         return self.sinusoid(positions)
 
 
@@ -74,4 +80,5 @@ ABSOLUTE = Encoding(
     build=build_absolute_position, check=check_absolute,
     # RoBERTa's learned table (position ids from pad + 1); the sinusoids are written out as its rows
     hf_native=as_roberta,
+    exported=True, parts=(), reads_positions=True,
 )

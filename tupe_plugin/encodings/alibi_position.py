@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..terms.parts import OffsetRows
 from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 
@@ -96,4 +97,5 @@ ALIBI = Encoding(
     "Extrapolation, arXiv 2108.12409",
     slot="relative_bias", options=AlibiOptions, build=build_alibi_bias,
     export_names=(("log_slopes", "alibi_log_slopes"),),
+    exported=True, parts=(OffsetRows,),
 )

@@ -14,17 +14,19 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from ..terms.parts import OffsetRows
+
 
 class ClsReset(nn.Module):
     def __init__(self, num_heads):
         super().__init__()
         self.thetas = nn.Parameter(torch.zeros(num_heads, 2))
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Set the reset of ``term``'s bias of the offset: theta_1 replaces its row 0, theta_2 column 0 of the
         other rows (the [CLS] values of its :class:`~tupe_plugin.terms.parts.OffsetRows`)."""
-        rows = term.offset_bias.rows
-        term.offset_bias = replace(term.offset_bias, cls=self.thetas.to(rows.dtype))
+        offset = term.get(OffsetRows)
+        term.put(replace(offset, cls=self.thetas.to(offset.rows.dtype)))
 
 
 def build_cls_reset(config):

@@ -153,13 +153,13 @@ class DisentangledRelativeTable(nn.Module):
                             offsets.to(device))
         return self._cached[2:]
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add the rows of P that T positions reach (normalised with ``norm``) and the offsets into them of
         the c2p term, and those the p2c term reads for the pair (key j, query i): delta(i, j), the offsets
         reversed (released), or delta(j, i), the same offsets (paper), to ``term`` (a
         :class:`~tupe_plugin.terms.parts.ProjectedTable`, which each layer projects with the module of
         :meth:`layer_projection`)."""
-        first, rows, _, offsets = self.rows_and_index(seq_len)
+        first, rows, _, offsets = self.rows_and_index(forward.seq_len)
         table = self.weight[first: first + rows]
         term.add(ProjectedTable(table if self.norm is None else self.norm(table), offsets,
                                 offsets.flip(0) if self.released_p2c else offsets))
@@ -297,4 +297,5 @@ DEBERTA = Encoding(
     sizes=deberta_sizes, logit_terms=3, trained_value=trained_value,
     export_names=(("weight", "deberta_table"), ("norm.", "deberta_table_norm.")),
     hf_native=deberta_native,
+    exported=True, parts=(ProjectedTable,),
 )

@@ -43,7 +43,9 @@ class NoOptions:
 # What an encoding's term is, in the order the terms are added to the per-forward term: a vector added at the
 # input; TUPE's untied term (or BERT-A^d's shifts); the T5 bias of the offset; a bias of the distance made for
 # length extrapolation; a rotation of q and k; vectors of the offset that depend on the query (Shaw, DeBERTa).
-KINDS = ("absolute", "untied", "bias", "distance_bias", "rotation", "relative_vectors")
+# Then the kinds that change another encoding's input or output: positions sampled per sequence (read by the
+# encodings indexed by position), and a term each layer computes from its own logits.
+KINDS = ("positions", "absolute", "untied", "bias", "distance_bias", "rotation", "relative_vectors", "layer")
 
 
 def _no_errors(config):
@@ -79,7 +81,16 @@ class Encoding:
     transformers' own class that computes it with these options, or a tuple of those that do, the first
     the one it is exported as alone, None) or (None, why not): ``tupe-export-hf`` writes such a model as the
     class every encoding of it names, without remote code (None: transformers has no class computing
-    it)."""
+    it).
+
+    ``parts`` (or ``parts(config)``): the types of the parts (:mod:`tupe_plugin.terms.parts`) its module adds
+    to the per-forward term, which decide the attention paths that can run it; ``layer_module(config)``: the
+    module each layer holds for its :class:`~tupe_plugin.terms.parts.LayerTerm` (a fresh one a layer), or
+    None; ``positions(config, forward)``: the (B, T) positions of each sequence it samples in training (for
+    the :class:`~tupe_plugin.terms.forward.Forward` of positions 0..T-1), or None; ``reads_positions``: its
+    term is built from the forward's positions, per sequence where they are sampled; ``selects(value)``:
+    whether the value of its flag ``family`` selects it, for an encoding whose flag is one of its own options
+    (a switch on top of the others, ``--dape``), by default the value is one of ``choices``."""
 
     name: str
     label: str
@@ -99,14 +110,23 @@ class Encoding:
     export_names: tuple = ()
     trained_value: Optional[Callable] = None
     unused_errors: Optional[Callable] = None
-    exported: bool = True
+    exported: bool = False
     hf_native: Optional[Callable] = None
+    parts: object = ()
+    layer_module: Optional[Callable] = None
+    positions: Optional[Callable] = None
+    reads_positions: bool = False
+    selects: Optional[Callable] = None
 
     def is_learned(self, config):
         return self.learned(config) if callable(self.learned) else self.learned
 
     def terms(self, config):
         return self.logit_terms(config) if callable(self.logit_terms) else self.logit_terms
+
+    def part_types(self, config):
+        """The types of the parts it adds to the term of a model of ``config``."""
+        return tuple(self.parts(config) if callable(self.parts) else self.parts)
 
     def option_fields(self):
         """The dataclass fields of its options."""
@@ -117,11 +137,11 @@ class Encoding:
 
     def selected_by(self, value):
         """Whether ``--family value`` selects this encoding."""
-        return value in self.choices
+        return value in self.choices if self.selects is None else bool(self.selects(value))
 
     def describe_selection(self):
-        """How a command line selects it, for messages: ``--rel-pos fire``."""
-        return f"{flag_name(self.family)} {' or '.join(self.choices)}"
+        """How a command line selects it, for messages: ``--rel-pos fire``, or the flag of a switch."""
+        return f"{flag_name(self.family)} {' or '.join(self.choices)}".rstrip()
 
     def value_as_trained(self, name, saved):
         """The value of its option ``name`` for a checkpoint whose settings (``saved(setting)``: its value or

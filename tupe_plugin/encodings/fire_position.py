@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..user_input.memory_limits import FLOAT32, trained_bytes
+from ..terms.parts import OffsetRows
 from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 
@@ -117,4 +118,5 @@ FIRE = Encoding(
     slot="relative_bias", options=FireOptions, build=build_fire_bias, check=check_fire, sizes=fire_sizes,
     export_names=(("mlp.0.", "fire.hidden."), ("mlp.2.", "fire.output."), ("log_c", "fire.log_c"),
                   ("threshold", "fire.threshold")),
+    exported=True, parts=(OffsetRows,),
 )

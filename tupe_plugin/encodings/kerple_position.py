@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..terms.parts import OffsetRows
 from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 
@@ -111,4 +112,5 @@ KERPLE = Encoding(
     slot="relative_bias", options=KerpleOptions, build=build_kerple_bias,
     export_names=(("r1", "kerple_r1"), ("r2", "kerple_r2"), ("raw_r1", "kerple_raw_r1"),
                   ("raw_r2", "kerple_raw_r2")),
+    exported=True, parts=(OffsetRows,),
 )

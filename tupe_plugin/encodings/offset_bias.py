@@ -45,8 +45,8 @@ class OffsetBias(nn.Module):
         """The (H, T, T) bias, a fresh tensor (without the reset)."""
         return toeplitz(self.per_offset(seq_len)[1])
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add the bias's rows (H, 2T - 1) to ``term`` (a :class:`~.positional_term.PositionalTerm`) as an
         :class:`~tupe_plugin.terms.parts.OffsetRows`, with a [CLS] reset to 0 under ``zero_cls``."""
-        rows = self.per_offset(seq_len)[1]
+        rows = self.per_offset(forward.seq_len)[1]
         term.add(OffsetRows(rows, rows.new_zeros(rows.size(0), 2) if self.zero_cls else None))

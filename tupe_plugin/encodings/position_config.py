@@ -159,6 +159,18 @@ class PositionChoices:
                              doc="Eq. 11: the paper's reset replaces row/column 0 of the whole content-free "
                              "term.")
 
+    def part_types(self):
+        """The types of the parts the encodings used add to the per-forward term
+        (:mod:`tupe_plugin.terms.parts`), in the order they add them."""
+        return tuple(dict.fromkeys(part for encoding in self.encodings()
+                                   for part in encoding.part_types(self)))
+
+    @property
+    def layer_terms(self):
+        """The labels of the encodings whose term each layer computes from its own logits (CoPE, DAPE), joined
+        for messages, or "" (none)."""
+        return ", ".join(encoding.label for encoding in self.encodings() if encoding.layer_module is not None)
+
     @property
     def offset_bias(self):
         """A content-free bias of the offset j - i (T5, ALiBi, KERPLE, Sandwich, FIRE)."""

@@ -114,11 +114,11 @@ class ReleaseT5RelativeBias(T5RelativeBias):
     def forward(self, seq_len):
         return self.relative_attention_bias(self.buckets(seq_len)).permute(2, 0, 1)
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add the rows of the ordinary buckets to ``term`` and, as its [CLS] reset, the rows of the
         buckets of the pairs (0, j) and (i, 0)."""
         cls = self.relative_attention_bias.weight[[self.num_buckets // 2, self.num_buckets]].t()
-        term.add(OffsetRows(self.per_offset(seq_len)[1], cls))
+        term.add(OffsetRows(self.per_offset(forward.seq_len)[1], cls))
 
 
 def build_t5_bias(config):
@@ -159,4 +159,5 @@ T5_BIAS = Encoding(
     citation="Raffel et al., arXiv 1910.10683 (T5's relative bias, as TUPE Eq. 5)",
     slot="relative_bias", options=T5Options, build=build_t5_bias, check=check_t5_bias, sizes=t5_sizes,
     export_names=(("relative_attention_bias.", "relative_bias."),),
+    exported=True, parts=(OffsetRows,),
 )

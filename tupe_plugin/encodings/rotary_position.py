@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..terms.forward import as_positions
 from .encoding import Encoding, option
 from ..terms.parts import Rotary
 from .sinusoid import Sinusoid, initial_frequencies
@@ -73,26 +74,33 @@ class RotaryPosition(nn.Module):
             return positions.float()[..., None] * frequencies.to(positions.device)
         return self.sinusoid.angles(positions)
 
-    def forward(self, seq_len):
-        """(cos, sin) of the angles theta_k t for t = 0..T-1, each (T, d_h / 2), in the model's dtype.
+    def forward(self, positions):
+        """(cos, sin) of the angles theta_k t of ``positions``: a length T (t = 0..T-1; tables (T, d_h / 2)),
+        or a tensor of positions (T,) or (B, T) (tables (..., d_h / 2)), in the model's dtype.
 
         Positions, angles, cos and sin are float32 whatever dtype the model was cast to (fairseq's
         --bf16/--fp16): bf16 cannot tell position 257 from 256, which gave neighbouring positions one
         rotation. Only the finished tables are cast, as :meth:`.Sinusoid.forward` does.
         """
-        angles = self.angles(torch.arange(seq_len, device=self.sinusoid.frequencies.device))
+        device = self.sinusoid.frequencies.device
+        positions = as_positions(positions, device)
+        angles = self.angles(positions)
         dtype = self.sinusoid.output_dtype
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add the cos/sin tables every layer rotates q and k by to ``term`` (a
-        :class:`~tupe_plugin.terms.parts.Rotary`)."""
-        term.add(Rotary(*self(seq_len)))
+        :class:`~tupe_plugin.terms.parts.Rotary`): of the forward's positions, per sequence where each row
+        has its own."""
+        term.add(Rotary(*self(forward.positions)))
 
 
 def rotate(x, cos, sin):
-    """x (..., T, d) with pairs (2k, 2k+1) rotated by the angles whose cos/sin are (T, d/2)."""
+    """x (..., T, d) with pairs (2k, 2k+1) rotated by the angles whose cos/sin are (T, d/2), or for x
+    (B, H, T, d) the (B, T, d/2) tables of each sequence's own positions."""
     even, odd = x[..., 0::2], x[..., 1::2]
+    if cos.dim() == 3:  # per sequence: broadcast over the heads
+        cos, sin = cos[:, None], sin[:, None]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
 
@@ -104,13 +112,14 @@ def rotates_in_place(cos, sin):
 
 
 def rotate_in_place(qk, cos, sin):
-    """q and k of a layer's (B, T, 2, H, d) projection slice rotated where they lie (tables of
+    """q and k of a layer's (B, T, 2, H, d) projection slice rotated where they lie by (T, d/2) or (B, T, d/2)
+    tables (tables of
     :func:`rotates_in_place` only): the projection then holds the rotated query and key the attention
     keeps, instead of a second copy beside it. In float32 and float64 each pair is multiplied as the
     complex number q_2k + i q_2k+1 by e^(i theta_k t) (RoFormer Eq. 34), one pass forward and one
     backward where the real form makes eight over strided halves (at B = 2, T = 512, d = 512, one thread:
     5.5 against 21 ms a layer, forward and backward); other dtypes (bf16, fp16) take the real form."""
-    cos, sin = cos[:, None, None], sin[:, None, None]
+    cos, sin = cos[..., None, None, :], sin[..., None, None, :]  # over q/k and the heads
     if qk.dtype in (torch.float32, torch.float64):
         pairs = torch.view_as_complex(qk.unflatten(-1, (-1, 2)))
         pairs.mul_(torch.complex(cos.to(qk.dtype), sin.to(qk.dtype)))
@@ -215,4 +224,5 @@ ROPE = Encoding(
     slot="rotary", options=RotaryOptions, build=build_rotary, check=check_rotary,
     unused_errors=unused_rotary_errors, export_names=(("sinusoid.frequencies", "rotary_frequencies"),),
     hf_native=rope_native,
+    exported=True, parts=(Rotary,), reads_positions=True,
 )

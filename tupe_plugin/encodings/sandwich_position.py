@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..user_input.memory_limits import FLOAT32
+from ..terms.parts import OffsetRows
 from .encoding import Encoding, option
 from .offset_bias import OffsetBias
 from .sinusoid import Sinusoid
@@ -97,4 +98,5 @@ SANDWICH = Encoding(
     "Receptive Field Analysis, arXiv 2212.10356",
     slot="relative_bias", options=SandwichOptions, build=build_sandwich_bias, check=check_sandwich,
     sizes=sandwich_sizes, export_names=(("sinusoid.frequencies", "sandwich_frequencies"),),
+    exported=True, parts=(OffsetRows,),
 )

@@ -76,12 +76,12 @@ class ShawRelativePosition(nn.Module):
         """(T, T) row of the table for each (query i, key j): clip(j - i, -K, K) + K."""
         return clipped_index(seq_len, self.max_distance, device)
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add the table, the (T, T) index into it, the row by offset j - i and whether values take the
         vectors to ``term`` (a :class:`~tupe_plugin.terms.parts.ClippedTable`)."""
         table = self.table()
-        term.add(ClippedTable(table, self.index(seq_len, table.device),
-                              clipped_offsets(seq_len, self.max_distance, table.device), self.values))
+        term.add(ClippedTable(table, self.index(forward.seq_len, table.device),
+                              clipped_offsets(forward.seq_len, self.max_distance, table.device), self.values))
 
 
 def clipped_index(seq_len, max_distance, device):
@@ -135,4 +135,5 @@ SHAW = Encoding(
     "ICLR 2021",
     slot="shaw", options=ShawOptions, build=build_shaw, check=check_shaw, sizes=shaw_sizes,
     export_names=(("weight", "shaw_table"), ("sinusoid.frequencies", "shaw_frequencies")),
+    exported=True, parts=(ClippedTable,),
 )

@@ -55,8 +55,9 @@ class TransformerXLPosition(nn.Module):
         angles = distances[:, None].float() * self.frequencies[None]
         return torch.cat([angles.sin(), angles.cos()], -1)
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add u on the query and R by offset, whose product each layer takes with v - u on the query."""
+        seq_len = forward.seq_len
         table = self.sinusoids(seq_len)
         term.add(Shift(self.content_bias[:, None]))
         term.add(ProjectedTable(table, torch.arange(2 * seq_len - 1, device=table.device),

@@ -101,10 +101,10 @@ class UntiedPositionalCorrelation(nn.Module):
         q, k = self._project(self.cls_vectors)
         return (q * k).sum(-1)
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add the untied factors to ``term`` as a :class:`~tupe_plugin.terms.parts.LowRank`, [CLS]-reset
         when the module resets it, zero-padded so that the widened heads fit the fused kernels."""
-        q_extra, k_extra = self.projections(seq_len)
+        q_extra, k_extra = self.projections(forward.seq_len)
         thetas = self.cls_thetas()
         if thetas is not None:
             q_extra, k_extra = _reset_factors(q_extra, k_extra, thetas.to(q_extra.dtype))
@@ -144,9 +144,9 @@ class ReleaseUntiedPositionalCorrelation(UntiedPositionalCorrelation):
 class FourTermPositionShift(UntiedPositionalCorrelation):
     """BERT-A^d: the untied table's p U^Q, p U^K shift the word query and key of every layer."""
 
-    def contribute(self, term, seq_len):
+    def contribute(self, term, forward):
         """Add p U^Q, p U^K to ``term`` as a :class:`~tupe_plugin.terms.parts.Shift` of the query and key."""
-        term.add(Shift(*self.projections(seq_len)))
+        term.add(Shift(*self.projections(forward.seq_len)))
 
 
 def build_untied_position(config):
@@ -163,6 +163,11 @@ def build_untied_position(config):
 def untied_logit_terms(config):
     """TUPE's two terms (word and position, Eq. 7), BERT-A^d's four (§4.3)."""
     return 4 if config.four_term else 2
+
+
+def untied_parts(config):
+    """TUPE's factors (LowRank), BERT-A^d's shifts of the query and key (Shift)."""
+    return (Shift,) if config.four_term else (LowRank,)
 
 
 def unused_untied_errors(config):
@@ -184,4 +189,5 @@ UNTIED = Encoding(
     export_names=(("embed_positions.", "untied.position_embeddings."), ("layer_norm.", "untied.LayerNorm."),
                   ("q_proj.", "untied.query."), ("k_proj.", "untied.key."),
                   ("cls_vectors", "untied.cls_vectors")),
+    exported=True, parts=untied_parts,
 )

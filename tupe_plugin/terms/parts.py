@@ -3,7 +3,8 @@
 in which shapes, and under which name the attention paths read them.
 
 Tensors are per head, (H, T, .), unless said otherwise; T is the forward's length. An encoding adds its parts
-in its ``contribute(term, seq_len)`` (``term.add(part)``); the attention plan checks that the path it chose
+in its ``contribute(term, forward)`` (``term.add(part)``; ``forward`` the :class:`~.forward.Forward`: the
+batch, the length and the tokens' positions); the attention plan checks that the path it chose
 reads every part present (:meth:`~tupe_plugin.attention.paths.AttentionPlan.check_reads`, from
 :meth:`Part.reads`, the kinds below); the layer routes each part to its kernel
 (:mod:`tupe_plugin.encoder.self_attention`).
@@ -21,7 +22,10 @@ reads every part present (:meth:`~tupe_plugin.attention.paths.AttentionPlan.chec
 * :class:`ProjectedTable`: a table shared by the layers that each layer projects with parameters of its own
   (DeBERTa's c2p and p2c, He et al., arXiv 2006.03654, Eq. 4): see its docstring for how a new encoding of
   this kind plugs in;
-* :class:`Rotary`: RoPE's cos/sin tables, by which every layer rotates q and k.
+* :class:`Rotary`: RoPE's cos/sin tables, by which every layer rotates q and k, shared by the rows of the
+  batch or per sequence (:attr:`Part.per_sequence`: positions of their own a row);
+* :class:`LayerTerm`: a term each layer computes from its own q, k and logits with parameters of its own
+  (CoPE's contextual positions, DAPE's MLP over the logits): the explicit path reads it.
 
 Key padding (the mask, the rows' lengths, the shared mask gradient) stays in fields of the term itself.
 """
@@ -31,36 +35,37 @@ from typing import ClassVar, Optional
 
 import torch
 
-# The kinds of parts a path may read (Part.reads), with the words an error names them in
-LOW_RANK = "LowRank"
-SHIFT = "Shift"
-DENSE_BIAS = "DenseBias"
-OFFSET_ROWS = "OffsetRows"
-CLIPPED_TABLE = "ClippedTable"
+# A kind a path may read beside the part types' own (Part.kind, the class name): Shaw's value vectors
 CLIPPED_VALUES = "ClippedTable.values"
-PROJECTED_TABLE = "ProjectedTable"
-ROTARY = "Rotary"
-KIND_WORDS = {
-    LOW_RANK: "TUPE's untied factors as widened heads (LowRank)",
-    SHIFT: "query/key shifts (Shift)",
-    DENSE_BIAS: "a dense (H, T, T) bias (DenseBias)",
-    OFFSET_ROWS: "a bias of the offset j - i as its rows (OffsetRows)",
-    CLIPPED_TABLE: "Shaw's clipped table on the keys (ClippedTable)",
-    CLIPPED_VALUES: "Shaw's value vectors, which need the probabilities (ClippedTable with values)",
-    PROJECTED_TABLE: "a table each layer projects, DeBERTa's c2p/p2c (ProjectedTable)",
-    ROTARY: "RoPE's rotation (Rotary)",
-}
 
 
 class Part:
-    """What every part says of itself: ``slot``, the term's attribute that holds it (one part a kind), and
-    :meth:`reads`, the kinds a path must read to take it."""
+    """What every part says of itself: ``kind``, the name paths and errors know it by (its class name),
+    ``words``, how an error names it, and :meth:`reads`, the kinds a path must read to take it. A term holds
+    one part of each type
+    (:meth:`PositionalTerm.add <tupe_plugin.encodings.positional_term.PositionalTerm.add>`);
+    a new type of part is one subclass here, registered in :data:`PART_TYPES` by being defined, plus the
+    paths that read it (:data:`tupe_plugin.attention.paths.PATH_READS`)."""
 
-    slot: ClassVar[str]
     kind: ClassVar[str]
+    words: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.kind = cls.__name__
+        PART_TYPES.append(cls)
 
     def reads(self):
         return (self.kind,)
+
+    @property
+    def per_sequence(self):
+        """Whether the part holds tables per sequence of the batch (a leading B), not shared by the rows."""
+        return False
+
+
+# Every part type, in the order they are defined (the order a term lists its parts in)
+PART_TYPES = []
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,8 +75,7 @@ class LowRank(Part):
 
     q: torch.Tensor
     k: torch.Tensor
-    slot: ClassVar[str] = "low_rank"
-    kind: ClassVar[str] = LOW_RANK
+    words: ClassVar[str] = "TUPE's untied factors as widened heads (LowRank)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,8 +86,7 @@ class Shift(Part):
 
     q: torch.Tensor
     k: Optional[torch.Tensor] = None
-    slot: ClassVar[str] = "shift"
-    kind: ClassVar[str] = SHIFT
+    words: ClassVar[str] = "query/key shifts (Shift)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,8 +95,7 @@ class DenseBias(Part):
     the offset expanded), carried by the mask the term builds."""
 
     bias: torch.Tensor
-    slot: ClassVar[str] = "dense_bias"
-    kind: ClassVar[str] = DENSE_BIAS
+    words: ClassVar[str] = "a dense (H, T, T) bias (DenseBias)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,8 +106,7 @@ class OffsetRows(Part):
 
     rows: torch.Tensor
     cls: Optional[torch.Tensor] = None
-    slot: ClassVar[str] = "offset_bias"
-    kind: ClassVar[str] = OFFSET_ROWS
+    words: ClassVar[str] = "a bias of the offset j - i as its rows (OffsetRows)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,8 +119,7 @@ class ClippedTable(Part):
     index: torch.Tensor
     offsets: torch.Tensor
     values: bool = False
-    slot: ClassVar[str] = "clipped_table"
-    kind: ClassVar[str] = CLIPPED_TABLE
+    words: ClassVar[str] = "Shaw's clipped table on the keys (ClippedTable)"
 
     def reads(self):
         return (CLIPPED_TABLE, CLIPPED_VALUES) if self.values else (CLIPPED_TABLE,)
@@ -147,19 +147,42 @@ class ProjectedTable(Part):
     offsets: torch.Tensor
     p2c_offsets: Optional[torch.Tensor] = None
     query_shift: Optional[torch.Tensor] = None
-    slot: ClassVar[str] = "projected_table"
-    kind: ClassVar[str] = PROJECTED_TABLE
+    words: ClassVar[str] = "a table each layer projects, DeBERTa's c2p/p2c (ProjectedTable)"
 
 
 @dataclass(frozen=True, eq=False)
 class Rotary(Part):
-    """RoPE's ``cos`` and ``sin`` (T, d_h / 2), by which every layer rotates its q and k."""
+    """RoPE's ``cos`` and ``sin``, by which every layer rotates its q and k: (T, d_h / 2), or (B, T, d_h / 2)
+    where each sequence has positions of its own (randomized positions): those the fused rotation
+    (:mod:`tupe_plugin.attention.triton_rotary`) does not read, torch's rotation runs in its place."""
 
     cos: torch.Tensor
     sin: torch.Tensor
-    slot: ClassVar[str] = "rotary"
-    kind: ClassVar[str] = ROTARY
+    words: ClassVar[str] = "RoPE's rotation (Rotary)"
+
+    @property
+    def per_sequence(self):
+        return self.cos.dim() == 3
 
 
-# The term's slots in the order the parts are listed
-PART_TYPES = (LowRank, Shift, DenseBias, OffsetRows, ClippedTable, ProjectedTable, Rotary)
+@dataclass(frozen=True, eq=False)
+class LayerTerm(Part):
+    """A term each layer computes from its own attention: the module ``name`` of the layer's
+    ``layer_terms`` (the one the encoding's ``layer_module(config)`` builds for each layer, with parameters of
+    its own a layer) is called on the layer's scaled logits ``scale q k^T`` (B, H, T, T), float32, its q and
+    k (B, H, T, d_h), the content-free bias every layer adds (H, T, T) or None, and the key padding (B, T),
+    True at padding, or None; it returns what it adds to the logits (B, H, T, T) (CoPE's contextual
+    positions, DAPE's MLP over the logits and the bias). The explicit path computes it (the logits are
+    whole there)."""
+
+    name: str
+    words: ClassVar[str] = "a term each layer computes from its own logits (LayerTerm)"
+
+
+PART_TYPES = tuple(PART_TYPES)
+# The kinds a path may read (Part.reads), with the words an error names them in
+LOW_RANK, SHIFT, DENSE_BIAS, OFFSET_ROWS = LowRank.kind, Shift.kind, DenseBias.kind, OffsetRows.kind
+CLIPPED_TABLE, PROJECTED_TABLE, ROTARY, LAYER_TERM = (ClippedTable.kind, ProjectedTable.kind, Rotary.kind,
+                                                      LayerTerm.kind)
+KIND_WORDS = {**{part.kind: part.words for part in PART_TYPES},
+              CLIPPED_VALUES: "Shaw's value vectors, which need the probabilities (ClippedTable with values)"}
