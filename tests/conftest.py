@@ -18,6 +18,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 import tupe_plugin  # noqa: F401  (registers the model and archs)
 from tupe_plugin.fairseq_fixes import known_warnings
 from tupe_plugin.models import TupeRobertaModel
+from tupe_plugin.encodings import registry
 from tupe_plugin.models.architectures import POSITION_PRESETS
 from tupe_plugin.terms.parts import DenseBias, OffsetRows
 
@@ -25,6 +26,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_DATA = os.path.join(REPO, "tests", "data")
 VENV_BIN = os.path.dirname(sys.executable)
 PRESETS = sorted(POSITION_PRESETS)
+
+
+def preset_encodings(preset):
+    """The registered encodings (:data:`~tupe_plugin.encodings.registry.ENCODINGS`) the position preset
+    ``preset`` of :data:`~tupe_plugin.models.architectures.POSITION_PRESETS` selects."""
+    flags = dict(dict.fromkeys(registry.FAMILIES, "none"), **POSITION_PRESETS[preset])
+    return tuple(registry.used(argparse.Namespace(**flags)))
+
+
+def choices_of_kind(*kinds):
+    """(family, value) of every flag value that selects a registered encoding of one of ``kinds``."""
+    return [(encoding.family, choice) for encoding in registry.ENCODINGS if encoding.kind in kinds
+            for choice in encoding.choices]
 
 
 def load_benchmark(name):

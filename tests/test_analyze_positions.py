@@ -16,7 +16,6 @@ from tupe_plugin.analysis.position_sections import POSITION_SECTIONS
 from tupe_plugin.analysis.report import AnalysisContext, run_sections
 from tupe_plugin.checkpoints.vocabulary import word_indices
 from tupe_plugin.encoder.embedding_diagnosis import embedding_position_diagnosis
-from tupe_plugin.models.architectures import POSITION_PRESETS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS_WITHOUT_FIGURE = {"embeddings_vs_positions"}  # numbers only: norms, their ratio, the probe R^2
@@ -138,21 +137,26 @@ def test_identical_word_probing_averages_eq_5_over_words():
     torch.testing.assert_close(probed, expected, atol=1e-5, rtol=1e-5)
 
 
-def expected_sections(preset):
-    flags = POSITION_PRESETS[preset]
+def expected_sections(config):
+    """The sections that apply to a model of the position config ``config``, from the registry's facts of
+    the encodings it uses: their kind, the name of an encoding that has a section of its own, and the
+    value its flag selects."""
+    used = config.encodings()
+    kinds, names = {encoding.kind for encoding in used}, {encoding.name for encoding in used}
+    selected = [getattr(config, encoding.family) for encoding in used]
     applies = {
-        "content_free_term": flags["untied_pos"] != "none"
-        or flags["rel_pos"] not in ("none", "deberta", "xl") and not flags["rel_pos"].startswith("shaw-"),
-        "disentangled_profiles": flags["rel_pos"] == "deberta",
-        "t5_bias": flags["rel_pos"] == "t5",
-        "alibi_bias": flags["rel_pos"] == "alibi",
-        "distance_bias": flags["rel_pos"] in ("kerple-log", "kerple-power", "sandwich", "fire"),
-        "rotary_profile": flags["rotary"] != "none",
-        "first_layer_position_correlation": flags["abs_pos"] != "none",
-        "absolute_position_dot_products": flags["abs_pos"] != "none" or flags["untied_pos"] != "none",
-        "relative_position_dot_products": flags["rel_pos"].startswith("shaw-"),
+        # a term of the positions alone: the untied term and every bias (relative vectors depend on the query)
+        "content_free_term": bool(kinds & {"untied", "bias", "distance_bias"}),
+        "disentangled_profiles": "deberta" in names,
+        "t5_bias": "t5" in names,
+        "alibi_bias": "alibi" in names,
+        "distance_bias": "distance_bias" in kinds and "alibi" not in names,  # ALiBi has its own section
+        "rotary_profile": "rotation" in kinds,
+        "first_layer_position_correlation": "absolute" in kinds,
+        "absolute_position_dot_products": bool(kinds & {"absolute", "untied"}),
+        "relative_position_dot_products": "shaw" in names,
         "identical_word_probing": True,
-        "learned_frequencies": "learnable" in flags["abs_pos"] + flags["rel_pos"] + flags["rotary"],
+        "learned_frequencies": any("learnable" in value for value in selected),
     }
     return {name for name, yes in applies.items() if yes}
 
@@ -170,7 +174,7 @@ def test_sections_apply_exactly_where_the_position_flags_say(preset, tmp_path, n
     context = AnalysisContext(model, dictionary, f"{preset}_tiny", 12, str(tmp_path), window=4,
                               probe_samples=2)
     results = run_sections(context, POSITION_SECTIONS)
-    assert {r.name for r in results if r.applies} == expected_sections(preset)
+    assert {r.name for r in results if r.applies} == expected_sections(pm.position_config(model))
     for result in results:
         if result.applies:
             assert result.figures and all(

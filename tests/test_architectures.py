@@ -2,10 +2,12 @@ import pytest
 import torch
 from conftest import PRESETS, build_model, random_tokens
 
-from tupe_plugin.models.architectures import ARCHITECTURES, SIZES
+from tupe_plugin.encodings import registry
+from tupe_plugin.models.architectures import ARCHITECTURES, POSITION_PRESETS, SIZES
 from tupe_plugin.encodings.position_config import PositionFlagError
 
-# (--abs-pos, --rel-pos, --untied-pos, --cls-reset, --rotary)
+# The specification of the papers' rows (README, Architectures): (--abs-pos, --rel-pos, --untied-pos,
+# --cls-reset, --rotary) of each. Presets beyond these rows are tested through POSITION_PRESETS.
 PAPER_ROWS = {
     "bert_a": ("learned", "none", "none", "none", "none"),
     "bert_r": ("learned", "t5", "none", "none", "none"),
@@ -47,19 +49,27 @@ PAPER_ROWS = {
 }
 
 
-def test_presets_are_exactly_the_rows_of_the_papers_and_rope_alibi():
-    assert set(PRESETS) == set(PAPER_ROWS)
+def test_every_paper_row_is_a_preset():
+    assert set(PAPER_ROWS) <= set(PRESETS)
 
 
-def test_every_paper_row_is_registered_in_every_size():
-    expected = {f"{row}_{size}" for row in PAPER_ROWS for size in SIZES}
+def test_every_preset_is_registered_in_every_size():
+    expected = {f"{preset}_{size}" for preset in PRESETS for size in SIZES}
     assert expected <= set(ARCHITECTURES)
 
 
+@pytest.mark.parametrize("row", sorted(PAPER_ROWS))
+def test_paper_rows_set_the_papers_flags(row, dictionary):
+    args = build_model(f"{row}_tiny", dictionary).args
+    assert (args.abs_pos, args.rel_pos, args.untied_pos, args.cls_reset, args.rotary) == PAPER_ROWS[row]
+
+
 @pytest.mark.parametrize("preset", PRESETS)
-def test_presets_set_the_paper_rows_flags(preset, dictionary):
+def test_presets_set_their_flags_and_select_registered_encodings(preset, dictionary):
     args = build_model(f"{preset}_tiny", dictionary).args
-    assert (args.abs_pos, args.rel_pos, args.untied_pos, args.cls_reset, args.rotary) == PAPER_ROWS[preset]
+    assert {flag: getattr(args, flag) for flag in POSITION_PRESETS[preset]} == POSITION_PRESETS[preset]
+    for family in registry.FAMILIES:
+        assert getattr(args, family) in registry.family_choices(family)
 
 
 def test_command_line_flags_override_a_preset(dictionary):

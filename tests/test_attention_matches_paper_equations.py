@@ -53,9 +53,10 @@ def test_forward_and_gradients_equal_the_paper_equations(preset, overrides, norm
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
     encoder = model.encoder.sentence_encoder
 
-    fused, fused_grads = features_and_grads(model, tokens, weights)
+    # one seed before each forward: an encoding that samples its positions in training samples them alike
+    fused, fused_grads = features_and_grads(model, tokens, weights, seed=0)
     plain, plain_grads = features_and_grads(model, tokens, weights,
-                                            lambda t: encoder_features(encoder, t))
+                                            lambda t: encoder_features(encoder, t), seed=0)
 
     torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
     assert_gradients_close(fused_grads, plain_grads)
@@ -86,10 +87,10 @@ def test_biased_flash_path_equals_the_paper_equations(preset, overrides, normali
     weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
     encoder = model.encoder.sentence_encoder
 
-    fused, fused_grads = features_and_grads(model, tokens, weights)
+    fused, fused_grads = features_and_grads(model, tokens, weights, seed=0)
     assert len(calls) == model.args.encoder_layers
     plain, plain_grads = features_and_grads(model, tokens, weights,
-                                            lambda t: encoder_features(encoder, t))
+                                            lambda t: encoder_features(encoder, t), seed=0)
 
     torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
     assert_gradients_close(fused_grads, plain_grads)
@@ -100,7 +101,10 @@ def test_explicit_attention_path_equals_the_fused_path(preset, dictionary):
     model = build_model(f"{preset}_tiny", dictionary)
     tokens = random_tokens(dictionary, LENGTHS)
     keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    # one seed before each forward: an encoding that samples its positions in training samples them alike
+    torch.manual_seed(0)
     fused = model(tokens, features_only=True)[0]
+    torch.manual_seed(0)
     explicit, extra = model(tokens, features_only=True, need_attn=True)
     torch.testing.assert_close(fused * keep, explicit * keep, atol=1e-5, rtol=1e-5)
     assert len(extra["attn"]) == model.args.encoder_layers

@@ -7,10 +7,11 @@ import argparse
 
 import pytest
 import torch
-from conftest import build_model, test_data
+from conftest import PRESETS, build_model, preset_encodings, test_data
 from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from tupe_plugin.checkpoints.checkpoint_config import saved_model_config
+from tupe_plugin.encodings import registry
 from tupe_plugin.encodings.position_config import BEFORE_RELEASED_FORMS, DEFAULTS
 from tupe_plugin.policies.restore_architecture import carry_checkpoint_architecture
 
@@ -48,7 +49,12 @@ def test_a_fine_tuning_restore_of_such_a_checkpoint_carries_its_earlier_form(nam
         assert carried[flag] == value and getattr(model_cfg, flag) == value
 
 
-@pytest.mark.parametrize("preset", ["bert_kerple", "bert_fire", "bert_sandwich", "deberta"])
+# every preset that uses an encoding with an option of an earlier form
+WITH_EARLIER_FORMS = {registry.owner(name) for name in BEFORE_RELEASED_FORMS}
+WITH_RELEASED_FORMS = [preset for preset in PRESETS if WITH_EARLIER_FORMS & set(preset_encodings(preset))]
+
+
+@pytest.mark.parametrize("preset", WITH_RELEASED_FORMS)
 def test_a_new_model_takes_the_released_forms_and_records_them(preset, dictionary):
     model = build_model(f"{preset}_tiny", dictionary)
     for flag in BEFORE_RELEASED_FORMS:

@@ -6,9 +6,10 @@ import pytest
 import torch
 from conftest import build_model
 from paper_equations import alibi_bias, fire_bias, kerple_bias, sandwich_bias
+from tupe_plugin.encodings import registry
 from tupe_plugin.encodings.alibi_position import alibi_slopes
 
-# (preset, flags, symmetric) of every distance bias and variant
+# (preset, flags, symmetric) of the papers' distance biases and their variants (every registered one: below)
 DISTANCE_BIASES = [
     ("bert_kerple", {}, True),
     ("bert_kerple", {"rel_pos": "kerple-power"}, True),
@@ -45,6 +46,22 @@ def test_distance_bias_is_translation_invariant_and_symmetric_where_promised(pre
         bias = module(SEQ_LEN)
     torch.testing.assert_close(bias[:, 1:, 1:], bias[:, :-1, :-1])
     assert torch.allclose(bias, bias.transpose(1, 2)) == symmetric
+
+
+REGISTERED = [(encoding, choice) for encoding in registry.ENCODINGS if encoding.kind == "distance_bias"
+              for choice in encoding.choices]
+
+
+@pytest.mark.parametrize("encoding, choice", REGISTERED, ids=[choice for _, choice in REGISTERED])
+def test_every_registered_distance_bias_is_translation_invariant(encoding, choice, dictionary):
+    model = build_model("bert_nope_tiny", dictionary, **{encoding.family: choice})
+    encoder = model.encoder.sentence_encoder
+    module = getattr(encoder.positional_term, encoding.slot)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(torch.randn_like(parameter))
+        bias = module(SEQ_LEN)
+    torch.testing.assert_close(bias[:, 1:, 1:], bias[:, :-1, :-1])
 
 
 @pytest.mark.parametrize("preset, flags, symmetric", DISTANCE_BIASES)

@@ -13,6 +13,8 @@ import fairseq_cli.train
 import pytest
 from cli import run_fairseq
 from conftest import REPO, VENV_BIN
+from tupe_plugin.encodings import registry
+from tupe_plugin.encodings.encoding import flag_name
 
 PLUGIN = os.path.join(REPO, "tupe_plugin")
 
@@ -83,8 +85,8 @@ def test_fairseq_train_help_describes_the_plugins_flags():
     options.parse_args_and_arch(parser, ["data", "--task", "masked_lm", "--arch", "tupe_r_tiny"],
                                 parse_known=True)
     described = re.findall(r"^  (--[\w-]+)", parser.format_help(), flags=re.M)
-    for flag in ("--rel-pos", "--untied-pos", "--no-layernorm-embedding", "--embed-init-path",
-                 "--init-from-checkpoint"):
+    families = [flag_name(family) for family in registry.FAMILIES]  # --abs-pos, --rel-pos, ...
+    for flag in (*families, "--no-layernorm-embedding", "--embed-init-path", "--init-from-checkpoint"):
         assert flag in described
 
 

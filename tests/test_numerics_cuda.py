@@ -131,6 +131,7 @@ def _gradients(model, context, need_attn=False):
     weights = (torch.randn(*tokens.shape, model.args.encoder_embed_dim, generator=generator).cuda()
                * _keep(tokens))
     model.zero_grad()
+    torch.manual_seed(0)  # the forwards compared sample alike where an encoding samples positions in training
     with context:
         features = model(tokens, features_only=True, need_attn=need_attn)[0]
     (features.float() * weights).sum().backward()

@@ -5,7 +5,7 @@ encoding."""
 
 import pytest
 import torch
-from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
+from conftest import assert_gradients_close, build_model, choices_of_kind, features_and_grads, random_tokens
 from tupe_plugin.attention import compiled_kernels, cpu_kernels, paths
 from tupe_plugin.attention.cpu_kernels import BiasedFlashAttention, ChunkedAttention
 from tupe_plugin.attention.dropout import keep_mask, keep_probability
@@ -235,21 +235,16 @@ def test_fixed_rows_get_no_gradient():
     assert q.grad is not None and rows.grad is None
 
 
-# Every encoding with a bias of the offset, each [CLS] reset: (preset, flags)
-ENCODINGS = [
-    ("bert_r", {}),
-    ("bert_r", {"cls_reset": "paper"}),
+# Every registered encoding with a bias of the offset, with and without the [CLS] reset, then the options
+# of the papers' rows: (preset, flags)
+ENCODINGS = [("bert_nope", dict({family: choice}, **reset))
+             for family, choice in choices_of_kind("bias", "distance_bias")
+             for reset in ({}, {"cls_reset": "paper"})] + [
     ("tupe_r", {}),
     ("tupe_r", {"cls_reset": "release", "untied_proj_bias": True}),
-    ("bert_alibi_cls", {}),
     ("bert_alibi_asym", {}),
-    ("bert_kerple", {}),
-    ("bert_kerple", {"rel_pos": "kerple-power", "cls_reset": "paper"}),
-    ("bert_sandwich", {"cls_reset": "paper"}),
-    ("bert_fire", {}),
     ("bert_fire", {"fire_signed": True, "cls_reset": "paper"}),
 ]
-
 
 def _ids(case):
     preset, flags = case

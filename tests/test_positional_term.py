@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import PRESETS, build_model, random_tokens
+from conftest import PRESETS, build_model, choices_of_kind, random_tokens
 from tupe_plugin.encodings.positional_term import SharedPositionalTerm
 
 
@@ -39,9 +39,9 @@ def test_cls_reset_sets_exactly_row_0_and_column_0(preset, dictionary):
     torch.testing.assert_close(reset[:, 1:, 0], thetas[:, 1:].expand(-1, seq_len - 1))
 
 
-@pytest.mark.parametrize("rel_pos", ["t5", "alibi", "kerple-log", "sandwich", "fire"])
-def test_cls_reset_without_untied_term_sets_row_0_and_column_0_to_its_thetas(rel_pos, dictionary):
-    model = build_model("bert_alibi_cls_tiny", dictionary, rel_pos=rel_pos)
+@pytest.mark.parametrize("family, choice", choices_of_kind("bias", "distance_bias"))
+def test_cls_reset_without_untied_term_sets_row_0_and_column_0_to_its_thetas(family, choice, dictionary):
+    model = build_model("bert_nope_tiny", dictionary, cls_reset="paper", **{family: choice})
     positional = model.encoder.sentence_encoder.positional_term
     thetas = positional.cls_reset.thetas.detach().normal_()
     seq_len = 10

@@ -2,7 +2,8 @@
 
 import pytest
 import torch
-from conftest import build_model, random_tokens
+from conftest import build_model, choices_of_kind, random_tokens
+from tupe_plugin.encodings import registry
 from tupe_plugin.encodings.alibi_position import AlibiBias, alibi_slopes
 from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
 from tupe_plugin.encoder.self_attention import PositionalSelfAttention
@@ -95,18 +96,11 @@ def test_rotary_base_sets_the_frequencies(dictionary):
 @pytest.mark.parametrize("flags, message", [
     (dict(rotary="fixed", untied_pos="four-term"), "--rotary fixed with --untied-pos four-term"),
     (dict(rotary="learnable", rel_pos="shaw-learned"), "two query-dependent relative encodings"),
-    (dict(rotary="fixed", rel_pos="alibi"), "--rotary fixed with --rel-pos alibi"),
-    (dict(rel_pos="alibi", untied_pos="tupe", cls_reset="release"), "--cls-reset release .* alibi"),
-    (dict(rotary="fixed", rel_pos="kerple-log"), "--rotary fixed with --rel-pos kerple-log"),
-    (dict(rel_pos="kerple-power", untied_pos="tupe", cls_reset="release"),
-     "--cls-reset release .* kerple-power"),
-    (dict(rotary="fixed", rel_pos="sandwich"), "--rotary fixed with --rel-pos sandwich"),
     (dict(rel_pos="sandwich", sandwich_dim=7), "--sandwich-dim must be even and >= 2, got 7"),
     (dict(rel_pos="sandwich", sandwich_scale=0.0), "--sandwich-scale must be > 0"),
     (dict(alibi_asymmetric=True), "--alibi-asymmetric is an option of ALiBi; add --rel-pos alibi"),
     (dict(rel_pos="t5", fire_signed=True), "--fire-signed is an option of FIRE; add --rel-pos fire"),
     (dict(rel_pos="fire", fire_hidden=0), "--fire-hidden must be >= 1, got 0"),
-    (dict(rotary="fixed", rel_pos="fire"), "--rotary fixed with --rel-pos fire"),
     (dict(rel_pos="t5", alibi_learned_slopes=True), "--alibi-learned-slopes is an option of ALiBi"),
     (dict(rotary="fixed", rotary_base=1.0), "--rotary-base must be > 1"),
     (dict(rotary="spiral"), "--rotary must be one of none, fixed, learnable"),
@@ -114,6 +108,20 @@ def test_rotary_base_sets_the_frequencies(dictionary):
 def test_nonsense_rotary_and_alibi_combinations_are_refused_by_name(flags, message):
     with pytest.raises(PositionFlagError, match=message):
         PositionConfig(embed_dim=64, num_heads=4, max_positions=8, **flags).check()
+
+
+@pytest.mark.parametrize("rotary", registry.family_choices("rotary")[1:])  # every choice but none
+@pytest.mark.parametrize("family, choice", choices_of_kind("distance_bias"))
+def test_rotary_with_any_distance_bias_is_refused_by_name(rotary, family, choice):
+    with pytest.raises(PositionFlagError, match=f"--rotary {rotary} with --rel-pos {choice}: two relative"):
+        PositionConfig(embed_dim=64, num_heads=4, max_positions=8, rotary=rotary, **{family: choice}).check()
+
+
+@pytest.mark.parametrize("family, choice", choices_of_kind("distance_bias"))
+def test_the_released_cls_reset_of_a_distance_bias_is_refused_by_name(family, choice):
+    with pytest.raises(PositionFlagError, match=f"--cls-reset release .* {choice}"):
+        PositionConfig(embed_dim=64, num_heads=4, max_positions=8, untied_pos="tupe", cls_reset="release",
+                       **{family: choice}).check()
 
 
 def test_rotary_needs_an_even_head_dimension():
