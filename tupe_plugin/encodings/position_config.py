@@ -20,6 +20,7 @@ from fairseq.utils import safe_getattr
 from ..user_input.cli_types import finite_float
 from ..user_input.memory_limits import ForwardShape, beyond_memory, forward_shape
 from ..user_input.user_errors import UserError
+from ..terms.parts import LayerTerm, OffsetRows
 from . import registry
 from .encoding import flag_name, option
 
@@ -167,14 +168,16 @@ class PositionChoices:
 
     @property
     def layer_terms(self):
-        """The labels of the encodings whose term each layer computes from its own logits (CoPE, DAPE), joined
-        for messages, or "" (none)."""
-        return ", ".join(encoding.label for encoding in self.encodings() if encoding.layer_module is not None)
+        """The labels of the encodings whose term each layer computes from its own logits (a
+        :class:`~tupe_plugin.terms.parts.LayerTerm`: CoPE, DAPE), joined for messages, or "" (none)."""
+        return ", ".join(encoding.label for encoding in self.encodings()
+                         if LayerTerm in encoding.part_types(self))
 
     @property
     def offset_bias(self):
-        """A content-free bias of the offset j - i (T5, ALiBi, KERPLE, Sandwich, FIRE)."""
-        return self._uses_kind("bias") or self.distance_bias
+        """A content-free bias of the offset j - i (T5, ALiBi, KERPLE, Sandwich, FIRE): an encoding adds
+        :class:`~tupe_plugin.terms.parts.OffsetRows`."""
+        return OffsetRows in self.part_types()
 
     @property
     def own_cls_thetas(self):
