@@ -17,6 +17,7 @@ COMMANDS = {
     "tupe-build-corpus": "tupe_plugin.corpus.build",
     "tupe-train-spm": "tupe_plugin.corpus.train_spm",
     "tupe-show-progress": "tupe_plugin.cli.progress",
+    "tupe-encodings": "tupe_plugin.models.encoding_listing",
 }
 
 setup(

@@ -9,6 +9,7 @@ COMMANDS = {
     "tupe-convert-official", "tupe-convert-hf", "tupe-export-hf", "tupe-collect-glue", "tupe-build-corpus",
     "tupe-train-spm",
     "tupe-export-embeddings", "tupe-show-progress", "tupe-finetune-glue", "tupe-finetune-squad",
+    "tupe-encodings",
 }
 
 
