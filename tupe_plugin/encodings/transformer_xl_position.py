@@ -106,6 +106,6 @@ TRANSFORMER_XL = Encoding(
     "Beyond "
     "a Fixed-Length Context, arXiv 1901.02860",
     slot="transformer_xl", options=TransformerXLOptions, build=build_transformer_xl,
-    check=check_transformer_xl, exported=False,
+    check=check_transformer_xl, exported=False, parts=(Shift, ProjectedTable),
     export_names=(("content_bias", "xl_content_bias"), ("position_bias", "xl_position_bias")),
 )
