@@ -7,8 +7,8 @@ Wang et al. 2021 Table 1 element by element and the Shaw vectors of Wang et al. 
 the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair, RoPE's rotation as 2x2 blocks (its angles
 scaled for longer inputs as --rotary-scaling says) and DeBERTa's content-to-position and position-to-content
 terms (He et al. 2021 Eq. 3-4) pair by pair, with the passes of its Enhanced Mask Decoder (§3.2) before the
-masked-LM head, and Transformer-XL's relative terms (Dai et al. 2019 §3.3, bidirectional as XLNet) pair by
-pair.
+masked-LM head, Transformer-XL's relative terms (Dai et al. 2019 §3.3, bidirectional as XLNet) pair by
+pair, and CoPE's contextual positions (Golovneva et al. 2024, counted in both directions) pair by pair.
 """
 
 import math
@@ -230,6 +230,31 @@ def xl_logits(encoder, layer, q, k, head):
     return content + position
 
 
+def cope_logits(layer, q, logits, padding_mask):
+    """(B, T, T) CoPE's position logits of one head (Golovneva et al. 2024, Eq. 3-5, as released: divided by
+    sqrt(d_h)), pair by pair: g_it = sigmoid(logits_it), 0 at padded keys; p_ij = the sum of g_it over t from
+    j to i (j <= i) or from i to j (j > i), clipped to P; z_ij = w q_i . e[ceil p] + (1 - w) q_i . e[floor p],
+    w = p - floor p, with e the layer's table of P + 1 rows."""
+    table = layer.self_attn.layer_terms["cope"].table
+    largest = table.size(0) - 1
+    batch, seq_len, head_dim = q.shape
+    gates = torch.sigmoid(logits)
+    if padding_mask is not None:
+        gates = gates * (~padding_mask)[:, None, :].float()
+    rows = []
+    for b in range(batch):
+        pairs = []
+        for i in range(seq_len):
+            for j in range(seq_len):
+                p = sum(gates[b, i, t] for t in range(min(i, j), max(i, j) + 1))
+                p = torch.clamp(p, max=largest)
+                below, above = int(math.floor(p.item())), int(math.ceil(p.item()))
+                w = p - below
+                pairs.append(w * (q[b, i] @ table[above]) + (1 - w) * (q[b, i] @ table[below]))
+        rows.append(torch.stack(pairs).view(seq_len, seq_len))
+    return torch.stack(rows) / math.sqrt(head_dim)
+
+
 def rope_angles(config, frequencies, t):
     """RoPE's angles theta_k t of the pairs k at position t (Su et al. 2021), as --rotary-scaling scales
     them by F: linear = theta_k (t / F) (position interpolation, Chen et al. 2023); ntk = theta'_k t with
@@ -367,6 +392,8 @@ def attention_layer(encoder, layer, x, padding_mask, query=None):
             logits = xl_logits(encoder, layer, q, k, h) / math.sqrt(head_dim)
         else:
             logits = q @ k.transpose(1, 2) / math.sqrt(head_dim)
+        if encoder.config.uses("cope"):
+            logits = logits + cope_logits(layer, q, logits, padding_mask)
         correlation = content_free_correlation(encoder, seq_len, h)
         if correlation is not None:
             logits = logits + correlation

@@ -60,6 +60,8 @@ POSITION_PRESETS.update(
     deberta_emd=dict(NO_POSITION, rel_pos="deberta", deberta_emd=True),
     # Transformer-XL's relative encoding (Dai et al. 2019 §3.3), bidirectional as XLNet
     bert_xl=dict(NO_POSITION, rel_pos="xl"),
+    # CoPE's contextual positions (Golovneva et al. 2024), counted in both directions
+    bert_cope=dict(NO_POSITION, rel_pos="cope"),
 )
 
 
