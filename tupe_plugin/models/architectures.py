@@ -60,6 +60,9 @@ POSITION_PRESETS.update(
     deberta_emd=dict(NO_POSITION, rel_pos="deberta", deberta_emd=True),
     # Transformer-XL's relative encoding (Dai et al. 2019 §3.3), bidirectional as XLNet
     bert_xl=dict(NO_POSITION, rel_pos="xl"),
+    # DAPE (Zheng et al. 2024): each layer's MLP over its logits and the distance bias, on KERPLE and ALiBi
+    bert_dape_kerple=dict(NO_POSITION, rel_pos="kerple-log", dape=True),
+    bert_dape_alibi=dict(NO_POSITION, rel_pos="alibi", dape=True),
 )
 
 
