@@ -19,6 +19,7 @@ import tupe_plugin  # noqa: F401  (registers the model and archs)
 from tupe_plugin.fairseq_fixes import known_warnings
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.encodings import registry
+from tupe_plugin.encodings.position_config import DEFAULTS
 from tupe_plugin.models.architectures import POSITION_PRESETS
 from tupe_plugin.terms.parts import DenseBias, OffsetRows
 
@@ -31,7 +32,7 @@ PRESETS = sorted(POSITION_PRESETS)
 def preset_encodings(preset):
     """The registered encodings (:data:`~tupe_plugin.encodings.registry.ENCODINGS`) the position preset
     ``preset`` of :data:`~tupe_plugin.models.architectures.POSITION_PRESETS` selects."""
-    flags = dict(dict.fromkeys(registry.FAMILIES, "none"), **POSITION_PRESETS[preset])
+    flags = {**DEFAULTS, **dict.fromkeys(registry.FAMILIES, "none"), **POSITION_PRESETS[preset]}
     return tuple(registry.used(argparse.Namespace(**flags)))
 
 

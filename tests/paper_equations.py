@@ -8,7 +8,8 @@ the ALiBi, KERPLE, Sandwich and FIRE biases pair by pair, RoPE's rotation as 2x2
 scaled for longer inputs as --rotary-scaling says) and DeBERTa's content-to-position and position-to-content
 terms (He et al. 2021 Eq. 3-4) pair by pair, with the passes of its Enhanced Mask Decoder (§3.2) before the
 masked-LM head, Transformer-XL's relative terms (Dai et al. 2019 §3.3, bidirectional as XLNet) pair by
-pair, and CoPE's contextual positions (Golovneva et al. 2024, counted in both directions) pair by pair.
+pair, CoPE's contextual positions (Golovneva et al. 2024, counted in both directions) pair by pair, and DAPE's
+MLP over the heads' logits and bias (Zheng et al. 2024) pair by pair.
 """
 
 import math
@@ -358,6 +359,25 @@ def content_free_correlation(encoder, seq_len, head):
     return v if used else None
 
 
+def dape_terms(layer, scores, biases):
+    """DAPE (Zheng et al. 2024) of one layer, pair by pair: f([S_ij; B_ij]) = W_2 LeakyReLU(W_1 [S_ij; B_ij]
+    + b_1) + b_2, the H scaled logits S_ij of the pair (i, j) (``scores``, one (B, T, T) a head) first, the
+    H values of the content-free bias B_ij (``biases``, one (T, T) or None a head: 0) second; LeakyReLU's
+    slope 0.01. Returns one (B, T, T) a head."""
+    mlp = layer.self_attn.layer_terms["dape"]
+    batch, seq_len, _ = scores[0].shape
+    biases = [torch.zeros(seq_len, seq_len) if bias is None else bias for bias in biases]
+    cells = torch.zeros(len(scores), batch, seq_len, seq_len)
+    for b in range(batch):
+        for i in range(seq_len):
+            for j in range(seq_len):
+                x = torch.stack([s[b, i, j] for s in scores] + [bias[i, j] for bias in biases])
+                hidden = mlp.hidden.weight @ x + mlp.hidden.bias
+                hidden = torch.where(hidden > 0, hidden, 0.01 * hidden)
+                cells[:, b, i, j] = mlp.output.weight @ hidden + mlp.output.bias
+    return list(cells)
+
+
 def attention_layer(encoder, layer, x, padding_mask, query=None):
     """One layer's multi-head attention output for x (B, T, C), head by head; with ``query`` (B, T, C) the
     queries are read from it, the keys and values from x (DeBERTa's Enhanced Mask Decoder)."""
@@ -366,7 +386,7 @@ def attention_layer(encoder, layer, x, padding_mask, query=None):
     head_dim = attn.head_dim
     w, b = attn.in_proj.weight, attn.in_proj.bias
     term = encoder.positional_term
-    heads = []
+    per_head = []
     for h in range(attn.num_heads):
         rows = slice(h * head_dim, (h + 1) * head_dim)
         q = (x if query is None else query) @ w[:embed_dim][rows].t() + b[:embed_dim][rows]
@@ -392,12 +412,14 @@ def attention_layer(encoder, layer, x, padding_mask, query=None):
             logits = xl_logits(encoder, layer, q, k, h) / math.sqrt(head_dim)
         else:
             logits = q @ k.transpose(1, 2) / math.sqrt(head_dim)
+        scores = logits
         if encoder.config.uses("cope"):
-            logits = logits + cope_logits(layer, q, logits, padding_mask)
+            logits = logits + cope_logits(layer, q, scores, padding_mask)
         correlation = content_free_correlation(encoder, seq_len, h)
         if correlation is not None:
             logits = logits + correlation
         shaw = term.shaw
+        a = None
         if shaw is not None:
             scale = (logits.new_tensor(q.size(-1)) * (2 if encoder.config.untied else 4 if encoder.config.four_term else 1)) ** -0.5
             a = [[shaw_vector(encoder, j - i) for j in range(seq_len)] for i in range(seq_len)]
@@ -406,11 +428,18 @@ def attention_layer(encoder, layer, x, padding_mask, query=None):
                 for i in range(seq_len)
             ], 1)
             logits = logits + key_term * scale
+        per_head.append((logits, scores, correlation, v, a))
+    if encoder.config.dape:
+        terms = dape_terms(layer, [scores for _, scores, *_ in per_head],
+                           [correlation for _, _, correlation, *_ in per_head])
+        per_head = [(logits + terms[h], *rest) for h, (logits, *rest) in enumerate(per_head)]
+    heads = []
+    for logits, _, _, v, a in per_head:
         if padding_mask is not None:
             logits = logits.masked_fill(padding_mask[:, None, :], float("-inf"))
         probs = torch.softmax(logits, -1)
         out = probs @ v
-        if shaw is not None and encoder.config.shaw_values:
+        if a is not None and encoder.config.shaw_values:
             value_term = torch.stack([
                 sum(probs[:, i, j, None] * a[i][j] for j in range(seq_len))
                 for i in range(seq_len)

@@ -143,7 +143,8 @@ def expected_sections(config):
     value its flag selects."""
     used = config.encodings()
     kinds, names = {encoding.kind for encoding in used}, {encoding.name for encoding in used}
-    selected = [getattr(config, encoding.family) for encoding in used]
+    # the values of the family flags that select them (a switch of its own, --dape, is a bool)
+    selected = [getattr(config, encoding.family) for encoding in used if encoding.selects is None]
     applies = {
         # a term of the positions alone: the untied term and every bias (relative vectors depend on the query)
         "content_free_term": bool(kinds & {"untied", "bias", "distance_bias"}),
@@ -254,6 +255,11 @@ def run_script(*argv):
     ("tupe_r_tiny", {"first_layer_position_correlation", "relative_position_dot_products",
                      "learned_frequencies", "alibi_bias", "distance_bias", "rotary_profile",
                      "disentangled_profiles"}),
+    # DAPE on KERPLE: the content-free sections draw KERPLE's bias B, which its MLP reads with the logits
+    ("bert_dape_kerple_tiny", {"first_layer_position_correlation", "absolute_position_dot_products",
+                               "relative_position_dot_products", "learned_frequencies", "t5_bias",
+                               "alibi_bias", "rotary_profile", "disentangled_profiles",
+                               "embeddings_vs_positions"}),
     pytest.param("bert_lsin_ape_lsin_rpe_tiny", {"content_free_term", "t5_bias", "alibi_bias",
                                                  "distance_bias", "rotary_profile", "disentangled_profiles"},
                  marks=pytest.mark.slow),

@@ -40,6 +40,11 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_fire", {"fire_normaliser": "length", "fire_threshold": 4.0}),
     # Transformer-XL's distances clamped (XLNet's clamp_len)
     ("bert_xl", {"xl_max_distance": 2}),
+    # DAPE on the other biases it may sit on, on none, with the [CLS] reset in its bias, of another width
+    ("bert_dape_alibi", {"rel_pos": "t5"}),
+    ("bert_dape_alibi", {"rel_pos": "fire"}),
+    ("bert_dape_alibi", {"rel_pos": "none"}),
+    ("bert_dape_kerple", {"cls_reset": "paper", "dape_width": 8}),
 ]
 
 

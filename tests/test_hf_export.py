@@ -3,6 +3,7 @@ transformers' Auto classes in a child process that cannot import fairseq or tupe
 the plugin (masked-LM logits, features, heads; padded batch of real text; FIRE's rows alone); the tokenizer's
 ids against the plugin's hub; the way back through tupe-convert-hf; the refusals."""
 
+import argparse
 import json
 import os
 import pathlib
@@ -15,7 +16,7 @@ import unicodedata
 import pytest
 import sentencepiece as spm
 import torch
-from conftest import PRESETS, preset_encodings, test_data
+from conftest import PRESETS, build_model, preset_encodings, test_data
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
@@ -303,6 +304,15 @@ def test_model_card_names_the_options_of_the_encoding(exported):
     root, *_ = exported
     card = (root / "deberta_emd" / "README.md").read_text()
     assert "--rel-pos deberta" in card and "--deberta-emd, --deberta-emd-layers 3" in card
+
+
+@pytest.mark.parametrize("preset", [preset for preset in PRESETS if preset not in FAMILIES])
+def test_a_preset_the_export_does_not_compute_is_refused_in_one_line_naming_its_encoding(preset):
+    args = argparse.Namespace(**vars(build_model(f"{preset}_tiny").args))
+    refused = next(encoding for encoding in preset_encodings(preset) if not encoding.exported)
+    message = rf"^model.pt: {re.escape(refused.label)} \(.*\) cannot be exported: [^\n]*with fairseq$"
+    with pytest.raises(ExportError, match=message):
+        hf_export.check_exportable(args, "model.pt")
 
 
 def test_data_bin_of_another_dictionary_is_refused_naming_the_file(data_bin, tmp_path):

@@ -62,6 +62,9 @@ POSITION_PRESETS.update(
     bert_xl=dict(NO_POSITION, rel_pos="xl"),
     # CoPE's contextual positions (Golovneva et al. 2024), counted in both directions
     bert_cope=dict(NO_POSITION, rel_pos="cope"),
+    # DAPE (Zheng et al. 2024): each layer's MLP over its logits and the distance bias, on KERPLE and ALiBi
+    bert_dape_kerple=dict(NO_POSITION, rel_pos="kerple-log", dape=True),
+    bert_dape_alibi=dict(NO_POSITION, rel_pos="alibi", dape=True),
 )
 
 
