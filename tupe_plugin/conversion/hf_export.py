@@ -129,8 +129,9 @@ def check_exportable(args, path):
                               f"{', '.join(ACTIVATIONS)} activations, tied LM weights, plain heads)")
     for encoding in config.encodings():
         if not encoding.exported:
-            raise ExportError(f"{path}: {encoding.label} ({flag_name(encoding.family)} "
-                              f"{getattr(config, encoding.family)}) cannot be exported: the exported "
+            value = getattr(config, encoding.family)  # a switch (--dape) is named alone
+            selection = flag_name(encoding.family) + ("" if value is True else f" {value}")
+            raise ExportError(f"{path}: {encoding.label} ({selection}) cannot be exported: the exported "
                               "transformers code does not compute it; use the checkpoint with fairseq")
     return config
 
