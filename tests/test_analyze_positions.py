@@ -288,6 +288,15 @@ def test_script_writes_figures_json_and_table_for_a_trained_checkpoint(
     assert report["arch"] == arch and report["positions"] == 24
 
 
+def test_the_content_free_term_of_a_model_with_layer_terms_says_what_it_does_not_draw(dictionary, tmp_path):
+    model = build_model("bert_dape_alibi_tiny", dictionary)
+    context = AnalysisContext(model, dictionary, "bert_dape_alibi_tiny", 16, str(tmp_path))
+    result = next(r for r in run_sections(context, POSITION_SECTIONS) if r.name == "content_free_term")
+    assert result.applies
+    assert result.title.endswith("not drawn: the term each layer computes from its own logits (DAPE), of the "
+                                 "content")
+
+
 def test_script_refuses_more_positions_than_the_learned_table(checkpoint, wikitext_bin, tmp_path, capsys):
     with pytest.raises(SystemExit):
         run_script("--path", checkpoint("tupe_r_tiny"), "--data", wikitext_bin,

@@ -68,6 +68,10 @@ def content_free_term(context):
             "has no content-free term: only --untied-pos tupe/four-term and the --rel-pos biases add one "
             "(Shaw vectors depend on the query)",
         )
+    layer_terms = pm.position_config(context.model).layer_terms
+    if layer_terms:  # CoPE, DAPE: each layer adds a term of its own logits on top of the shared one
+        title += (f"; not drawn: the term each layer computes from its own logits ({layer_terms}), "
+                  "of the content")
     result = SectionResult(name, title)
     matrices = _numpy(term)
     first = _first_measured(context)
