@@ -270,16 +270,21 @@ def rope_angles(config, frequencies, t):
     return frequencies * t
 
 
-def rotated(x, config, frequencies):
-    """RoPE (Su et al. 2021): x (B, T, d) at position t times the block-diagonal matrix of the 2x2
-    rotations by the angles :func:`rope_angles` of t, one block per pair (2k, 2k+1)."""
-    rows = []
-    for t in range(x.size(1)):
-        angles = rope_angles(config, frequencies, t)
-        cos, sin = torch.cos(angles), torch.sin(angles)
-        blocks = [torch.stack([torch.stack([c, -s]), torch.stack([s, c])]) for c, s in zip(cos, sin)]
-        rows.append(x[:, t] @ torch.block_diag(*blocks).t())
-    return torch.stack(rows, 1)
+def rotation(config, frequencies, t):
+    """The block-diagonal matrix of the 2x2 rotations by the angles :func:`rope_angles` of position t, one
+    block per pair (2k, 2k+1)."""
+    angles = rope_angles(config, frequencies, t)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    blocks = [torch.stack([torch.stack([c, -s]), torch.stack([s, c])]) for c, s in zip(cos, sin)]
+    return torch.block_diag(*blocks)
+
+
+def rotated(x, config, frequencies, positions=None):
+    """RoPE (Su et al. 2021): x (B, T, d), its token t of row b at position positions[b][t] (by default t),
+    times the :func:`rotation` of that position."""
+    positions = positions or [list(range(x.size(1)))] * x.size(0)
+    return torch.stack([torch.stack([x[b, t] @ rotation(config, frequencies, position).t()
+                                     for t, position in enumerate(row)]) for b, row in enumerate(positions)])
 
 
 def layer_norm(x, module):
@@ -378,9 +383,22 @@ def dape_terms(layer, scores, biases):
     return list(cells)
 
 
-def attention_layer(encoder, layer, x, padding_mask, query=None):
+def token_positions(encoder, batch, seq_len):
+    """Each row's positions: 0..T-1, or in training with --randomized-positions L (Ruoss et al. 2023 §3) an
+    ordered sample of T distinct positions of [0, L) for each row: a uniform key for each position of [0, L),
+    drawn from torch's global generator for the B rows at once, and the T positions of the smallest keys in
+    increasing order."""
+    length = encoder.config.randomized_positions
+    if not (encoder.training and length > 0):
+        return [list(range(seq_len))] * batch
+    keys = torch.rand(batch, length)
+    return [sorted(keys[row].argsort()[:seq_len].tolist()) for row in range(batch)]
+
+
+def attention_layer(encoder, layer, x, padding_mask, query=None, positions=None):
     """One layer's multi-head attention output for x (B, T, C), head by head; with ``query`` (B, T, C) the
-    queries are read from it, the keys and values from x (DeBERTa's Enhanced Mask Decoder)."""
+    queries are read from it, the keys and values from x (DeBERTa's Enhanced Mask Decoder); ``positions``
+    each row's (:func:`token_positions`, by default 0..T-1), read by RoPE."""
     attn = layer.self_attn
     batch, seq_len, embed_dim = x.shape
     head_dim = attn.head_dim
@@ -394,7 +412,8 @@ def attention_layer(encoder, layer, x, padding_mask, query=None):
         v = x @ w[2 * embed_dim :][rows].t() + b[2 * embed_dim :][rows]
         if encoder.config.rotary_applies:
             frequencies = term.rotary.sinusoid.frequencies
-            q, k = rotated(q, encoder.config, frequencies), rotated(k, encoder.config, frequencies)
+            q = rotated(q, encoder.config, frequencies, positions)
+            k = rotated(k, encoder.config, frequencies, positions)
         if encoder.config.four_term:
             untied = term.untied_position
             p = layer_norm(untied.embed_positions.weight[:seq_len], untied.layer_norm)
@@ -450,25 +469,28 @@ def attention_layer(encoder, layer, x, padding_mask, query=None):
     return out @ attn.out_proj.weight.t() + attn.out_proj.bias
 
 
-def embedded(encoder, src_tokens):
-    """The input of the first layer (B, T, C): word embeddings (+ absolute positions), padding zeroed."""
+def embedded(encoder, src_tokens, positions=None):
+    """The input of the first layer (B, T, C): word embeddings (+ absolute positions, of ``positions``: each
+    row's, by default 0..T-1), padding zeroed."""
     padding_mask = src_tokens.eq(encoder.padding_idx)
     x = encoder.embed_tokens.weight[src_tokens]
     if encoder.embed_positions is not None:
-        x = x + torch.stack([absolute_position(encoder, t) for t in range(src_tokens.size(1))])
+        positions = positions or [list(range(src_tokens.size(1)))] * src_tokens.size(0)
+        x = x + torch.stack([torch.stack([absolute_position(encoder, t) for t in row]) for row in positions])
     if encoder.layernorm_embedding is not None:
         x = layer_norm(x, encoder.layernorm_embedding)
     return x * (~padding_mask).unsqueeze(-1).float()
 
 
-def encoder_layer(encoder, layer, x, padding_mask, query=None):
+def encoder_layer(encoder, layer, x, padding_mask, query=None, positions=None):
     """One post-LN (or pre-LN) layer; with ``query`` its attention reads queries from ``query`` and keys and
-    values from x, and the residual stream is the query's."""
+    values from x, and the residual stream is the query's; ``positions`` each row's."""
     pre = layer.normalize_before
     stream = x if query is None else query
     keys = layer_norm(x, layer.self_attn_layer_norm) if pre else x
     queries = layer_norm(stream, layer.self_attn_layer_norm) if pre else stream
-    out = stream + attention_layer(encoder, layer, keys, padding_mask, None if query is None else queries)
+    out = stream + attention_layer(encoder, layer, keys, padding_mask, None if query is None else queries,
+                                   positions)
     if not pre:
         out = layer_norm(out, layer.self_attn_layer_norm)
     h = layer_norm(out, layer.final_layer_norm) if pre else out
@@ -482,9 +504,10 @@ def encoder_layer(encoder, layer, x, padding_mask, query=None):
 def encoder_features(encoder, src_tokens):
     """The encoder's final hidden states (B, T, C) with dropout off (TUPE Eq. 3 input)."""
     padding_mask = src_tokens.eq(encoder.padding_idx)
-    x = embedded(encoder, src_tokens)
+    positions = token_positions(encoder, *src_tokens.shape)
+    x = embedded(encoder, src_tokens, positions)
     for layer in encoder.layers:
-        x = encoder_layer(encoder, layer, x, padding_mask)
+        x = encoder_layer(encoder, layer, x, padding_mask, positions=positions)
     if encoder.layer_norm is not None:
         x = layer_norm(x, encoder.layer_norm)
     return x

@@ -45,6 +45,9 @@ VARIANTS = [(preset, {}) for preset in PRESETS] + [
     ("bert_dape_alibi", {"rel_pos": "fire"}),
     ("bert_dape_alibi", {"rel_pos": "none"}),
     ("bert_dape_kerple", {"cls_reset": "paper", "dape_width": 8}),
+    # randomized positions (Ruoss et al. 2023) read by a learned table and by learnable sinusoids
+    ("bert_a", {"randomized_positions": 32}),
+    ("bert_lsin_ape", {"randomized_positions": 100}),
 ]
 
 

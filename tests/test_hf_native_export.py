@@ -31,6 +31,8 @@ NATIVE = {
     "bert_lsin_ape": ("bert_lsin_ape_tiny", "roberta", []),
     # RoFormer's classification head applies the layers' activation
     "bert_rope": ("bert_rope_tiny", "roformer", ["--pooler-activation-fn", "gelu"]),
+    # randomized positions (Ruoss et al. 2023) are 0..T-1 at evaluation: the model is its RoPE
+    "bert_rope_randomized": ("bert_rope_randomized_tiny", "roformer", ["--pooler-activation-fn", "gelu"]),
 }
 CLASSES = dict(roberta={"RobertaForMaskedLM", "RobertaModel", "RobertaForSequenceClassification"},
                roformer={"RoFormerForMaskedLM", "RoFormerModel", "RoFormerForSequenceClassification"})

@@ -65,6 +65,10 @@ POSITION_PRESETS.update(
     # DAPE (Zheng et al. 2024): each layer's MLP over its logits and the distance bias, on KERPLE and ALiBi
     bert_dape_kerple=dict(NO_POSITION, rel_pos="kerple-log", dape=True),
     bert_dape_alibi=dict(NO_POSITION, rel_pos="alibi", dape=True),
+    # RoPE at randomized positions (Ruoss et al. 2023 §3): each training sequence's positions are sampled
+    # from [0, L), which should cover the longest evaluation length; L = 4096 is 8 x the usual --max-positions
+    # 512, the longest length examples/modern.yaml validates at, so that every position it reads was trained
+    bert_rope_randomized=dict(NO_POSITION, rotary="fixed", randomized_positions=4096),
 )
 
 
