@@ -129,10 +129,9 @@ def check_exportable(args, path):
                               f"{', '.join(ACTIVATIONS)} activations, tied LM weights, plain heads)")
     for encoding in config.encodings():
         if not encoding.exported:
-            value = getattr(config, encoding.family)  # a switch (--dape) is named alone
-            selection = flag_name(encoding.family) + ("" if value is True else f" {value}")
-            raise ExportError(f"{path}: {encoding.label} ({selection}) cannot be exported: the exported "
-                              "transformers code does not compute it; use the checkpoint with fairseq")
+            raise ExportError(f"{path}: {encoding.label} ({encoding.selection(config)}) cannot be exported: "
+                              "the exported transformers code does not compute it; use the checkpoint with "
+                              "fairseq")
     return config
 
 

@@ -139,6 +139,12 @@ class Encoding:
         """Whether ``--family value`` selects this encoding."""
         return value in self.choices if self.selects is None else bool(self.selects(value))
 
+    def selection(self, config):
+        """How the command line of a model of ``config`` selected it, for messages: ``--rel-pos t5``,
+        ``--randomized-positions 4096``, or a switch's flag alone (``--dape``)."""
+        value = getattr(config, self.family)
+        return flag_name(self.family) + ("" if value is True else f" {value}")
+
     def describe_selection(self):
         """How a command line selects it, for messages: ``--rel-pos fire``, or the flag of a switch."""
         return f"{flag_name(self.family)} {' or '.join(self.choices)}".rstrip()

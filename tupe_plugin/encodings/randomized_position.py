@@ -50,13 +50,10 @@ def check_randomized(config):
     length, errors = config.randomized_positions, []
     others = [encoding for encoding in config.encodings() if encoding.kind != "positions"]
     for encoding in others:
-        flag = flag_name(encoding.family)
-        # a switch (--dape) is named alone
-        selected = flag if encoding.selects is not None else f"{flag} {getattr(config, encoding.family)}"
         if not encoding.reads_positions:
             errors.append(f"{FLAG} {length} samples the positions of each sequence in training and "
-                          f"{encoding.label} ({selected}) is built for positions 0..T-1, not those; drop "
-                          f"{FLAG} or {flag}")
+                          f"{encoding.label} ({encoding.selection(config)}) is built for positions 0..T-1, "
+                          f"not those; drop {FLAG} or {flag_name(encoding.family)}")
     if not any(encoding.reads_positions for encoding in others):
         errors.append(f"{FLAG} {length} samples the positions of the encodings indexed by position "
                       f"({_readers()}) and the model has none; add one (e.g. --rotary fixed) or drop {FLAG}")
