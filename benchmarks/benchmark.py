@@ -320,12 +320,15 @@ class PlainPositionalTerm(nn.Module):
         self.shared = shared
         self.config = shared.config
 
-    def content_free(self, seq_len):
-        return self.shared.content_free(seq_len)
+    def content_free(self, forward):
+        return self.shared.content_free(forward)
 
-    def build(self, seq_len, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
+    def forward_of(self, batch, seq_len, device=None):
+        return self.shared.forward_of(batch, seq_len, device)
+
+    def build(self, forward, fold_untied=False, key_padding_mask=None, dtype=torch.float32,
               padding_as_lengths=False, offset_bias_as_rows=False):
-        term = self.content_free(seq_len)
+        term = self.content_free(forward)
         bias = term.dense()
         batch = 1 if key_padding_mask is None else key_padding_mask.size(0)
         mask = None
@@ -367,8 +370,8 @@ class AlwaysSdpaPlan:
         self.plan = encoder.attention_plan
         self.config = encoder.config
 
-    def __call__(self, device, need_attn, seq_len):
-        return replace(self.plan(device, need_attn, seq_len), path=AttentionPath.SDPA,
+    def __call__(self, device, need_attn, seq_len, per_sequence=False):
+        return replace(self.plan(device, need_attn, seq_len, per_sequence), path=AttentionPath.SDPA,
                        fold_untied=fold_untied_term(AttentionPath.SDPA, self.config))
 
 
