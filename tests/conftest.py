@@ -19,7 +19,7 @@ import tupe_plugin  # noqa: F401  (registers the model and archs)
 from tupe_plugin.fairseq_fixes import known_warnings
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.encodings import registry
-from tupe_plugin.encodings.position_config import DEFAULTS
+from tupe_plugin.encodings.position_config import DEFAULTS, PositionConfig
 from tupe_plugin.models.architectures import POSITION_PRESETS
 from tupe_plugin.terms.parts import DenseBias, OffsetRows
 
@@ -34,6 +34,38 @@ def preset_encodings(preset):
     ``preset`` of :data:`~tupe_plugin.models.architectures.POSITION_PRESETS` selects."""
     flags = {**DEFAULTS, **dict.fromkeys(registry.FAMILIES, "none"), **POSITION_PRESETS[preset]}
     return tuple(registry.used(argparse.Namespace(**flags)))
+
+
+def preset_config(preset, size="tiny", max_positions=32):
+    """The :class:`~tupe_plugin.encodings.position_config.PositionConfig` of the architecture
+    ``{preset}_{size}`` built for ``max_positions``."""
+    args = argparse.Namespace(max_positions=max_positions)
+    ARCH_CONFIG_REGISTRY[f"{preset}_{size}"](args)
+    flags = {flag: getattr(args, flag) for flag in DEFAULTS}
+    return PositionConfig(embed_dim=args.encoder_embed_dim, num_heads=args.encoder_attention_heads,
+                          max_positions=args.max_positions, **flags)
+
+
+def runs_on(path, preset):
+    """Whether the attention ``path`` reads every part of the preset's term as the attention plan hands it
+    over (:data:`~tupe_plugin.attention.paths.PATH_READS`)."""
+    from tupe_plugin.models.encoding_listing import reads_all
+
+    config = preset_config(preset)
+    return all(reads_all(path, encoding, config) for encoding in config.encodings())
+
+
+def native_type(preset):
+    """The ``model_type`` of transformers' own class that ``tupe-export-hf`` writes the preset's tiny model
+    as, by its encodings' ``hf_native`` (the first type every encoding names; RoBERTa without any), or
+    None: the remote-code export."""
+    from tupe_plugin.conversion import hf_native
+
+    config = preset_config(preset)
+    every = [hf_native.model_types(encoding, config)[0] for encoding in config.encodings()]
+    common = [model_type for model_type in (every[0] if every else (hf_native.NO_POSITION_TYPE,))
+              if all(model_type in types for types in every)]
+    return common[0] if common else None
 
 
 def choices_of_kind(*kinds):

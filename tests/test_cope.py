@@ -138,11 +138,11 @@ def _random_tables(model):
             layer.self_attn.layer_terms["cope"].table.normal_()
 
 
-def test_each_layer_holds_its_own_table_of_max_positions_plus_one_rows_at_zero(dictionary):
+def test_each_layer_holds_its_own_table_of_max_position_plus_one_rows_at_zero(dictionary):
     model = build_model("bert_cope_tiny", dictionary, max_positions=32)
     tables = [layer.self_attn.layer_terms["cope"].table for layer in model.encoder.sentence_encoder.layers]
     assert len({id(table) for table in tables}) == len(tables) == model.args.encoder_layers
-    assert all(table.shape == (33, model.args.encoder_embed_dim // model.args.encoder_attention_heads)
+    assert all(table.shape == (513, model.args.encoder_embed_dim // model.args.encoder_attention_heads)
                and not table.any() for table in tables)
     assert build_model("bert_cope_tiny", dictionary, cope_max_position=5).encoder.sentence_encoder.layers[0] \
         .self_attn.layer_terms["cope"].table.size(0) == 6
@@ -202,15 +202,22 @@ def test_a_kernel_backend_is_refused_naming_cope(backend, dictionary):
         build_model("bert_cope_tiny", dictionary, attention_backend=backend)
 
 
-def test_a_negative_max_position_is_refused(dictionary):
-    with pytest.raises(PositionFlagError, match="--cope-max-position must be >= 0"):
-        build_model("bert_cope_tiny", dictionary, cope_max_position=-1)
+@pytest.mark.parametrize("max_position", [0, -1])
+def test_a_max_position_below_one_is_refused(dictionary, max_position):
+    with pytest.raises(PositionFlagError, match=f"--cope-max-position must be >= 1, got {max_position}"):
+        build_model("bert_cope_tiny", dictionary, cope_max_position=max_position)
 
 
 def test_the_max_position_without_cope_is_refused(dictionary):
     with pytest.raises(PositionFlagError,
                        match="--cope-max-position is an option of CoPE; add --rel-pos cope"):
         build_model("bert_nope_tiny", dictionary, cope_max_position=8)
+
+
+def test_the_table_keeps_its_shape_whatever_the_max_positions(dictionary):
+    shapes = {build_model("bert_cope_tiny", dictionary, max_positions=length).encoder.sentence_encoder
+              .layers[0].self_attn.layer_terms["cope"].table.shape for length in (32, 256)}
+    assert len(shapes) == 1
 
 
 def test_the_export_refuses_cope_in_one_line(dictionary):

@@ -3,11 +3,14 @@ bias added in every layer anyway), and that folding leaves the function unchange
 
 import pytest
 import torch
-from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
+from conftest import (PRESETS, assert_gradients_close, build_model, features_and_grads, preset_config,
+                      random_tokens)
 from tupe_plugin.encodings.positional_term import PositionalTerm
 from tupe_plugin.terms.parts import LowRank
 
-UNTIED_PRESETS = ["tupe_a", "tupe_r", "tupe_a_tie_cls"]
+# every preset whose term holds TUPE's untied factors as widened heads (a LowRank part), which folding
+# multiplies out
+UNTIED_PRESETS = [preset for preset in PRESETS if LowRank in preset_config(preset).part_types()]
 
 
 @pytest.mark.parametrize("preset", UNTIED_PRESETS)

@@ -7,7 +7,8 @@ checked on CUDA (``make test-gpu``)."""
 
 import pytest
 import torch
-from conftest import assert_kernel_took_the_terms_rows, build_model, random_tokens
+from conftest import (PRESETS, assert_kernel_took_the_terms_rows, build_model, preset_config, random_tokens,
+                      runs_on)
 
 from tupe_plugin.attention import paths
 from tupe_plugin.attention.attend import attend, explicit_attention
@@ -16,6 +17,7 @@ from tupe_plugin.attention.paths import AttentionPath
 from tupe_plugin.attention.relative_terms import RelativeProducts, RelativeRows, offsets_of
 from tupe_plugin.encodings import positional_term
 from tupe_plugin.encodings.position_config import PositionFlagError
+from tupe_plugin.terms.parts import OffsetRows
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -198,10 +200,12 @@ def test_a_model_on_the_flex_backend_gives_the_features_of_the_auto_backend(pres
     torch.testing.assert_close(flex, auto, atol=1e-5, rtol=1e-5)
 
 
-# Distance biases in their O(T) form: T5's buckets with the [CLS] reset, ALiBi's fixed rows, TUPE-R's untied
-# product (the dense bias) beside T5's rows
-DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {})]
-DISTANCE_IDS = [preset for preset, _ in DISTANCE_MODELS]
+# Biases of the offset in their O(T) form: every preset whose encodings add OffsetRows and whose every part
+# FlexAttention reads as the plan hands it over (PATH_READS: not a LayerTerm), then T5's buckets with the
+# [CLS] reset, which no preset sets
+DISTANCE_MODELS = [(preset, {}) for preset in PRESETS if OffsetRows in preset_config(preset).part_types()
+                   and runs_on(AttentionPath.FLEX, preset)] + [("bert_r", {"cls_reset": "paper"})]
+DISTANCE_IDS = [preset + "-cls_reset" * bool(overrides) for preset, overrides in DISTANCE_MODELS]
 
 
 def flex_features(model, tokens, monkeypatch):

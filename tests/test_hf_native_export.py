@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 import torch
-from conftest import test_data
+from conftest import PRESETS, native_type, test_data
 from fairseq import checkpoint_utils
 from test_hf_export import (TEXTS, make_checkpoint, plugin_batch, transformers_only,  # noqa: F401
                             whole_data_bin)
@@ -23,19 +23,14 @@ from tupe_plugin.conversion.hf import convert
 from tupe_plugin.conversion.hf_export import export
 from tupe_plugin.glue import prepare as prepare_glue
 
-# family -> (arch, transformers model type, the GLUE fine-tune's flags)
-NATIVE = {
-    "bert_a": ("bert_a_tiny", "roberta", []),
-    "bert_nope": ("bert_nope_tiny", "roberta", []),
-    "bert_sin_ape": ("bert_sin_ape_tiny", "roberta", []),
-    "bert_lsin_ape": ("bert_lsin_ape_tiny", "roberta", []),
-    # RoFormer's classification head applies the layers' activation
-    "bert_rope": ("bert_rope_tiny", "roformer", ["--pooler-activation-fn", "gelu"]),
-    # randomized positions (Ruoss et al. 2023) are 0..T-1 at evaluation: the model is its RoPE
-    "bert_rope_randomized": ("bert_rope_randomized_tiny", "roformer", ["--pooler-activation-fn", "gelu"]),
-}
 CLASSES = dict(roberta={"RobertaForMaskedLM", "RobertaModel", "RobertaForSequenceClassification"},
                roformer={"RoFormerForMaskedLM", "RoFormerModel", "RoFormerForSequenceClassification"})
+# the GLUE fine-tune's flags of each class: RoFormer's classification head applies the layers' activation
+GLUE_FLAGS = dict(roberta=[], roformer=["--pooler-activation-fn", "gelu"])
+# family -> (arch, transformers model type, the GLUE fine-tune's flags): every preset its encodings' hf_native
+# export as RoBERTa or RoFormer (DeBERTa-v2: tests/test_hf_deberta_export.py)
+NATIVE = {preset: (f"{preset}_tiny", native_type(preset), GLUE_FLAGS[native_type(preset)])
+          for preset in PRESETS if native_type(preset) in CLASSES}
 GLUE_TASK = ["--task", "sentence_prediction", "--criterion", "sentence_prediction", "--num-classes", "2"]
 CHILD = r"""
 import sys, json, torch

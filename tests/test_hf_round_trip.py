@@ -18,29 +18,24 @@ import pytest
 import sentencepiece as spm
 import torch
 from cli import run_fairseq_steps, train_args
-from conftest import test_data
+from conftest import PRESETS, native_type, test_data
 from test_hf_export import plugin_batch, transformers_only, whole_data_bin  # noqa: F401
 from test_hf_native_export import assert_real_positions_close, plugin_model
 
 from tupe_plugin.conversion import hf_cli, hf_export
 
-# form -> (the architecture pre-trained, the model_type its export is)
-FORMS = {
-    "remote code (TUPE-R)": ("tupe_r_tiny", "tupe"),
-    "RoBERTa (BERT-A)": ("bert_a_tiny", "roberta"),
-    "RoBERTa (no PE)": ("bert_nope_tiny", "roberta"),
-    "RoBERTa (sinusoid APE)": ("bert_sin_ape_tiny", "roberta"),
-    "RoBERTa (learnable sinusoid APE)": ("bert_lsin_ape_tiny", "roberta"),
-    "RoFormer (BERT-RoPE)": ("bert_rope_tiny", "roformer"),
-    "DeBERTa-v2": ("deberta_tiny", "deberta-v2"),
-}
 # the native forms: model_type -> transformers' own masked-LM class
 MASKED_LM_CLASSES = {"roberta": "RobertaForMaskedLM", "roformer": "RoFormerForMaskedLM",
                      "deberta-v2": "DebertaV2ForMaskedLM"}
-NATIVE = [form for form, (_, model_type) in FORMS.items() if model_type in MASKED_LM_CLASSES]
-# validated with fairseq-validate, one form of each export class (each fairseq-validate costs seconds: its
-# data loader's worker process)
-VALIDATED = ["remote code (TUPE-R)", "RoBERTa (BERT-A)", "RoFormer (BERT-RoPE)", "DeBERTa-v2"]
+# form -> (the architecture pre-trained, the model_type its export is): the remote-code model (TUPE-R), then
+# every preset its encodings' hf_native export as transformers' own class
+NATIVE = [preset for preset in PRESETS if native_type(preset) is not None]
+FORMS = {"remote code (tupe_r)": ("tupe_r_tiny", "tupe"),
+         **{preset: (f"{preset}_tiny", native_type(preset)) for preset in NATIVE}}
+# validated with fairseq-validate, the first form of each export class (each fairseq-validate costs seconds:
+# its data loader's worker process)
+VALIDATED = [form for form, (_, model_type) in FORMS.items()
+             if form == next(first for first, (_, its_type) in FORMS.items() if its_type == model_type)]
 # the pre-training's task settings, none of them fairseq's default (none, 0.15, 1): a checkpoint that
 # recorded the defaults validates on other blocks (sample_break_mode), other masked tokens (mask_prob, the
 # seed the masking is drawn with) and to another loss

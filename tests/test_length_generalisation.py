@@ -1,11 +1,13 @@
-"""Encodings without a table of positions validate beyond the training length (Wang et al. 2021 §4.2;
-ALiBi, RoPE, the distance biases made for it: KERPLE, Sandwich, FIRE, and DeBERTa's relative table)."""
+"""Encodings without a table of positions validate beyond the training length (Wang et al. 2021 §4.2; the
+ALiBi, RoPE, KERPLE, Sandwich and FIRE papers): every preset whose model keeps no learned table, trained at
+64 tokens, validates at 256; a learned table refuses a longer --max-positions."""
 
 import math
 
 import pytest
 
 from cli import logged_losses, run_fairseq_for_each, run_fairseq_steps, train_args
+from conftest import PRESETS, preset_config
 
 TRAIN_LENGTH, VALID_LENGTH = 32, 128
 
@@ -23,33 +25,25 @@ def short_then_long(data, save_dir, arch, train_length=TRAIN_LENGTH, valid_lengt
     ]
 
 
-WITHOUT_TABLES = ["bert_sin_ape_tiny", "bert_lsin_rpe_tiny", "bert_nope_tiny"]
-EXTRAPOLATING = ["bert_alibi_tiny", "bert_alibi_asym_tiny", "bert_rope_tiny", "bert_kerple_tiny",
-                 "bert_sandwich_tiny", "bert_fire_tiny", "deberta_tiny"]
+# every preset whose model keeps no learned table of positions (PositionConfig.learned_tables: an absolute or
+# untied table, DeBERTa's Enhanced Mask Decoder's)
+WITHOUT_TABLES = [f"{preset}_tiny" for preset in PRESETS if not preset_config(preset).learned_tables]
 
 
 @pytest.fixture(scope="module")
 def validated_long(wikitext_bin, tmp_path_factory):
-    """The validation output of every arch trained short and validated long, in chains run side by side."""
+    """({arch: the validation output}, {arch: the end of its chain's output}) of every arch trained at 64
+    tokens and validated at 256, in chains run side by side."""
     root = tmp_path_factory.mktemp("length")
-    lengths = {arch: (TRAIN_LENGTH, VALID_LENGTH) for arch in WITHOUT_TABLES}
-    lengths.update({arch: (64, 256) for arch in EXTRAPOLATING})
-    done, ends = run_fairseq_for_each(
-        list(lengths), lambda arch: short_then_long(wikitext_bin, root / arch, arch, *lengths[arch]))
-    missing = [arch for arch in lengths if arch not in done]
-    assert not missing, f"{missing[0]} did not train and validate:\n{ends[missing[0]]}"
-    return {arch: outputs[1] for arch, outputs in done.items()}
+    return run_fairseq_for_each(
+        WITHOUT_TABLES, lambda arch: short_then_long(wikitext_bin, root / arch, arch, 64, 256))
 
 
 @pytest.mark.parametrize("arch", WITHOUT_TABLES)
-def test_models_without_position_tables_validate_at_4x_the_training_length(arch, validated_long):
-    (loss,) = logged_losses(validated_long[arch], "valid")
-    assert math.isfinite(loss)
-
-
-@pytest.mark.parametrize("arch", EXTRAPOLATING)
-def test_extrapolating_encodings_trained_at_64_tokens_validate_at_256(arch, validated_long):
-    (loss,) = logged_losses(validated_long[arch], "valid")
+def test_models_without_a_learned_position_table_trained_at_64_tokens_validate_at_256(arch, validated_long):
+    done, ends = validated_long
+    assert arch in done, f"{arch} did not train and validate:\n{ends[arch]}"
+    (loss,) = logged_losses(done[arch][1], "valid")
     assert math.isfinite(loss)
 
 

@@ -23,7 +23,7 @@ import functools
 
 import pytest
 import torch
-from conftest import PRESETS, build_model, make_dictionary, random_tokens
+from conftest import PRESETS, build_model, make_dictionary, preset_encodings, random_tokens
 from tupe_plugin.attention.paths import plan_attention
 from tupe_plugin.terms.parts import OffsetRows
 
@@ -43,7 +43,10 @@ FEATURE_TOLERANCE = {("fp16", "autocast"): 0.006, ("bf16", "autocast"): 0.05,
 # measured on the H100: 0.0022, 0.020, 0.0028, 0.026; the bounds about 3x those.
 GRADIENT_TOLERANCE = {("fp16", "autocast"): 0.006, ("bf16", "autocast"): 0.06,
                       ("fp16", "model"): 0.008, ("bf16", "model"): 0.08}
-LARGE_TERM_PRESETS = ["bert_r", "tupe_r", "tupe_a", "tupe_a_tie_cls", "bert_a_d", "bert_rpe"]
+# The encodings whose parameters _large_position_parameters scales, and every preset using one of them
+LARGE_TERM_ENCODINGS = ("t5", "untied", "shaw")
+LARGE_TERM_PRESETS = [preset for preset in PRESETS
+                      if any(encoding.name in LARGE_TERM_ENCODINGS for encoding in preset_encodings(preset))]
 
 
 @functools.lru_cache(maxsize=None)
@@ -181,15 +184,16 @@ def _large_position_parameters(model, peak=2e4):
     """The T5 bias scaled to peak at ``peak``, the untied projections so that the untied term (with
     its [CLS] reset) does too, Shaw vectors x300: summed, up to 4e4, within fp16's range (65504).
     (The CPU test's x300 of every position parameter makes the untied logits ~1e10, beyond fp16.)"""
-    positional = model.encoder.sentence_encoder.positional_term
+    encoder = model.encoder.sentence_encoder
+    positional = encoder.positional_term
     with torch.no_grad():
-        if positional.shaw is not None:
+        if encoder.config.uses("shaw"):
             for parameter in positional.shaw.parameters():
                 parameter.mul_(300.0)
-        if positional.relative_bias is not None:
+        if encoder.config.uses("t5"):
             table = positional.relative_bias.relative_attention_bias.weight
             table.mul_(peak / table.abs().max().item())
-        if positional.untied_position is not None:
+        if encoder.config.uses("untied"):
             untied = positional.content_free(512).with_parts(without=(OffsetRows,)).dense().abs().max().item()
             for projection in (positional.untied_position.q_proj, positional.untied_position.k_proj):
                 projection.weight.mul_((peak / untied) ** 0.5)

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import (assert_gradients_close, assert_kernel_took_the_terms_rows, build_model,
-                      features_and_grads, random_tokens)
+from conftest import (PRESETS, assert_gradients_close, assert_kernel_took_the_terms_rows, build_model,
+                      features_and_grads, preset_config, random_tokens, runs_on)
 from paper_equations import deberta_delta, encoder_features
 
 from tupe_plugin.attention import paths, triton_bias_attention
@@ -23,7 +23,7 @@ from tupe_plugin.encodings.deberta_position import DisentangledRelativeTable
 from tupe_plugin.encodings.position_config import PositionConfig
 from tupe_plugin.encodings.shaw_position import clipped_index
 from tupe_plugin.terms.forward import Forward
-from tupe_plugin.terms.parts import ProjectedTable
+from tupe_plugin.terms.parts import OffsetRows, ProjectedTable
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -435,10 +435,13 @@ def test_shaw_keys_and_deberta_on_the_triton_backend_give_the_paper_equations(pr
     assert_gradients_close(fused_grads, plain_grads)
 
 
-# Distance biases in their O(T) form: T5's buckets with the [CLS] reset, ALiBi's fixed rows (no gradient),
-# TUPE-R's untied product (the dense bias) beside T5's rows, KERPLE's r1 / r2 and FIRE's MLP behind the rows
-DISTANCE_MODELS = [("bert_r", {"cls_reset": "paper"}), ("bert_alibi", {}), ("tupe_r", {}),
-                   ("bert_kerple", {}), ("bert_fire", {})]
+# Biases of the offset in their O(T) form (T5's buckets, ALiBi's fixed rows with no gradient, KERPLE's r1 / r2
+# and FIRE's MLP behind the rows, TUPE-R's untied product as the dense bias beside T5's rows): every preset
+# whose encodings add OffsetRows and whose every part the kernel reads as the plan hands it over (PATH_READS:
+# not a LayerTerm), then T5's buckets with the [CLS] reset, which no preset sets
+DISTANCE_MODELS = [(preset, {}) for preset in PRESETS if OffsetRows in preset_config(preset).part_types()
+                   and runs_on(AttentionPath.TRITON, preset)] + [("bert_r", {"cls_reset": "paper"})]
+DISTANCE_IDS = [preset + "-cls_reset" * bool(overrides) for preset, overrides in DISTANCE_MODELS]
 
 
 @pytest.mark.parametrize("preset, overrides", [
@@ -482,7 +485,7 @@ def test_a_model_on_the_triton_backend_gives_the_explicit_paths_function_and_gra
     assert_gradients_close(fused_grads, explicit_grads)
 
 
-@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=[preset for preset, _ in DISTANCE_MODELS])
+@pytest.mark.parametrize("preset, overrides", DISTANCE_MODELS, ids=DISTANCE_IDS)
 def test_a_distance_bias_reaches_the_triton_kernel_as_its_rows_and_no_dense_tensor_is_built_for_it(
         preset, overrides, dictionary, monkeypatch):
     """The kernel gets the term's Toeplitz rows (H, 2T - 1) and [CLS] values (H, 2) as they are, and as its

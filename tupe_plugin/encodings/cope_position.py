@@ -11,10 +11,12 @@ Each layer counts, for the query i, the keys its gates open between the key j an
 
 The gates are the sigmoid of the scaled logits the layer hands (q . k / sqrt(d_h) where CoPE is the only
 term: the released code's gates). e is the layer's own table of P + 1 rows of d_h (positions 0..P), shared by
-its heads, zeros at the start as released; P is ``--cope-max-position``, the model's ``--max-positions`` by
-default. The position logits are divided by sqrt(d_h) as the q . k they join, the released default
-(A = (q k^T + z) / sqrt(d); its ``--cope-nodiv`` form, unscaled z, is not offered); the gradient reaches p
-through w alone, as released.
+its heads, zeros at the start as released; P is ``--cope-max-position``, 512 by default (the presets'
+``--max-positions``, as the released code's context length; fixed, so that the table keeps its shape when an
+evaluation at another length changes ``--max-positions``: the positions are clipped to P at any length).
+The position logits are divided by sqrt(d_h) as the q . k they join, the released default (A = (q k^T + z) /
+sqrt(d); its ``--cope-nodiv`` form, unscaled z, is not offered); the gradient reaches p through w alone, as
+released.
 
 Adaptation: the released code is causal (its sums stop at the query, p_ij = 0 for j > i). An encoder counts in
 both directions, from the query to the key on either side, the query's own gate g_ii counted once; the keys
@@ -38,9 +40,10 @@ from .encoding import Encoding, option
 @dataclass(frozen=True)
 class CopeOptions:
     cope_max_position: int = option(
-        0, refused_unused=True, metavar="P",
-        help="CoPE: the contextual positions are clipped to P, each layer's table has P + 1 rows; "
-        "0 = --max-positions (default)")
+        512, refused_unused=True, metavar="P",
+        help="CoPE: the contextual positions are clipped to P, each layer's table has P + 1 rows (default "
+        "512, the presets' --max-positions; it does not follow --max-positions, so a model validates at any "
+        "length)")
 
 
 def contextual_positions(gates):
@@ -91,35 +94,30 @@ class CopePosition(nn.Module):
         term.add(LayerTerm(COPE.name))
 
 
-def max_position(config):
-    """P: ``--cope-max-position``, or the model's ``--max-positions`` where it is 0."""
-    return config.cope_max_position or config.max_positions
-
-
 def build_cope(config):
     return CopePosition()
 
 
 def cope_layer(config):
     """A fresh layer's table, zeros."""
-    return ContextualPositions(config.head_dim, max_position(config))
+    return ContextualPositions(config.head_dim, config.cope_max_position)
 
 
 def check_cope(config):
-    if config.cope_max_position < 0:
-        return [f"--cope-max-position must be >= 0 (0: --max-positions), got {config.cope_max_position}"]
+    if config.cope_max_position < 1:
+        return [f"--cope-max-position must be >= 1, got {config.cope_max_position}"]
     return []
 
 
 def cope_sizes(config, forward):
     """Each layer's table in training, and the queries' products with its rows, (B, H, T, P + 1) a layer."""
-    rows = max_position(config) + 1
+    rows = config.cope_max_position + 1
     tables = forward.layers * rows * config.head_dim
     products = forward.tokens * config.num_heads * rows
-    return [("cope_max_position", max_position(config),
+    return [("cope_max_position", config.cope_max_position,
              f"CoPE tables ({forward.layers} layers x {rows} rows of {config.head_dim}) and the queries' "
              f"products with their rows ({forward.describe()} x {config.num_heads} heads x {rows})",
-             trained_bytes(tables) + products * FLOAT32, "0, --max-positions, is the default")]
+             trained_bytes(tables) + products * FLOAT32, "512 is the default")]
 
 
 COPE = Encoding(
