@@ -549,8 +549,8 @@ class Contender:
 
 
 def product_memory(model):
-    """The :class:`~tupe_plugin.encodings.untied_product.ProductMemory` of a plugin model's shared term, or None
-    (fairseq's RoBERTa, the plain reference's term)."""
+    """The :class:`~tupe_plugin.encodings.untied_product.ProductMemory` of a plugin model's shared term, or
+    None (fairseq's RoBERTa, the plain reference's term)."""
     term = getattr(model.encoder.sentence_encoder, "positional_term", None)
     return getattr(term, "product_memory", None)
 

@@ -264,7 +264,8 @@ def main(argv=None):
 def setting_tag(args):
     """``cpu-medium-ad0.1-T512B4``, ``cuda-base-bf16-ad0.1-T512B64``: device, size, precision on a GPU,
     attention dropout, tokens per sample and batch size."""
-    kind = f"cpu-{args.size}" if args.device == "cpu" else f"cuda-{args.size}-{results_file.precision(vars(args))}"
+    kind = (f"cpu-{args.size}" if args.device == "cpu"
+            else f"cuda-{args.size}-{results_file.precision(vars(args))}")
     return f"{kind}-ad{args.attention_dropout}-T{args.tokens_per_sample}B{args.batch_size}"
 
 

@@ -198,7 +198,8 @@ def deberta_position_terms(encoder, layer, q, k, head):
     seq_len = q.size(1)
 
     def p2c_row(i, j):
-        return deberta_delta(i, j, config) if config.deberta_p2c == "released" else deberta_delta(j, i, config)
+        return (deberta_delta(i, j, config) if config.deberta_p2c == "released"
+                else deberta_delta(j, i, config))
 
     return torch.stack([
         torch.stack([q[:, i] @ key_rows[deberta_delta(i, j, config)] + k[:, j] @ query_rows[p2c_row(i, j)]
@@ -440,7 +441,8 @@ def attention_layer(encoder, layer, x, padding_mask, query=None, positions=None)
         shaw = term.shaw
         a = None
         if shaw is not None:
-            scale = (logits.new_tensor(q.size(-1)) * (2 if encoder.config.untied else 4 if encoder.config.four_term else 1)) ** -0.5
+            scale = (logits.new_tensor(q.size(-1))
+                     * (2 if encoder.config.untied else 4 if encoder.config.four_term else 1)) ** -0.5
             a = [[shaw_vector(encoder, j - i) for j in range(seq_len)] for i in range(seq_len)]
             key_term = torch.stack([
                 torch.stack([q[:, i] @ a[i][j] for j in range(seq_len)], -1)

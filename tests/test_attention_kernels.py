@@ -342,7 +342,8 @@ def test_chunked_attention_computes_in_float32_and_answers_in_the_inputs_dtype()
     out = ChunkedAttention.apply(*low, bias, SCALE, DROPOUT)
     out.float().sum().backward()
     torch.manual_seed(3)
-    reference = ChunkedAttention.apply(*(t.bfloat16().float() for t in (q, k, v)), bias.detach(), SCALE, DROPOUT)
+    reference = ChunkedAttention.apply(*(t.bfloat16().float() for t in (q, k, v)), bias.detach(),
+                                       SCALE, DROPOUT)
     assert out.dtype == torch.bfloat16 and all(t.grad.dtype == torch.bfloat16 for t in low)
     assert bias.grad.dtype == torch.float32
     torch.testing.assert_close(out.float(), reference, atol=1e-2, rtol=1e-2)

@@ -56,11 +56,12 @@ def test_a_learned_bias_without_gradients_keeps_the_plain_fused_kernel(config):
 
 
 @pytest.mark.parametrize("seq_len, grad, dropout, expected", [
-    (ALIBI.head_dim, True, 0.0, AttentionPath.SDPA), (ALIBI.head_dim + 1, True, 0.0, AttentionPath.BIASED_FLASH),
+    (ALIBI.head_dim, True, 0.0, AttentionPath.SDPA),
+    (ALIBI.head_dim + 1, True, 0.0, AttentionPath.BIASED_FLASH),
     (LONG, False, 0.0, AttentionPath.SDPA), (LONG, True, 0.1, AttentionPath.CHUNKED),
 ])
-def test_a_fixed_distance_bias_in_training_past_the_head_dim_takes_the_biased_flash_path(seq_len, grad, dropout,
-                                                                                       expected):
+def test_a_fixed_distance_bias_in_training_past_the_head_dim_takes_the_biased_flash_path(
+        seq_len, grad, dropout, expected):
     """SDPA's CPU backward would compute with ALiBi's subnormal probabilities (slow on Intel CPUs); the biased
     flash backward drops them. Without gradients SDPA's forward stays."""
     with torch.set_grad_enabled(grad):
@@ -210,7 +211,8 @@ def test_training_with_a_learned_bias_runs_the_compiled_backward_as_the_explicit
     """Without dropout, on CPU, past T = d_h: the flash forward and the compiled backward, every layer
     (with padding the mask is per batch row; without, the bias shared by the batch)."""
     model = build_model(f"{preset}_tiny", dictionary, max_positions=80, **overrides)
-    calls = _compiled_calls_as_the_explicit_path(model, lengths, dictionary, monkeypatch, lambda args: args[6])
+    calls = _compiled_calls_as_the_explicit_path(model, lengths, dictionary, monkeypatch,
+                                                 lambda args: args[6])
     assert len(calls) == model.args.encoder_layers
 
 

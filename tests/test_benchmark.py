@@ -30,7 +30,8 @@ def test_reference_contenders_compute_the_plugin_function(preset, variant, dicti
     features, grads = features_and_grads(model, tokens, weights)
     twin_features, twin_grads = features_and_grads(twin, tokens, weights)
     torch.testing.assert_close(twin_features * keep, features * keep, atol=1e-5, rtol=1e-5)
-    wrapped = any(".positional_term.shared." in name for name in twin_grads)  # the plain term wraps the shared one
+    # the plain term wraps the shared one
+    wrapped = any(".positional_term.shared." in name for name in twin_grads)
     assert_gradients_close(twin_grads, grads, rename=lambda name: name.replace(
         "positional_term.", "positional_term.shared.") if wrapped else name)
 

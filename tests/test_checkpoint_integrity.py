@@ -90,8 +90,9 @@ def test_a_dictionary_of_the_same_size_in_another_order_is_refused(change):
     saved_args = build_model("tupe_r_tiny", dictionary).args
     other = reordered(dictionary, change)
     assert len(other) == len(dictionary)
-    with pytest.raises(DictionaryMismatchError, match=r"the data's dictionary \(45 symbols, fingerprint \w+\) "
-                                                      r"is not the one the checkpoint was trained with.*--srcdict"):
+    with pytest.raises(DictionaryMismatchError,
+                       match=r"the data's dictionary \(45 symbols, fingerprint \w+\) "
+                             r"is not the one the checkpoint was trained with.*--srcdict"):
         TupeRobertaModel.build_model(copy.copy(saved_args), _Task(other, 32))
 
 

@@ -13,7 +13,8 @@ SHAPES = [(1, 1), (5, 1), (9, 3), (6, 10)]  # (T, K), K >= T included
 
 
 def with_the_index(sums):
-    """``sums(x, K)`` for the sums that read the forward's clipped index (built here as the term builds it)."""
+    """``sums(x, K)`` for the sums that read the forward's clipped index (built here as the term builds
+    it)."""
     return lambda x, max_distance: sums(x, clipped_index(x.size(-1), max_distance, x.device), max_distance)
 
 

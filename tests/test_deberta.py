@@ -173,7 +173,8 @@ def test_released_position_to_content_reads_the_content_to_position_row(dictiona
     assert torch.equal(term.get(ProjectedTable).p2c_offsets, term.get(ProjectedTable).offsets.flip(0))
 
 
-@pytest.mark.parametrize("flags, biases", [({}, (True, False)), ({"deberta_rel_proj_bias": "both"}, (True, True)),
+@pytest.mark.parametrize("flags, biases", [({}, (True, False)),
+                                           ({"deberta_rel_proj_bias": "both"}, (True, True)),
                                            ({"deberta_rel_proj_bias": "none"}, (False, False))])
 def test_relative_projections_carry_the_released_biases(flags, biases, dictionary):
     """v1 releases a bias on the query-side projection W^{q,r} only (pos_q_proj), v2/v3 on both."""

@@ -82,7 +82,8 @@ def test_relative_link_resolves(page, number, target):
     path, _, anchor = target.partition("#")
     resolved = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
     assert os.path.exists(resolved), f"{rel(page)}:{number}: {target} -> {rel(resolved)} does not exist"
-    assert os.path.commonpath([resolved, REPO]) == REPO, f"{rel(page)}:{number}: {target} leaves the repository"
+    assert os.path.commonpath([resolved, REPO]) == REPO, \
+        f"{rel(page)}:{number}: {target} leaves the repository"
     if anchor:
         assert resolved.endswith(".md"), f"{rel(page)}:{number}: an anchor into a file that is not markdown"
         assert anchor in anchors(resolved), (
@@ -127,10 +128,12 @@ def test_bash_block_runs_as_written(page, lines, first):
     for offset, line in enumerate(lines):
         code = re.sub(r"(^|\s)#.*$", "", line)  # comments may say anything
         where = f"{rel(page)}:{first + offset}: {line.strip()}"
-        assert not re.search(r"\[--", code), f"{where}: an optional flag in brackets; give it in prose or a second example"
+        assert not re.search(r"\[--", code), \
+            f"{where}: an optional flag in brackets; give it in prose or a second example"
         assert "..." not in code and "…" not in code, f"{where}: elided arguments; write the command out"
         assert OUTSIDE_THE_CLONE not in code, where
-        assert not re.search(r"scripts/(benchmark|gpu_checks)", code), f"{where}: the benchmarks are in benchmarks/"
+        assert not re.search(r"scripts/(benchmark|gpu_checks)", code), \
+            f"{where}: the benchmarks are in benchmarks/"
 
 
 def test_no_stale_counts_or_internal_references():
@@ -138,7 +141,8 @@ def test_no_stale_counts_or_internal_references():
         with open(page, encoding="utf-8") as f:
             text = f.read()
         assert OUTSIDE_THE_CLONE not in text, rel(page)
-        assert not re.search(r"\bseed 00\d\b", text), f"{rel(page)}: cite papers by authors, title and arXiv id"
+        assert not re.search(r"\bseed 00\d\b", text), \
+            f"{rel(page)}: cite papers by authors, title and arXiv id"
         assert not re.search(r"lists \d+ cases", text), f"{rel(page)}: a count that goes stale"
 
 

@@ -29,7 +29,8 @@ def test_a_vector_with_nan_or_inf_is_refused_naming_its_line(text, line, token, 
     ("a 1 2 3\nb 1 2 3\nc 4 5 6 7 8\n", 3, 5, 3),
     ("a -1 2\nb -3 4 -5\n", 2, 3, 2),
 ])
-def test_a_line_with_more_values_is_refused_not_read_as_a_token_with_spaces(text, line, values, dim, tmp_path):
+def test_a_line_with_more_values_is_refused_not_read_as_a_token_with_spaces(text, line, values, dim,
+                                                                            tmp_path):
     with pytest.raises(ValueError, match=f"line {line}: {values} values where the file's vectors have {dim}"):
         read_text_vectors(vectors_file(tmp_path, text))
 
@@ -55,5 +56,6 @@ def test_a_checkpoint_with_non_finite_embeddings_is_refused(bad, tmp_path):
     state["encoder.sentence_encoder.embed_tokens.weight"][7, 3] = bad
     torch.save({"model": state}, tmp_path / "model.pt")
     dictionary.save(str(tmp_path / "dict.txt"))
-    with pytest.raises(ValueError, match=r"1 rows of .*embed_tokens.weight hold nan or inf values \(first: row 7"):
+    with pytest.raises(ValueError,
+                       match=r"1 rows of .*embed_tokens.weight hold nan or inf values \(first: row 7"):
         read_checkpoint_vectors(str(tmp_path / "model.pt"), str(tmp_path / "dict.txt"))

@@ -9,8 +9,8 @@ def test_a_negative_token_id_is_reported_as_itself(bad, dictionary):
     model = build_model("bert_a_tiny", dictionary)
     tokens = random_tokens(dictionary, [6, 6])
     tokens[1, 3] = bad
-    with pytest.raises(ValueError, match=f"token id {bad} is outside the dictionary of {len(dictionary)} symbols "
-                                         rf"\(ids 0..{len(dictionary) - 1}\)"):
+    with pytest.raises(ValueError, match=f"token id {bad} is outside the dictionary of {len(dictionary)} "
+                                         rf"symbols \(ids 0..{len(dictionary) - 1}\)"):
         model(tokens)
 
 

@@ -49,7 +49,8 @@ def test_an_override_of_a_starting_value_is_refused_naming_the_learned_tensor(ar
     ("bert_fire", {"rel_pos": "alibi"}, "rel_pos = 'fire'", "relative_bias.log_c has no place in it"),
     ("bert_fire", {"fire_hidden": 8}, "fire_hidden = 32", "mlp.0.bias is (8,) but (32,) in the checkpoint"),
     # a checkpoint saved before --kerple-param was trained with the softplus form
-    ("bert_kerple", {"kerple_param": "clamped"}, "kerple_param = 'softplus'", "relative_bias.raw_r1 has no place"),
+    ("bert_kerple", {"kerple_param": "clamped"}, "kerple_param = 'softplus'",
+     "relative_bias.raw_r1 has no place"),
 ])
 def test_an_override_that_changes_the_model_tensors_is_refused_naming_it_and_a_tensor(arch, override, trained,
                                                                                        tensor):

@@ -417,8 +417,8 @@ def test_tensors_that_contradict_the_saved_args_are_refused_naming_both(release_
 def test_pickled_objects_need_allow_pickle(release_dir, tmp_path):
     root, vocab = release_dir
     save_release(root / "model.pt", release_state_dict(vocab), args=types.SimpleNamespace(arch="bert"))
-    with pytest.raises(UnsafeCheckpointError, match=r"^--checkpoint .*model.pt holds objects a checkpoint does "
-                       r"not hold \(types.SimpleNamespace\); it was not loaded: .*--allow-pickle$"):
+    with pytest.raises(UnsafeCheckpointError, match=r"^--checkpoint .*model.pt holds objects a checkpoint "
+                       r"does not hold \(types.SimpleNamespace\); it was not loaded: .*--allow-pickle$"):
         convert(str(root / "model.pt"), str(root / "dict.txt"), str(tmp_path / "converted"))
 
 
@@ -660,7 +660,8 @@ def release_checkpoint(release_dir):
 def test_command_line_ends_with_the_checkpoint_and_the_output_folder(release_checkpoint, tmp_path, capsys):
     out = tmp_path / "out"
     assert convert_official_tupe.main(["--checkpoint", str(release_checkpoint / "model.pt"),
-                                       "--dict", str(release_checkpoint / "dict.txt"), "--out", str(out)]) == 0
+                                       "--dict", str(release_checkpoint / "dict.txt"),
+                                       "--out", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[-3:] == [
         "tupe-convert-official: done", f"checkpoint:    {out / 'model.pt'}",
         f"output folder: {out} (model.pt, dict.txt)"]

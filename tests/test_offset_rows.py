@@ -357,7 +357,8 @@ def test_the_rows_reach_the_biased_flash_kernel_in_training_at_every_length_past
 @pytest.mark.parametrize("seq_len, as_rows", [(129, False), (512, False), (513, True)])
 def test_tupe_rs_t5_bias_joins_its_untied_product_on_the_biased_flash_kernel_up_to_512(seq_len, as_rows,
                                                                                       dictionary):
-    """The untied product is a dense bias the kernel reads anyway; past T = 512 the rows are read beside it."""
+    """The untied product is a dense bias the kernel reads anyway; past T = 512 the rows are read beside
+    it."""
     config = build_model("tupe_r_tiny", dictionary, max_positions=seq_len).encoder.sentence_encoder.config
     plan = paths.plan_attention("cpu", 0.0, False, config, seq_len)
     assert plan.path is paths.AttentionPath.BIASED_FLASH and plan.offset_bias_as_rows == as_rows

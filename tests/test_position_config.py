@@ -102,8 +102,10 @@ def test_scale_is_one_over_sqrt_of_the_summed_terms_times_d_h(untied_pos, terms)
 
 @pytest.mark.parametrize("flags, message", [
     (dict(rel_pos="fire", fire_threshold=float("nan")), "--fire-threshold must be a finite number, got nan"),
-    (dict(rel_pos="sandwich", sandwich_scale=float("inf")), "--sandwich-scale must be a finite number, got inf"),
-    (dict(rel_pos="deberta", deberta_p2c="printed"), "--deberta-p2c must be one of released, paper, got printed"),
+    (dict(rel_pos="sandwich", sandwich_scale=float("inf")),
+     "--sandwich-scale must be a finite number, got inf"),
+    (dict(rel_pos="deberta", deberta_p2c="printed"),
+     "--deberta-p2c must be one of released, paper, got printed"),
 ])
 def test_a_float_setting_that_is_not_finite_is_refused_however_it_came(flags, message):
     """A config that did not come through the parser (--model-overrides, a saved config) is checked as the

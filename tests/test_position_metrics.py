@@ -1,4 +1,5 @@
-"""The property metrics of docs/analysis.md on matrices whose answers are known (Wang et al. 2021 §2, §3.2)."""
+"""The property metrics of docs/analysis.md on matrices whose answers are known
+(Wang et al. 2021 §2, §3.2)."""
 
 import math
 

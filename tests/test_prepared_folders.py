@@ -272,7 +272,8 @@ def test_squad_preparation_never_writes_into_a_folder_it_did_not_write(tmp_path,
     out = tmp_path / "squad-bin"
     out.mkdir()
     (out / "dict.txt").write_text("mine")
-    with pytest.raises(SystemExit, match="--out .*squad-bin exists and was not written by tupe-prepare-squad"):
+    with pytest.raises(SystemExit,
+                       match="--out .*squad-bin exists and was not written by tupe-prepare-squad"):
         prepare_squad.main(["--valid-file", squad_file(tmp_path), "--sentencepiece-model",
                             squad_vocabulary[0], "--dict", squad_vocabulary[1], "--out", str(out)])
     assert (out / "dict.txt").read_text() == "mine"

@@ -1,4 +1,5 @@
-"""--embed-init-*: reading, matching, standardising (Kang et al.), and the embeddings-vs-positions diagnosis."""
+"""--embed-init-*: reading, matching, standardising (Kang et al.), and the embeddings-vs-positions
+diagnosis."""
 
 import argparse
 import math
@@ -100,7 +101,8 @@ def test_checkpoint_vectors_are_read_with_the_dictionary_next_to_it(model, dicti
 def test_export_embeddings_writes_what_embed_init_path_reads(model, dictionary, tmp_path):
     dictionary.save(str(tmp_path / "dict.txt"))
     torch.save({"args": None, "model": model.state_dict()}, tmp_path / "checkpoint.pt")
-    export_embeddings.main([str(tmp_path / "checkpoint.pt"), "--out", str(tmp_path / "v.txt"), "--scale", "2"])
+    export_embeddings.main([str(tmp_path / "checkpoint.pt"), "--out", str(tmp_path / "v.txt"),
+                            "--scale", "2"])
     read = read_vectors(str(tmp_path / "v.txt"))
     assert read.tokens == dictionary.symbols
     torch.testing.assert_close(read.vectors, 2 * model.encoder.sentence_encoder.embed_tokens.weight,

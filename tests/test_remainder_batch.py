@@ -11,8 +11,8 @@ from fairseq.data import data_utils
                                                                  (35, None, 320)])
 def test_every_example_is_in_one_batch_and_batches_keep_their_limits(examples, max_sentences, max_tokens):
     batches = data_utils.batch_by_size(np.arange(examples), lambda i: 10,
-                                       num_tokens_vec=np.full(examples, 10), max_tokens=max_tokens, max_sentences=max_sentences,
-                                       required_batch_size_multiple=8)
+                                       num_tokens_vec=np.full(examples, 10), max_tokens=max_tokens,
+                                       max_sentences=max_sentences, required_batch_size_multiple=8)
     assert sorted(np.concatenate(batches).tolist()) == list(range(examples))
     assert all(len(b) <= (max_sentences or max_tokens // 10) for b in batches)
 

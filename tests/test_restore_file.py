@@ -106,8 +106,9 @@ def test_a_given_flag_other_than_what_the_checkpoint_left_unset_uses_is_refused(
     ("tupe_r_tiny", "tupe_a_tiny", "--arch tupe_a_tiny gives --rel-pos none but the checkpoint "
                                    r"\(--arch tupe_r_tiny\) has --rel-pos t5"),
     # same parameter names, other equations: loaded without complaint before
-    ("tupe_a_tie_cls_tiny", "bert_a_d_tiny", "--arch bert_a_d_tiny gives --untied-pos four-term but the "
-                                             r"checkpoint \(--arch tupe_a_tie_cls_tiny\) has --untied-pos tupe"),
+    ("tupe_a_tie_cls_tiny", "bert_a_d_tiny",
+     "--arch bert_a_d_tiny gives --untied-pos four-term but the "
+     r"checkpoint \(--arch tupe_a_tie_cls_tiny\) has --untied-pos tupe"),
     ("bert_a_tiny", "tupe_r_base", "--arch tupe_r_base gives --encoder-embed-dim 768 but the checkpoint "
                                    r"\(--arch bert_a_tiny\) has --encoder-embed-dim 128"),
 ])
@@ -117,7 +118,8 @@ def test_another_arch_is_refused_naming_the_setting_it_changes(pretrained_arch, 
         prepared(fine_tuning_command(path, arch))
 
 
-@pytest.mark.parametrize("pretrained_arch, arch", [("tupe_r_tiny", "tupe_roberta"), ("bert_a_tiny", "bert_a_base")])
+@pytest.mark.parametrize("pretrained_arch, arch", [("tupe_r_tiny", "tupe_roberta"),
+                                                   ("bert_a_tiny", "bert_a_base")])
 def test_another_arch_name_with_the_same_settings_is_accepted(pretrained_arch, arch, tmp_path):
     _, path = save_pretrained(tmp_path / "pretrained.pt", pretrained_arch)
     tiny_sizes = ["--encoder-layers", 2, "--encoder-embed-dim", 128, "--encoder-attention-heads", 4,

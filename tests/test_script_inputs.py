@@ -34,20 +34,22 @@ def refused(main, argv, capsys):
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
 def test_analysis_on_a_cuda_device_without_cuda_is_refused(device, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path, "--device", device], capsys)
+    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path, "--device", device],
+                  capsys)
     assert f"--device {device}: torch finds no CUDA device on this machine; use --device cpu" in err
 
 
 def test_analysis_on_a_device_torch_does_not_know_is_refused(tmp_path, capsys):
-    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path, "--device", "gpu0"], capsys)
+    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path, "--device", "gpu0"],
+                  capsys)
     assert "--device gpu0:" in err
 
 
 @pytest.mark.parametrize("name", ["analysis", "report.json"])
 def test_analysis_out_that_is_a_file_is_refused(name, tmp_path, capsys):
     (tmp_path / name).write_text("a file")
-    err = refused(analyze_positions.main, ["--path", "unused.pt", "--out", tmp_path / name, "--device", "cpu"],
-                  capsys)
+    err = refused(analyze_positions.main,
+                  ["--path", "unused.pt", "--out", tmp_path / name, "--device", "cpu"], capsys)
     assert f"--out {tmp_path / name} is a file; give a folder" in err
 
 
@@ -82,7 +84,8 @@ def test_export_names_its_own_dict_flag_when_no_dictionary_is_found(tmp_path, ca
 def test_export_names_the_checkpoint_not_embed_init_path(tmp_path, capsys):
     torch.save({"model": {"w": torch.zeros(2)}}, tmp_path / "model.pt")
     err = refused(export_embeddings.main, [tmp_path / "model.pt", "--out", tmp_path / "v.txt"], capsys)
-    assert f"{tmp_path / 'model.pt'}: the checkpoint has no token embedding" in err and "--embed-init" not in err
+    assert (f"{tmp_path / 'model.pt'}: the checkpoint has no token embedding" in err
+            and "--embed-init" not in err)
 
 
 @pytest.mark.parametrize("command, argv", [
@@ -92,7 +95,8 @@ def test_export_names_the_checkpoint_not_embed_init_path(tmp_path, capsys):
 ])
 @pytest.mark.parametrize("count", ["0", "-2"])
 def test_a_count_below_one_is_refused_rather_than_read_as_all(command, argv, count, capsys):
-    """0 was falsy: tupe-finetune-glue and tupe-finetune-squad kept every example, tupe-evaluate-squad none."""
+    """0 was falsy: tupe-finetune-glue and tupe-finetune-squad kept every example, tupe-evaluate-squad
+    none."""
     main = {"finetune_glue": finetune_glue, "finetune_squad": finetune_squad,
             "evaluate_squad": evaluate_squad}[command].main
     err = refused(main, argv + [count], capsys)
@@ -138,7 +142,8 @@ def test_a_tool_float_flag_that_is_not_finite_is_refused_as_it_is_parsed(main, a
 @pytest.mark.parametrize("value, problem", [("nan", "must be a finite number, got nan"),
                                             ("inf", "must be a finite number, got inf"),
                                             ("0", "must be above 0, got 0"), ("-1e-5", "must be above 0")])
-def test_a_fine_tuning_learning_rate_that_is_no_positive_number_is_refused(main, argv, value, problem, capsys):
+def test_a_fine_tuning_learning_rate_that_is_no_positive_number_is_refused(main, argv, value, problem,
+                                                                           capsys):
     assert f"argument --lr: {problem}" in refused(main, argv + [f"--lr={value}"], capsys)
 
 
@@ -151,7 +156,8 @@ def test_export_to_an_input_is_refused_and_the_input_left_as_it_was(output, tmp_
     make_dictionary().save(str(checkpoint.parent / "dict.txt"))
     make_dictionary().save(str(given))
     target = {"checkpoint": checkpoint, "dict-beside-it": checkpoint.parent / "dict.txt",
-              "dict-by-another-path": tmp_path / "data" / ".." / "run" / "dict.txt", "given-dict": given}[output]
+              "dict-by-another-path": tmp_path / "data" / ".." / "run" / "dict.txt",
+              "given-dict": given}[output]
     argv = [checkpoint, "--out", target] + (["--dict", given] if output == "given-dict" else [])
     before = target.read_bytes()
     err = refused(export_embeddings.main, argv, capsys)

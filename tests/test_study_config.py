@@ -260,7 +260,8 @@ def test_paper_protocol_configs_pass_the_config_check(name, archs, tmp_path, mon
     (tmp_path / "squad").mkdir()
     for version in ("1.1", "2.0"):
         for split in ("train", "dev"):
-            shutil.copy(test_data("squad", "dev-v1.1.head.json"), tmp_path / "squad" / f"{split}-v{version}.json")
+            shutil.copy(test_data("squad", "dev-v1.1.head.json"),
+                        tmp_path / "squad" / f"{split}-v{version}.json")
     (tmp_path / "wiki-books.txt").write_text("a paragraph\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     config = load_config(os.path.join(REPO, "examples", f"{name}.yaml"), archs)

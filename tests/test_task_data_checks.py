@@ -72,14 +72,16 @@ def test_more_labels_than_the_task_has_classes_is_refused(task, stray, tmp_path)
     path = glue_file(tmp_path, task, 20)
     rows, _ = prepare_glue.read_tsv(path, GLUE_TASKS[task])
     labels = [label for _, _, label in rows] + [stray + "x" if stray.endswith(" ") else stray]
-    with pytest.raises(prepare_glue.GlueFormatError, match=f"{path}: 3 distinct labels .* where {task} has 2"):
+    with pytest.raises(prepare_glue.GlueFormatError,
+                       match=f"{path}: 3 distinct labels .* where {task} has 2"):
         prepare_glue.check_label_count(task, path, labels)
 
 
 @pytest.mark.parametrize("unknown, total", [(31, 100), (21, 100), (1, 1)])
 def test_a_dict_that_misses_many_pieces_is_refused_with_the_rate(unknown, total):
-    with pytest.raises(DictionaryFitError, match=rf"{unknown} of {total} pieces \({100 * unknown / total:.1f}%\) "
-                                                 "of --sentencepiece-model spm.model are not in --dict dict.txt"):
+    with pytest.raises(DictionaryFitError,
+                       match=rf"{unknown} of {total} pieces \({100 * unknown / total:.1f}%\) "
+                             "of --sentencepiece-model spm.model are not in --dict dict.txt"):
         check_unknown_pieces(unknown, total, "dict.txt", "spm.model")
 
 
@@ -119,14 +121,16 @@ class Pieces:
         return self.pieces.get(piece, 0)
 
 
-@pytest.mark.parametrize("symbols, foreign", [(["▁the", "▁cat", "s", "▁dog"], 2), ([f"w{i}" for i in range(10)], 10)])
+@pytest.mark.parametrize("symbols, foreign", [(["▁the", "▁cat", "s", "▁dog"], 2),
+                                              ([f"w{i}" for i in range(10)], 10)])
 def test_a_dict_of_another_sentencepiece_model_is_refused(symbols, foreign):
     dictionary = Dictionary()
     for symbol in symbols:
         dictionary.add_symbol(symbol)
     dictionary.add_symbol("<mask>")
     dictionary.pad_to_multiple_(8)
-    with pytest.raises(DictionaryFitError, match=f"{foreign} of the {len(symbols)} symbols of --dict dict.txt"):
+    with pytest.raises(DictionaryFitError,
+                       match=f"{foreign} of the {len(symbols)} symbols of --dict dict.txt"):
         check_dictionary_symbols(dictionary, Pieces(["▁the", "s", "▁a"]), "dict.txt", "spm.model")
 
 
@@ -153,14 +157,16 @@ class LabelledTask(_Task):
         self.label_dictionary = Dictionary()
         for label in labels:
             self.label_dictionary.add_symbol(label)
-        self.cfg = type("Cfg", (), dict(num_classes=num_classes, regression_target=regression, data="GLUE-BIN"))
+        self.cfg = type("Cfg", (), dict(num_classes=num_classes, regression_target=regression,
+                                        data="GLUE-BIN"))
 
 
 @pytest.mark.parametrize("labels, num_classes", [(["0", "1", "2"], 2), (["a", "b", "c", "d"], 3)])
 def test_fine_tuning_with_more_labels_than_num_classes_is_refused(labels, num_classes, dictionary):
     args = build_model("tupe_r_tiny", dictionary).args
-    with pytest.raises(LabelCountError, match=f"GLUE-BIN/label/dict.txt\\) holds {len(labels)} labels .* but "
-                                              f"--num-classes is {num_classes}: pass --num-classes {len(labels)}"):
+    with pytest.raises(LabelCountError,
+                       match=f"GLUE-BIN/label/dict.txt\\) holds {len(labels)} labels .* but "
+                             f"--num-classes is {num_classes}: pass --num-classes {len(labels)}"):
         TupeRobertaModel.build_model(args, LabelledTask(dictionary, labels, num_classes))
 
 

@@ -1,7 +1,8 @@
-"""The positional term as typed parts: one part of a kind, the parts each attention path reads, refused once a
-forward in words where the path does not read one; and an encoding of a table each layer projects
+"""The positional term as typed parts: one part of a kind, the parts each attention path reads, refused once
+a forward in words where the path does not read one; and an encoding of a table each layer projects
 (Transformer-XL's, one module under encodings/ that changes nothing in attention/ or encoder/) running on
-every path through the layer and the encoder, its per-layer projection built by the layer from the encoding."""
+every path through the layer and the encoder, its per-layer projection built by the layer from the
+encoding."""
 
 import pytest
 import torch

@@ -1,5 +1,6 @@
-"""Scores against a table laid out by offset, by bands of query rows: S[b, h, i, j] = x_i . table[j - i + T - 1]
-written out pair by pair, forward and gradients; and a clipped index read by offset."""
+"""Scores against a table laid out by offset, by bands of query rows:
+S[b, h, i, j] = x_i . table[j - i + T - 1] written out pair by pair, forward and gradients; and a clipped
+index read by offset."""
 
 import pytest
 import torch
@@ -29,7 +30,8 @@ def test_band_scores_equal_the_pairwise_products_forward_and_gradients(seq_len, 
     got = ToeplitzScores.apply(x, table)
     expected = _pairwise(x, table)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-12)
-    for g, e in zip(torch.autograd.grad(got, (x, table), grad), torch.autograd.grad(expected, (x, table), grad)):
+    for g, e in zip(torch.autograd.grad(got, (x, table), grad),
+                    torch.autograd.grad(expected, (x, table), grad)):
         torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-12)
 
 
@@ -61,7 +63,8 @@ def test_a_table_of_another_length_is_refused():
 
 
 def _clipped_index(seq_len, reach):
-    """A clipped relative index, as DeBERTa's: rows 0 .. 2 reach, offsets beyond +-reach share the end rows."""
+    """A clipped relative index, as DeBERTa's: rows 0 .. 2 reach, offsets beyond +-reach share the end
+    rows."""
     positions = torch.arange(seq_len)
     index = (positions[None, :] - positions[:, None]).clamp(-reach, reach) + reach
     offsets = torch.cat([index[:, 0].flip(0), index[0, 1:]])

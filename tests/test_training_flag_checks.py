@@ -43,8 +43,9 @@ def test_the_usual_masked_lm_flags_pass():
 
 @pytest.mark.parametrize("max_positions", [4_000_000_000, 10**10])  # TiB of table on any machine
 def test_a_max_positions_typo_beyond_memory_is_refused_before_allocating(max_positions):
-    with pytest.raises(PositionFlagError, match=f"--max-positions {max_positions} would need a .* GiB position "
-                                                "table, more than the .* GiB of memory of this machine"):
+    with pytest.raises(PositionFlagError,
+                       match=f"--max-positions {max_positions} would need a .* GiB position "
+                             "table, more than the .* GiB of memory of this machine"):
         build_model("bert_a_tiny", make_dictionary(), max_positions=max_positions)
 
 
@@ -75,8 +76,9 @@ def test_a_torch_file_that_is_not_a_fairseq_checkpoint_is_named(content, held, t
     obj = {"state dict": model.state_dict(), "tensor": torch.zeros(3), "list": [torch.zeros(2)]}[content]
     path = tmp_path / "model.pt"
     torch.save(obj, path)
-    with pytest.raises(NotAFairseqCheckpointError, match=f"{path} is a torch file but not a fairseq checkpoint "
-                                                         f"\\(it holds {held}"):
+    with pytest.raises(NotAFairseqCheckpointError,
+                       match=f"{path} is a torch file but not a fairseq checkpoint "
+                             f"\\(it holds {held}"):
         checkpoint_utils.load_model_ensemble_and_task([str(path)])
 
 

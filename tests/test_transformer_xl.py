@@ -1,6 +1,6 @@
 """Transformer-XL's relative encoding (--rel-pos xl) against a reference no one here wrote: transformers'
-XLNet relative attention (``XLNetRelativeAttention.rel_attn_core``, segment term off) with the same weights and
-inputs; and what a model of it does with the plugin's commands."""
+XLNet relative attention (``XLNetRelativeAttention.rel_attn_core``, segment term off) with the same weights
+and inputs; and what a model of it does with the plugin's commands."""
 
 import argparse
 
@@ -90,7 +90,8 @@ def test_xl_layers_project_the_sinusoids_with_their_own_w_r(dictionary):
 def test_the_hf_export_refuses_xl_naming_it(dictionary):
     args = argparse.Namespace(**vars(build_model("bert_xl_tiny", dictionary).args))
     with pytest.raises(hf_export.ExportError,
-                       match=r"model.pt: Transformer-XL's relative encoding \(--rel-pos xl\) cannot be exported"):
+                       match=r"model.pt: Transformer-XL's relative encoding \(--rel-pos xl\) "
+                             r"cannot be exported"):
         hf_export.check_exportable(args, "model.pt")
 
 

@@ -106,7 +106,8 @@ def test_small_products_and_products_without_gradients_take_torch_bmm():
 
 def _train_steps(model, dictionary, steps=3, lengths=(40, 40)):
     tokens = random_tokens(dictionary, list(lengths))
-    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim, generator=torch.Generator().manual_seed(0))
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim,
+                          generator=torch.Generator().manual_seed(0))
     return [features_and_grads(model, tokens, weights) for _ in range(steps)]
 
 

@@ -71,7 +71,8 @@ def check_device_and_out(parser, args):
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: torch finds no CUDA device on this machine; use --device cpu")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
-        parser.error(f"--out {args.out} is a file; give a folder (it will hold the figures and {REPORT_NAME})")
+        parser.error(f"--out {args.out} is a file; give a folder "
+                     f"(it will hold the figures and {REPORT_NAME})")
 
 
 def positions_to_analyse(model, requested):

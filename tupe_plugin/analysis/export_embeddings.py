@@ -18,7 +18,8 @@ from tupe_plugin.user_input.user_errors import UserError
 
 
 def own_flags(message, checkpoint):
-    """The reader's messages name fairseq-train's --embed-init-* flags; this script has CHECKPOINT and --dict."""
+    """The reader's messages name fairseq-train's --embed-init-* flags; this script has CHECKPOINT and
+    --dict."""
     return (message.replace(f"--embed-init-path {checkpoint}", checkpoint)
             .replace("--embed-init-path", "CHECKPOINT").replace("--embed-init-dict", "--dict"))
 

@@ -268,7 +268,8 @@ def relative_position_dot_products(context):
 
 
 def identical_word_probing(context):
-    """Wang et al. 2021 §3.1 (Eq. 5): first-layer attention of one repeated word, averaged over words and heads."""
+    """Wang et al. 2021 §3.1 (Eq. 5): first-layer attention of one repeated word, averaged over words and
+    heads."""
     name, title = "identical_word_probing", \
         "identical-word probing: first-layer attention (Wang et al. 2021 §3.1)"
     probs = _numpy(pm.identical_word_attention(

@@ -60,9 +60,9 @@ def biased_attention_backward():
             _load("tupe_plugin_kernels", extra_cflags=flags + ["-fopenmp"], extra_ldflags=["-fopenmp"])
         except (OSError, RuntimeError) as error:
             _load("tupe_plugin_kernels_one_thread", extra_cflags=flags)
-            logger.warning(f"the compiled CPU kernels were built without OpenMP ({_last_line(error)}) and run "
-                           f"on one thread; a compiler with OpenMP (GCC, or clang with libomp) lets them use "
-                           f"torch's {torch.get_num_threads()} threads.")
+            logger.warning(f"the compiled CPU kernels were built without OpenMP ({_last_line(error)}) "
+                           f"and run on one thread; a compiler with OpenMP (GCC, or clang with libomp) "
+                           f"lets them use torch's {torch.get_num_threads()} threads.")
     except BuildWaitTimeout as error:
         logger.warning(f"{error}; their slower Python twins run instead")
         return None

@@ -309,8 +309,8 @@ class BiasedFlashAttention(torch.autograd.Function):
             # output's (B, T, H, D)): copies to (B, H, T, D) cost more than they save at T = 128 (1.03-1.28 x
             # the backward) and as much as they save at T = 512
             q, k, v, out, grad_out = (_with_contiguous_rows(t) for t in (q, k, v, out, grad_out))
-            grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows, mask_grad=mask_grad,
-                             **_shared_buffer(ctx.mask_gradient, mask, q))
+            grads = compiled(q, k, v, out, grad_out, lse.contiguous(), mask, ctx.scale, rows,
+                             mask_grad=mask_grad, **_shared_buffer(ctx.mask_gradient, mask, q))
             grad_mask = grads[3] if mask_grad and ctx.mask_gradient is None else None
             return *grads[:3], grad_mask, None, None, None, None, None
         logits_mask = mask.to(q.dtype)

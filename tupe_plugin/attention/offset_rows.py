@@ -96,7 +96,8 @@ class OffsetRows:
     the gradient alone."""
 
     def __init__(self, rows, block_rows, values=True):
-        self.ops = compiled_kernels.offset_rows_ops() if rows.dtype in (torch.float32, torch.float64) else None
+        self.ops = (compiled_kernels.offset_rows_ops() if rows.dtype in (torch.float32, torch.float64)
+                    else None)
         self.rows = rows.detach().contiguous()
         self.periodic = None if self.ops is not None else PeriodicRows(self.rows, block_rows, values)
         self.grad = None
@@ -119,7 +120,8 @@ class OffsetRows:
             return
         if self.grad is None:
             self.grad = torch.zeros_like(self.rows)
-        self.ops[1](self.grad, grad if grad.stride(-1) == 1 else grad.contiguous(), heads.start, queries.start)
+        self.ops[1](self.grad, grad if grad.stride(-1) == 1 else grad.contiguous(),
+                    heads.start, queries.start)
 
     def folded(self):
         """The rows' gradient (H, 2T - 1), summed by offset (zeros when nothing was added)."""

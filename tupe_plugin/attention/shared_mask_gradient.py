@@ -51,8 +51,8 @@ class SharedMaskGradient:
     def _reused_mask(self, shape, like):
         """The mask's own memory for the first buffer, where nothing but this object holds it any more (the
         layers' forward were its only readers): a fresh (H, T, T) tensor's first writing, page by page, costs
-        more than its arithmetic (T = 4096: 0.1 s). None where another tensor, view or saved tensor still holds
-        that memory, or it does not fit."""
+        more than its arithmetic (T = 4096: 0.1 s). None where another tensor, view or saved tensor still
+        holds that memory, or it does not fit."""
         mask, self._spent_mask = self._spent_mask, None
         if mask is None or mask.shape != shape or mask.dtype != like.dtype or not mask.is_contiguous():
             return None

@@ -79,9 +79,9 @@ def cut_notice(cut_lines, max_pieces):
     """What :func:`encode_file` did to the lines longer than ``max_pieces``, in words."""
     if not cut_lines:
         return f"no line longer than --max-pieces {max_pieces}"
-    return (f"{cut_lines} line{'s' if cut_lines > 1 else ''} longer than --max-pieces {max_pieces} split into "
-            f"lines of at most {max_pieces} pieces (a block of --tokens-per-sample {max_pieces + 2} holds a "
-            "whole line with <s> and </s>)")
+    return (f"{cut_lines} line{'s' if cut_lines > 1 else ''} longer than --max-pieces {max_pieces} "
+            f"split into lines of at most {max_pieces} pieces (a block of --tokens-per-sample "
+            f"{max_pieces + 2} holds a whole line with <s> and </s>)")
 
 
 def encode_file(processor, source, target, max_pieces):

@@ -77,8 +77,9 @@ class PositionalTransformerEncoder(nn.Module):
             bad = src_tokens[(src_tokens < 0) | (src_tokens >= size)]
             token = int(bad[0]) if bad.numel() else int(src_tokens.max())
             raise ValueError(
-                f"token id {token} is outside the dictionary of {size} symbols (ids 0..{size - 1}): the input "
-                "was encoded with another dict.txt than the model's" + (" or is not token ids" if token < 0 else "")
+                f"token id {token} is outside the dictionary of {size} symbols (ids 0..{size - 1}): "
+                "the input was encoded with another dict.txt than the model's"
+                + (" or is not token ids" if token < 0 else "")
             ) from err
 
     def embed(self, src_tokens, token_embeddings=None, forward=None):

@@ -1,9 +1,9 @@
 """Initialising the word embeddings from pre-trained vectors, standardised (Kang et al.).
 
-Kang et al. ("On Initializing Transformers with Pre-trained Embeddings", arXiv 2407.12514) find that pre-trained
-vectors with a wide value range train worse than random init, partly because, added to the much smaller
-position embeddings, they absorb the position information; rescaling them to a narrow range recovers the
-gain. This module reads the vectors (word2vec/GloVe text or a fairseq checkpoint), matches them to the
+Kang et al. ("On Initializing Transformers with Pre-trained Embeddings", arXiv 2407.12514) find that
+pre-trained vectors with a wide value range train worse than random init, partly because, added to the much
+smaller position embeddings, they absorb the position information; rescaling them to a narrow range recovers
+the gain. This module reads the vectors (word2vec/GloVe text or a fairseq checkpoint), matches them to the
 fairseq dictionary, standardises them and copies them into the embedding matrix; how much of the position
 signal then survives in the input is measured by :mod:`.embedding_diagnosis`.
 """

@@ -83,9 +83,9 @@ class PositionalSelfAttention(nn.Module):
         return split_heads(self.projection(x, query))
 
     def forward(self, x, term, plan, need_weights=False, query=None):
-        """x: (B, T, C); term: the forward's PositionalTerm (with its mask); plan: its AttentionPlan; ``query``
-        (B, T, C): the states the queries are read from, x then gives the keys and values only (DeBERTa's
-        Enhanced Mask Decoder, :mod:`.enhanced_mask_decoder`).
+        """x: (B, T, C); term: the forward's PositionalTerm (with its mask); plan: its AttentionPlan;
+        ``query`` (B, T, C): the states the queries are read from, x then gives the keys and values only
+        (DeBERTa's Enhanced Mask Decoder, :mod:`.enhanced_mask_decoder`).
 
         Returns the output (B, T, C) and, with ``need_weights``, the probabilities (B, H, T, T).
         """

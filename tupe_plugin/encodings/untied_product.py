@@ -43,8 +43,8 @@ class ProductMemory:
         self._storage = None
 
     def tensor(self, shape, like):
-        """An uninitialised tensor of ``shape`` in ``like``'s dtype and device: on the kept storage where it is
-        large enough and this object is the only one holding it, else fresh; the storage is no longer kept
+        """An uninitialised tensor of ``shape`` in ``like``'s dtype and device: on the kept storage where it
+        is large enough and this object is the only one holding it, else fresh; the storage is no longer kept
         either way."""
         storage, self._storage = self._storage, None
         nbytes = math.prod(shape) * like.element_size()
@@ -54,7 +54,8 @@ class ProductMemory:
         return like.new_empty(shape)
 
     def keep(self, tensor):
-        """Keep ``tensor``'s storage for the next forward where it is CPU memory of KEPT_FROM_BYTES or more."""
+        """Keep ``tensor``'s storage for the next forward where it is CPU memory of KEPT_FROM_BYTES or
+        more."""
         storage = tensor.untyped_storage()
         if tensor.device.type == "cpu" and storage.nbytes() >= KEPT_FROM_BYTES:
             self._storage = storage

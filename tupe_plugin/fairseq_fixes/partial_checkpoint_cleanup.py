@@ -30,8 +30,8 @@ def failed_save_error(filename, err):
     fix = "free disk space" if getattr(err, "errno", None) == errno.ENOSPC else "fix the cause"
     return CheckpointSaveError(
         getattr(err, "errno", None) or errno.EIO,
-        f"writing the checkpoint {filename} failed ({reason}); the partial {filename}.tmp was removed and the "
-        f"checkpoints saved before are complete: {fix} and run the same command again to resume",
+        f"writing the checkpoint {filename} failed ({reason}); the partial {filename}.tmp was removed and "
+        f"the checkpoints saved before are complete: {fix} and run the same command again to resume",
     )
 
 

@@ -100,8 +100,9 @@ def check_header(path, header, layout, rows):
     label = header[layout.label].strip() if len(header) > max(layout.input0, layout.label) else None
     if label is None or label in {row_label for _, _, row_label in rows} or _is_number(label):
         raise GlueFormatError(
-            f"{path}:1: expected the header line of {os.path.basename(os.path.dirname(path))} (column names), "
-            f"found an example (label {label!r}); restore the header line (the GLUE files have one)"
+            f"{path}:1: expected the header line of {os.path.basename(os.path.dirname(path))} "
+            f"(column names), found an example (label {label!r}); restore the header line "
+            "(the GLUE files have one)"
         )
 
 
@@ -154,7 +155,8 @@ def check_dictionary_fits(processor, dictionary_path, sentencepiece_model):
 
     from tupe_plugin.checkpoints.vocabulary import check_dictionary_symbols
 
-    check_dictionary_symbols(Dictionary.load(dictionary_path), processor, dictionary_path, sentencepiece_model)
+    check_dictionary_symbols(Dictionary.load(dictionary_path), processor, dictionary_path,
+                             sentencepiece_model)
 
 
 def check_pieces_in_dictionary(pieces, dictionary_path, sentencepiece_model):
@@ -301,7 +303,8 @@ def main(argv=None, accept=None):
     try:
         counts = prepare(args.task, args.glue_dir, args.sentencepiece_model, args.dict, args.out,
                          args.max_examples, args.skip_malformed, args.workers, accept)
-    except (GlueFormatError, FileNotFoundError, RuntimeError, ValueError) as e:  # PreparedFolderError included
+    except (GlueFormatError, FileNotFoundError, RuntimeError, ValueError) as e:
+        # PreparedFolderError included (a RuntimeError)
         sys.exit(f"tupe-prepare-glue: error: {e}")
     labels = counts.get("labels")
     if counts["reused"]:

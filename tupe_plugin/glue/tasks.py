@@ -1,7 +1,8 @@
 """The GLUE tasks: each one's files and columns, its classes, its metric and its fine-tuning epochs.
 
 The one table of them. tupe-prepare-glue reads the files and columns, tupe-finetune-glue the classes,
-metric and epochs, the study the files and the metrics. Metrics are named as fairseq's ``sentence_prediction`` task logs them; each is maximised.
+metric and epochs, the study the files and the metrics. Metrics are named as fairseq's
+``sentence_prediction`` task logs them; each is maximised.
 The metrics and epochs are those of TUPE (Ke et al., arXiv 2006.15595) Table 1 and 2: Matthews
 correlation for CoLA, F1 (and accuracy) for MRPC and QQP, Pearson and Spearman correlations for STS-B,
 accuracy elsewhere;

@@ -1,4 +1,5 @@
-"""Named architectures: every paper row (README, Architectures) in every size; any flag on the command line wins."""
+"""Named architectures: every paper row (README, Architectures) in every size; any flag on the command line
+wins."""
 
 from fairseq.models import register_model_architecture
 from fairseq.utils import safe_getattr

@@ -46,8 +46,8 @@ def check_dictionary_fingerprint(args, dictionary):
     recorded_size = getattr(args, "dictionary_size", None)
     if recorded is not None and recorded != fingerprint and recorded_size in (None, len(dictionary)):
         raise DictionaryMismatchError(
-            f"the data's dictionary ({len(dictionary)} symbols, fingerprint {fingerprint}) is not the one the "
-            f"checkpoint was trained with (fingerprint {recorded}): same size, other symbols or another "
+            f"the data's dictionary ({len(dictionary)} symbols, fingerprint {fingerprint}) is not the one "
+            f"the checkpoint was trained with (fingerprint {recorded}): same size, other symbols or another "
             "order, so token ids would silently mean other words; binarize the data against the "
             "pre-training dict.txt (fairseq-preprocess --srcdict PRETRAIN-DATA/dict.txt; "
             "tupe-prepare-glue / tupe-prepare-squad --dict PRETRAIN-DATA/dict.txt)"

@@ -102,8 +102,8 @@ def check_gold_answers(articles, gold_file):
         malformed = _malformed_answer(question.get("answers", []))
         if malformed is not None:
             part, value = malformed
-            sys.exit(f"tupe-evaluate-squad: error: --gold-file {gold_file}: {where} (id {question.get('id')}): "
-                     f"{part} is {json.dumps(value)}: gold answers are "
+            sys.exit(f"tupe-evaluate-squad: error: --gold-file {gold_file}: {where} "
+                     f"(id {question.get('id')}): {part} is {json.dumps(value)}: gold answers are "
                      '[{"text": "a string", "answer_start": N}, ...]; correct the file')
 
 
@@ -137,8 +137,8 @@ def check_predicted_ids(predictions, articles, args):
                  f"{args.predictions}{example} is in --gold-file {args.gold_file}: score the predictions "
                  "against the SQuAD JSON they were made from (and its --max-articles)")
     if unknown:
-        print(f"tupe-evaluate-squad: warning: {len(unknown)} of the {len(predictions)} predicted question ids "
-              f"are not in {args.gold_file}{example}; they are not scored", file=sys.stderr)
+        print(f"tupe-evaluate-squad: warning: {len(unknown)} of the {len(predictions)} predicted "
+              f"question ids are not in {args.gold_file}{example}; they are not scored", file=sys.stderr)
 
 
 def warn_missing(scores, gold_file, total, max_articles=None):
@@ -185,8 +185,8 @@ def score_predictions(args):
     check_predicted_ids(predictions, articles, args)
     unanswerable = [q["id"] for q in questions(articles) if not q.get("answers")]
     if unanswerable and version == "1.1":
-        sys.exit(f"tupe-evaluate-squad: error: --gold-file {args.gold_file} has {len(unanswerable)} questions "
-                 f"without an answer (SQuAD v2.0, e.g. {unanswerable[0]}): score it with "
+        sys.exit(f"tupe-evaluate-squad: error: --gold-file {args.gold_file} has {len(unanswerable)} "
+                 f"questions without an answer (SQuAD v2.0, e.g. {unanswerable[0]}): score it with "
                  "--version-2-with-negative")
     scores = evaluate(articles, predictions, version)
     warn_missing(scores, args.gold_file, len(list(questions(articles))), args.max_articles)

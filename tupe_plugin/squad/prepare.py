@@ -92,8 +92,8 @@ def _load_json(path):
         return json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
-        raise SquadFormatError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); convert the file "
-                               "to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+        raise SquadFormatError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
+                               "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
     except json.JSONDecodeError as e:
         raise SquadFormatError(f"{path}: not valid JSON ({e})") from None
 
