@@ -9,7 +9,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 ninja sentencepiece tensorboard tensorboardX matplotlib pytest hypothesis \
-	submitit transformers==5.24.0 accelerate triton==3.9.0
+	submitit transformers==5.24.0 accelerate triton==3.9.0 ruff==0.17.6
+# The Python files `make lint` checks with ruff (its settings: ruff.toml).
+LINTED := tupe_plugin tests benchmarks scripts setup.py
 
 # Demo settings, passed to examples/demo.sh (see its header).
 CORPUS ?=
@@ -29,10 +31,11 @@ BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
 BENCH_DATA ?=
 
-.PHONY: help install test test-slow test-gpu demo study bench bench-train bench-report clean distclean
+.PHONY: help install lint test test-slow test-gpu demo study bench bench-train bench-report clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
+	@echo "make lint        ruff over the Python files, with ruff.toml"
 	@echo "make test        fast test suite (tests not marked slow)"
 	@echo "make test-slow   tests marked slow"
 	@echo "make test-gpu    fp16/bf16 checks on a CUDA device (tests marked gpu; needs a GPU)"
@@ -62,6 +65,9 @@ $(STAMP): setup.py Makefile
 	$(BIN)/pip uninstall -y torchaudio
 	$(BIN)/pip install --no-deps -e .
 	touch $@
+
+lint: install
+	$(BIN)/ruff check --config ruff.toml $(LINTED)
 
 test: install
 	$(BIN)/python -m pytest -q tests -m "not slow and not gpu"
