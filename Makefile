@@ -31,10 +31,11 @@ BENCH_ARGS ?=
 BENCH_JSON ?= benchmark.json
 BENCH_DATA ?=
 
-.PHONY: help install lint test test-slow test-gpu demo study bench bench-train bench-report clean distclean
+.PHONY: help install check lint test test-slow test-gpu demo study bench bench-train bench-report clean distclean
 
 help:
 	@echo "make install     create .venv and install the plugin and its dependencies"
+	@echo "make check       lint and the smoke tests (marked smoke), under 2 minutes: the loop between edits"
 	@echo "make lint        ruff over the Python files, with ruff.toml"
 	@echo "make test        fast test suite (tests not marked slow)"
 	@echo "make test-slow   tests marked slow"
@@ -68,6 +69,10 @@ $(STAMP): setup.py Makefile
 
 lint: install
 	$(BIN)/ruff check --config ruff.toml $(LINTED)
+
+# The smoke tests also run in `make test`: this is a subset for between edits, not a replacement.
+check: lint
+	$(BIN)/python -m pytest -q tests -m "smoke and not slow and not gpu"
 
 test: install
 	$(BIN)/python -m pytest -q tests -m "not slow and not gpu"

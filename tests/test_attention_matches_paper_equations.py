@@ -7,6 +7,8 @@ from conftest import (PRESETS, assert_gradients_close, build_model, features_and
 from paper_equations import encoder_features
 from tupe_plugin.attention import cpu_kernels, paths
 
+pytestmark = pytest.mark.smoke
+
 LENGTHS = [7, 5, 3]
 
 # Every preset as it is, then the options no preset sets.

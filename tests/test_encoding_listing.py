@@ -14,6 +14,8 @@ from tupe_plugin.encodings.encoding import Encoding
 from tupe_plugin.models import encoding_listing
 from tupe_plugin.terms.parts import DenseBias, OffsetRows
 
+pytestmark = pytest.mark.smoke
+
 PAGE = os.path.join(REPO, "docs", "encodings.md")
 
 

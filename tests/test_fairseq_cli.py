@@ -8,6 +8,7 @@ from cli import logged_losses, run_fairseq, run_fairseq_for_each, train_args, tr
 from conftest import PRESETS
 
 
+@pytest.mark.smoke  # make check's one fairseq-train
 def test_train_validate_and_resume_tupe_r(wikitext_bin, tmp_path):
     save_dir = tmp_path / "checkpoints"
     tensorboard = tmp_path / "tensorboard"

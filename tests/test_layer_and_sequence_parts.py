@@ -14,6 +14,8 @@ from tupe_plugin.encodings.rotary_position import RotaryPosition, rotate, rotate
 from tupe_plugin.terms.forward import Forward
 from tupe_plugin.terms.parts import DenseBias, LayerTerm, Rotary
 
+pytestmark = pytest.mark.smoke
+
 
 class HeadMix(nn.Module):
     """A layer term for the tests: a learned mix across heads of the logits and the bias, per (i, j)."""

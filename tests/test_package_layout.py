@@ -9,6 +9,8 @@ import pytest
 from conftest import REPO
 from package_imports import import_circles, import_graph, package_sources
 
+pytestmark = pytest.mark.smoke
+
 GRAPH = import_graph(package_sources())
 
 # what each room may import of the plugin, besides itself

@@ -17,6 +17,8 @@ from tupe_plugin.encodings.position_config import (
     PositionFlagError,
 )
 
+pytestmark = pytest.mark.smoke
+
 OWNERS = pathlib.Path(REPO, "tupe_plugin", "encodings")
 SHAW_PREFIX = "shaw-"
 FLAG_NAMES = set(DEFAULTS)

@@ -18,6 +18,8 @@ from tupe_plugin.encodings.transformer_xl_position import RelativeKeyProjection
 from tupe_plugin.terms.parts import (PART_TYPES, ClippedTable, DenseBias, LayerTerm, LowRank, OffsetRows,
                                      ProjectedTable, Rotary, Shift)
 
+pytestmark = pytest.mark.smoke
+
 
 def xl_reference(attention, xl, x, lengths, scale):
     """The layer's output by Transformer-XL's formula, (q_i + u) . k_j + (q_i + v) . W_R R_(i-j), with R of
