@@ -181,6 +181,21 @@ def assert_gradients_close(actual, expected, atol=1e-5, rtol=1e-4, rename=lambda
                                    msg=lambda message, name=name: f"gradient of {name}: {message}")
 
 
+def assert_equals_the_twin(model, dictionary, lengths=(9, 6, 4)):
+    """Features and every gradient of a padded batch of ``lengths`` equal the paper twin's
+    (:func:`paper_equations.encoder_features`; fp32, 1e-5)."""
+    from paper_equations import encoder_features
+
+    tokens = random_tokens(dictionary, list(lengths))
+    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
+    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
+    encoder = model.encoder.sentence_encoder
+    fused, fused_grads = features_and_grads(model, tokens, weights)
+    plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
+    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(fused_grads, plain_grads)
+
+
 @pytest.fixture
 def dictionary():
     return make_dictionary()

@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import build_model, features_and_grads, random_tokens
-from paper_equations import encoder_features
+from conftest import assert_equals_the_twin, build_model, random_tokens
 from tupe_plugin.encodings.cope_position import ContextualPositions, contextual_positions
 from tupe_plugin.encodings.position_config import PositionFlagError
 
@@ -153,16 +152,7 @@ def test_a_model_with_random_tables_equals_the_paper_twin(normalize_before, dict
     model = build_model("bert_cope_tiny", dictionary, encoder_normalize_before=normalize_before,
                         cope_max_position=3)
     _random_tables(model)
-    tokens = random_tokens(dictionary, [7, 5, 3])
-    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
-    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
-    encoder = model.encoder.sentence_encoder
-    fused, fused_grads = features_and_grads(model, tokens, weights)
-    plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
-    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
-    for name, grad in plain_grads.items():
-        torch.testing.assert_close(fused_grads[name], grad, atol=max(1e-5, 1e-6 * grad.abs().max().item()),
-                                   rtol=1e-4, msg=lambda message, name=name: f"{name}: {message}")
+    assert_equals_the_twin(model, dictionary, lengths=(7, 5, 3))
 
 
 def _as_bert_nope(model, dictionary):

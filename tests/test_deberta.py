@@ -4,8 +4,8 @@ The whole model against the paper's Eq. 4 is in test_attention_matches_paper_equ
 
 import pytest
 import torch
-from conftest import assert_gradients_close, build_model, features_and_grads, random_tokens
-from paper_equations import deberta_delta, encoder_features
+from conftest import assert_equals_the_twin, build_model, random_tokens
+from paper_equations import deberta_delta
 from tupe_plugin.attention import toeplitz_scores
 from tupe_plugin.encodings.deberta_position import log_bucket
 from tupe_plugin.encodings.position_config import PositionConfig, PositionFlagError
@@ -118,18 +118,6 @@ def test_position_terms_by_bands_equal_the_paper_equations(flags, dictionary, mo
     model = build_model("deberta_tiny", dictionary, **flags)
     assert_equals_the_twin(model, dictionary)
     assert len(calls) == model.args.encoder_layers  # c2p and p2c of each layer, by bands, in one tensor
-
-
-def assert_equals_the_twin(model, dictionary):
-    """Features and every gradient of a padded batch equal the paper twin's (fp32, 1e-5)."""
-    tokens = random_tokens(dictionary, [9, 6, 4])
-    keep = tokens.ne(dictionary.pad()).unsqueeze(-1)
-    weights = torch.randn(*tokens.shape, model.args.encoder_embed_dim) * keep
-    encoder = model.encoder.sentence_encoder
-    fused, fused_grads = features_and_grads(model, tokens, weights)
-    plain, plain_grads = features_and_grads(model, tokens, weights, lambda t: encoder_features(encoder, t))
-    torch.testing.assert_close(fused * keep, plain * keep, atol=1e-5, rtol=1e-5)
-    assert_gradients_close(fused_grads, plain_grads)
 
 
 def test_offsets_lay_out_the_relative_index_by_offset(dictionary):
