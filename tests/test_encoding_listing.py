@@ -1,10 +1,7 @@
-"""tupe-encodings: every registered encoding listed from the registry, docs/encodings.md its output, and an
-encoding module dropped into the package listed with no other file changed."""
+"""tupe-encodings: every registered encoding listed from the registry, docs/encodings.md its output (an
+encoding module dropped into the package: tests/test_encoding_drop_in.py)."""
 
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from conftest import REPO
@@ -52,58 +49,4 @@ def test_an_encoding_whose_parts_depend_on_its_value_names_each_value():
 
 
 # A learned bias per head of the clipped distance, as a new encoding's module would declare it
-PROBE_MODULE = '''
-"""A learned bias per head of the clipped distance |j - i| (a test's encoding, no paper)."""
 
-from dataclasses import dataclass
-
-import torch
-from torch import nn
-
-from ..terms.parts import OffsetRows
-from .encoding import Encoding, option
-from .offset_bias import OffsetBias
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    probe_max_distance: int = option(16, metavar="K", help="distances beyond K share the bias of K")
-
-
-class ProbeBias(OffsetBias):
-    def __init__(self, num_heads, max_distance, zero_cls=False):
-        super().__init__(zero_cls)
-        self.max_distance = max_distance
-        self.weight = nn.Parameter(torch.zeros(num_heads, max_distance + 1))
-
-    def per_offset(self, seq_len):
-        offsets = torch.arange(1 - seq_len, seq_len, device=self.weight.device)
-        return offsets, self.weight[:, offsets.abs().clamp(max=self.max_distance)]
-
-
-PROBE = Encoding(
-    name="probe", label="the probe distance bias", kind="distance_bias", family="rel_pos",
-    choices=("probe-distance",), choices_help="probe-distance = a learned bias of the clipped distance",
-    summary="a learned bias per head of the clipped distance |j - i|", citation="none: a test's encoding",
-    slot="relative_bias", options=ProbeOptions, parts=(OffsetRows,),
-    build=lambda config: ProbeBias(config.num_heads, config.probe_max_distance, config.zero_cls_bias),
-)
-'''
-
-
-def test_an_encoding_module_dropped_into_the_package_is_listed_with_no_other_file_changed():
-    path = os.path.join(REPO, "tupe_plugin", "encodings", "listing_probe_position.py")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([REPO, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    with open(path, "x", encoding="utf-8") as f:
-        f.write(textwrap.dedent(PROBE_MODULE))
-    try:
-        proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "list_encodings.py")], cwd=REPO,
-                              env=env, capture_output=True, text=True, timeout=300)
-    finally:
-        os.remove(path)
-    assert proc.returncode == 0, proc.stderr
-    assert ("the probe distance bias (probe)\n  flag:     --rel-pos probe-distance\n"
-            "  summary:  a learned bias per head of the clipped distance |j - i|\n") in proc.stdout
-    assert "  parts:    OffsetRows\n  paths:    every path\n  export:   not exported\n" in proc.stdout
-    assert "    --probe-max-distance (default 16): distances beyond K share the bias of K\n" in proc.stdout
