@@ -6,7 +6,7 @@ import pathlib
 from dataclasses import FrozenInstanceError
 
 import pytest
-from conftest import REPO
+from conftest import REPO, build_model
 from tupe_plugin.encodings.position_config import (
     ABS_POS_CHOICES,
     CLS_RESET_CHOICES,
@@ -114,3 +114,9 @@ def test_a_float_setting_that_is_not_finite_is_refused_however_it_came(flags, me
     parser checks: finite floats, values among the choices."""
     with pytest.raises(PositionFlagError, match=message):
         PositionConfig(embed_dim=8, num_heads=2, max_positions=8, **flags).check()
+
+
+def test_two_encodings_that_each_add_a_part_of_one_type_are_refused_naming_both_flags(dictionary):
+    with pytest.raises(PositionFlagError, match=r"--untied-pos four-term and --rel-pos xl each add query/key "
+                                                r"shifts \(Shift\) to the attention logits"):
+        build_model("bert_xl_tiny", dictionary, untied_pos="four-term")

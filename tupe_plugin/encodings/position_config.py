@@ -258,6 +258,18 @@ class PositionChoices:
                           "use --untied-pos none")
         if self.rotary_applies:
             errors += self._rotary_errors()
+        return errors + self._parts_held_twice()
+
+    def _parts_held_twice(self):
+        """Two encodings that each add a part of one type, which the per-forward term holds once (e.g. the
+        query shifts of Transformer-XL and BERT-A^d), named by their flags."""
+        errors = []
+        for part in self.part_types():
+            owners = [encoding for encoding in self.encodings() if part in encoding.part_types(self)]
+            if len(owners) > 1:
+                flags = " and ".join(encoding.selection(self) for encoding in owners)
+                errors.append(f"{flags} each add {part.words} to the attention logits, which one model holds "
+                              "once; choose one of them")
         return errors
 
     def _rotary_errors(self):
