@@ -62,7 +62,7 @@ def native_type(preset):
     from tupe_plugin.conversion import hf_native
 
     config = preset_config(preset)
-    every = [hf_native.model_types(encoding, config)[0] for encoding in config.encodings()]
+    every = [encoding.native_types(config)[0] for encoding in config.encodings()]
     common = [model_type for model_type in (every[0] if every else (hf_native.NO_POSITION_TYPE,))
               if all(model_type in types for types in every)]
     return common[0] if common else None

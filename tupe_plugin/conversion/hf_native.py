@@ -26,7 +26,6 @@ that ``tupe-convert-hf`` rebuilds the same plugin architecture from the folder.
 import torch
 
 from tupe_plugin.conversion.hf_names import LAYER_PARTS, LM_HEAD, QKV_PARTS, exported_head
-from tupe_plugin.encodings.encoding import flag_name
 from tupe_plugin.models.model_flags import value_in_use
 
 PLUGIN = "encoder.sentence_encoder."
@@ -413,23 +412,14 @@ class DebertaV2(BertLike):
 CLASSES = {native.model_type: native for native in (Roberta(), RoFormer(), DebertaV2())}
 
 
-def model_types(encoding, position):
-    """(the model types of transformers' classes that compute ``encoding`` with ``position``'s options, the
-    first the one it is exported as alone; why none does or None)."""
-    if encoding.hf_native is None:
-        return (), None
-    types, why = encoding.hf_native(position)
-    return ((types,) if isinstance(types, str) else tuple(types or ())), why
-
-
 def native_class(args, position, heads, tensors):
     """(the :class:`NativeClass` the model is exported as, None) or (None, why not: the differences)."""
     every = []
     for encoding in position.encodings():
-        types, why = model_types(encoding, position)
+        types, why = encoding.native_types(position)
         if not types:
             return None, why or f"transformers has no class computing {encoding.label} " \
-                                f"({flag_name(encoding.family)} {getattr(position, encoding.family)})"
+                                f"({encoding.selection(position)})"
         every.append((encoding, types))
     common = [model_type for model_type in (every[0][1] if every else (NO_POSITION_TYPE,))
               if all(model_type in types for _, types in every)]

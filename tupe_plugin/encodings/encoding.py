@@ -124,6 +124,14 @@ class Encoding:
     def terms(self, config):
         return self.logit_terms(config) if callable(self.logit_terms) else self.logit_terms
 
+    def native_types(self, config):
+        """(the model types of transformers' classes that compute it with ``config``'s options, a tuple, the
+        first the one it is exported as alone; why none does, or None): ``hf_native``'s answer as a tuple."""
+        if self.hf_native is None:
+            return (), None
+        types, why = self.hf_native(config)
+        return ((types,) if isinstance(types, str) else tuple(types or ())), why
+
     def part_types(self, config):
         """The types of the parts it adds to the term of a model of ``config``."""
         return tuple(self.parts(config) if callable(self.parts) else self.parts)

@@ -92,9 +92,9 @@ def exported_as_its_base(config):
     transformers classes that compute them."""
     types, whys = [], []
     for encoding in config.encodings():
-        if encoding.reads_positions and encoding.hf_native is not None:
-            found, why = encoding.hf_native(config)
-            types += [found] if isinstance(found, str) else list(found or ())
+        if encoding.reads_positions:
+            found, why = encoding.native_types(config)
+            types += found
             whys += [why] if why else []
     if types:
         return tuple(dict.fromkeys(types)), None

@@ -107,11 +107,9 @@ def path_names(encoding, config):
 def export_form(encoding, config):
     """transformers' ``model_type`` that computes the encoding with these options, else "remote code" where
     the export's code computes it, else "not exported"."""
-    if encoding.hf_native is not None:
-        types, _ = encoding.hf_native(config)
-        types = (types,) if isinstance(types, str) else tuple(types or ())
-        if types:
-            return types[0]
+    types, _ = encoding.native_types(config)
+    if types:
+        return types[0]
     return "remote code" if encoding.exported else "not exported"
 
 
