@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REQUIREMENTS := torch==2.13.0 ve-fairseq==0.12.3 ninja sentencepiece tensorboard tensorboardX matplotlib pytest hypothesis \
-	submitit transformers==5.24.0 accelerate triton==3.9.0 ruff==0.17.6
+	submitit transformers==5.24.0 accelerate triton==3.9.0 ruff==0.17.6 pytest-xdist==3.8.0
 # The Python files `make lint` checks with ruff (its settings: ruff.toml).
 LINTED := tupe_plugin tests benchmarks scripts setup.py
 
@@ -70,16 +70,20 @@ $(STAMP): setup.py Makefile
 lint: install
 	$(BIN)/ruff check --config ruff.toml $(LINTED)
 
+# The tests run on every core (pytest-xdist), a test file to a worker: a file's module fixtures are built
+# once, and the fixtures files share are built once a run (tests/conftest.py, built_once).
+PARALLEL := -n auto --dist loadfile
+
 # The smoke tests also run in `make test`: this is a subset for between edits, not a replacement.
 check: lint
-	$(BIN)/python -m pytest -q tests -m "smoke and not slow and not gpu"
+	$(BIN)/python -m pytest -q $(PARALLEL) tests -m "smoke and not slow and not gpu"
 
 test: install
-	$(BIN)/python -m pytest -q tests -m "not slow and not gpu"
+	$(BIN)/python -m pytest -q $(PARALLEL) tests -m "not slow and not gpu"
 
 # pytest exits with 5 when no test is selected: no slow tests is not a failure.
 test-slow: install
-	$(BIN)/python -m pytest -q tests -m "slow and not gpu" || test $$? -eq 5
+	$(BIN)/python -m pytest -q $(PARALLEL) tests -m "slow and not gpu" || test $$? -eq 5
 
 # The CUDA checks refuse to run (rather than skip) where torch sees no GPU.
 test-gpu: install

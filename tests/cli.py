@@ -114,3 +114,11 @@ def train_args(data, save_dir, arch, updates, *extra):
         "--log-format", "simple", "--log-interval", 1, "--num-workers", 0,
         "--no-epoch-checkpoints", *extra,
     ]
+
+
+def validate_args(data, checkpoint, *extra):
+    """A fairseq-validate command line for a masked-LM checkpoint of the plugin. Like :func:`train_args`, it
+    loads batches in the main process (``--num-workers 0``): a data-loader worker left by a command is
+    joined when its loader is collected, which waits 5 s (torch's status interval) in a chain of commands."""
+    return [data, "--user-dir", "tupe_plugin", "--path", checkpoint, "--task", "masked_lm", "--batch-size", 8,
+            "--cpu", "--num-workers", 0, *extra]

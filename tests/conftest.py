@@ -12,6 +12,13 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist (make test) the workers share the machine's cores: torch's threads in each worker, and in
+# the commands its tests start, are the worker's share of them.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    _THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(_THREADS)
+    torch.set_num_threads(_THREADS)
+
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
@@ -214,47 +221,110 @@ def pytest_runtest_setup(item):
     known_warnings.install()
 
 
+def built_once(tmp_path_factory, name, build):
+    """The folder ``build(folder)`` fills, built once per test run: under pytest-xdist the workers share one
+    folder, the first to ask builds it under a file lock while the others wait, and a build that failed is
+    started again by the next worker to ask (its partial folder removed first)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # this run's folder, above each worker's own
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def wikitext_bin(tmp_path_factory):
     """The first lines of WikiText-2 valid (train) and the next ones (valid), binarized."""
-    root = tmp_path_factory.mktemp("wikitext")
-    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
-        lines = f.readlines()
-    (root / "train.txt").write_text("".join(lines[:300]), encoding="utf-8")
-    (root / "valid.txt").write_text("".join(lines[300:400]), encoding="utf-8")
-    from cli import run_fairseq
+    def build(root):
+        with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
+            lines = f.readlines()
+        (root / "train.txt").write_text("".join(lines[:300]), encoding="utf-8")
+        (root / "valid.txt").write_text("".join(lines[300:400]), encoding="utf-8")
+        from cli import run_fairseq
 
-    run_fairseq(
-        "preprocess", "--only-source", "--trainpref", root / "train.txt",
-        "--validpref", root / "valid.txt", "--destdir", root / "bin", "--workers", 1,
-    )
-    return root / "bin"
+        run_fairseq(
+            "preprocess", "--only-source", "--trainpref", root / "train.txt",
+            "--validpref", root / "valid.txt", "--destdir", root / "bin", "--workers", 1,
+        )
+
+    return built_once(tmp_path_factory, "wikitext", build) / "bin"
 
 
 @pytest.fixture(scope="session")
 def pretrained_dir(tmp_path_factory):
     """A tiny TUPE-R trained for 2 updates on WikiText-2 paragraphs with a sentencepiece vocabulary."""
-    import sentencepiece as spm
-    from cli import run_fairseq, train_args
+    def build(root):
+        import sentencepiece as spm
+        from cli import run_fairseq, train_args
 
-    root = tmp_path_factory.mktemp("hub")
-    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
-        sentences = [line.strip() for line in f if line.strip()]
-    (root / "raw.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(root / "raw.txt"), model_prefix=str(root / "spm"), vocab_size=300,
-        model_type="unigram", minloglevel=2,
-    )
-    processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
-    encoded = [" ".join(processor.encode(s, out_type=str)) for s in sentences]
-    (root / "train.bpe").write_text("\n".join(encoded[:-20]) + "\n", encoding="utf-8")
-    (root / "valid.bpe").write_text("\n".join(encoded[-20:]) + "\n", encoding="utf-8")
-    data = root / "data-bin"
-    run_fairseq("preprocess", "--only-source", "--trainpref", root / "train.bpe",
-                "--validpref", root / "valid.bpe", "--destdir", data, "--workers", 1)
-    shutil.copy(root / "spm.model", data / "sentencepiece.bpe.model")
-    run_fairseq("train", *train_args(data, root / "checkpoints", "tupe_r_tiny", 2))
-    return root
+        with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
+            sentences = [line.strip() for line in f if line.strip()]
+        (root / "raw.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+        spm.SentencePieceTrainer.train(
+            input=str(root / "raw.txt"), model_prefix=str(root / "spm"), vocab_size=300,
+            model_type="unigram", minloglevel=2,
+        )
+        processor = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+        encoded = [" ".join(processor.encode(s, out_type=str)) for s in sentences]
+        (root / "train.bpe").write_text("\n".join(encoded[:-20]) + "\n", encoding="utf-8")
+        (root / "valid.bpe").write_text("\n".join(encoded[-20:]) + "\n", encoding="utf-8")
+        data = root / "data-bin"
+        run_fairseq("preprocess", "--only-source", "--trainpref", root / "train.bpe",
+                    "--validpref", root / "valid.bpe", "--destdir", data, "--workers", 1)
+        shutil.copy(root / "spm.model", data / "sentencepiece.bpe.model")
+        run_fairseq("train", *train_args(data, root / "checkpoints", "tupe_r_tiny", 2))
+
+    return built_once(tmp_path_factory, "hub", build)
+
+
+# The length every preset's tiny model without a learned table of positions (PositionConfig.learned_tables) is
+# validated at after training at 64 tokens: the length-generalisation check.
+LONG_VALIDATION = 256
+
+
+def without_learned_tables(preset):
+    """Whether the preset's tiny model keeps no learned table of positions (an absolute or untied table,
+    DeBERTa's Enhanced Mask Decoder's), and so may validate beyond its training length."""
+    return not preset_config(preset).learned_tables
+
+
+@pytest.fixture(scope="session")
+def every_preset_run(wikitext_bin, tmp_path_factory):
+    """Every preset's tiny model through fairseq's commands, in chains run side by side (fairseq's import paid
+    once a chain): fairseq-train (2 updates, 64 tokens), fairseq-validate, and, for a model without a learned
+    table of positions, fairseq-validate at :data:`LONG_VALIDATION` tokens. ({preset: the outputs of its
+    commands}, {preset: the end of its chain's output}); a preset whose command failed ends its chain, and it
+    and the presets after it in that chain have no entry."""
+    import json
+
+    from cli import run_fairseq_for_each, train_args, validate_args
+
+    def steps(root, preset):
+        checkpoint = root / preset / "checkpoint_last.pt"
+        longer = ["--tokens-per-sample", LONG_VALIDATION,
+                  "--model-overrides", f"{{'max_positions': {LONG_VALIDATION}}}"]
+        steps = [("train", train_args(wikitext_bin, root / preset, f"{preset}_tiny", 2)),
+                 ("validate", validate_args(wikitext_bin, checkpoint))]
+        if without_learned_tables(preset):
+            steps.append(("validate", validate_args(wikitext_bin, checkpoint, *longer)))
+        return steps
+
+    def build(root):
+        outputs = run_fairseq_for_each(PRESETS, lambda preset: steps(root, preset))
+        (root / "outputs.json").write_text(json.dumps(outputs))
+
+    folder = built_once(tmp_path_factory, "every_preset", build)
+    return tuple(json.loads((folder / "outputs.json").read_text()))
 
 
 def pytest_collection_modifyitems(config, items):

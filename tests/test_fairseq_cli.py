@@ -4,7 +4,7 @@ import math
 import os
 
 import pytest
-from cli import logged_losses, run_fairseq, run_fairseq_for_each, train_args, train_inner_losses
+from cli import logged_losses, run_fairseq, train_args, train_inner_losses
 from conftest import PRESETS
 
 
@@ -43,29 +43,11 @@ def test_user_dir_may_be_the_installed_package_path(wikitext_bin, tmp_path):
     assert len(train_inner_losses(out)) == 1
 
 
-@pytest.fixture(scope="module")
-def every_architecture_run(wikitext_bin, tmp_path_factory):
-    """fairseq-train (2 updates) then fairseq-validate for every preset, in a few chains run side by side
-    (fairseq's import is paid once a chain): ({preset: (train output, validate output)}, {preset: the end of
-    its chain's output}); a preset whose command failed ends its chain, and it and the presets after it in
-    that chain have no entry."""
-    root = tmp_path_factory.mktemp("every_architecture")
-
-    def steps(preset):
-        save_dir = root / preset
-        return [("train", train_args(wikitext_bin, save_dir, f"{preset}_tiny", 2)),
-                ("validate", [wikitext_bin, "--user-dir", "tupe_plugin", "--path",
-                              save_dir / "checkpoint_last.pt", "--task", "masked_lm", "--batch-size", 8,
-                              "--cpu"])]
-
-    return run_fairseq_for_each(PRESETS, steps)
-
-
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_architecture_trains_and_validates(preset, every_architecture_run):
-    runs, last_outputs = every_architecture_run
+def test_every_architecture_trains_and_validates(preset, every_preset_run):
+    runs, last_outputs = every_preset_run
     assert preset in runs, f"the chain stopped before {preset} validated:\n{last_outputs[preset]}"
-    out, validated = runs[preset]
+    out, validated = runs[preset][:2]
     losses = train_inner_losses(out) + logged_losses(out, "valid")
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
     assert logged_losses(validated, "valid") == logged_losses(out, "valid")

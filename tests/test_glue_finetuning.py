@@ -101,6 +101,20 @@ def test_sts_b_scores_become_float_targets_divided_by_five(tmp_path):
         prepare_glue.regression_targets(path, [(2, ["a", "b"], "high")])
 
 
+def test_the_folders_are_binarized_in_one_process_and_a_failure_names_its_folder(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("a b c\nb c\n", encoding="utf-8")
+    folders = [(str(tmp_path / "first"), str(text), str(text), None),
+               (str(tmp_path / "second"), str(tmp_path / "missing"), str(text), None)]
+    with pytest.raises(RuntimeError) as error:
+        prepare_glue.binarize(folders)
+    assert str(error.value).startswith(f"fairseq-preprocess for {tmp_path / 'second'} failed:\n")
+    assert "missing" in str(error.value)
+    assert sorted(path.name for path in (tmp_path / "first").iterdir()) == [
+        "dict.txt", "preprocess.log", "train.bin", "train.idx", "valid.bin", "valid.idx"]
+    assert str(tmp_path / "second") not in (tmp_path / "first" / "preprocess.log").read_text()
+
+
 def finetune_glue_argv(task, pretrained_dir, root, save_dir=None, checkpoint=None, flags=()):
     """tupe-finetune-glue's arguments for the first 48 examples of ``task``, 3 updates, into ``save_dir``
     (default ``ROOT/runs/TASK``); ``flags`` replace the values of those given."""

@@ -295,7 +295,7 @@ def test_a_checkpoint_converted_back_from_a_native_export_validates_to_the_origi
         lines = [" ".join(processor.encode(line.strip(), out_type=str)) for line in f if line.strip()][:200]
     (tmp_path / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     validate = ["--user-dir", "tupe_plugin", "--task", "masked_lm", "--tokens-per-sample", 96,
-                "--batch-size", 8, "--cpu", "--seed", 1]
+                "--batch-size", 8, "--cpu", "--seed", 1, "--num-workers", 0]
     outputs = run_fairseq_steps(
         ("preprocess", ["--only-source", "--trainpref", tmp_path / "text.txt", "--validpref",
                         tmp_path / "text.txt", "--srcdict", whole_data_bin / "dict.txt", "--destdir",

@@ -173,7 +173,7 @@ def test_fairseq_validate_takes_the_scaling_as_model_overrides_at_4x_the_trainin
     scaling without its factor stops fairseq-validate naming the flag (the overrides reach the model)."""
     validate = [wikitext_bin, "--user-dir", "tupe_plugin", "--path", tmp_path / "checkpoint_last.pt",
                 "--task", "masked_lm", "--tokens-per-sample", 4 * TRAIN_LENGTH, "--batch-size", 4, "--cpu",
-                "--model-overrides"]
+                "--num-workers", 0, "--model-overrides"]
     overrides = "{{'max_positions': 128, 'rotary_scaling': '{}'{}}}"
     outputs, returncode = run_fairseq_steps(
         ("train", train_args(wikitext_bin, tmp_path, "bert_rope_tiny", 2,

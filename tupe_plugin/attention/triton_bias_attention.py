@@ -290,6 +290,6 @@ def keep_mask(shape, dropout, seed, device="cpu"):
 
     batch, heads, seq_len, _ = shape
     out = torch.empty(batch, heads, seq_len, seq_len, dtype=torch.int8, device=device)
-    keep_mask_kernel[(batch * heads, seq_len)](out, seq_len, dropout, seed,
-                                               BLOCK=max(16, 1 << (seq_len - 1).bit_length()))
+    block = min(64, max(16, 1 << (seq_len - 1).bit_length()))
+    keep_mask_kernel[(batch * heads, -(-seq_len // block))](out, seq_len, dropout, seed, BLOCK=block)
     return out.bool()

@@ -406,9 +406,13 @@ def backward_kernel(Q, K, V, Bias, BiasRows, Cls, Lengths, GradOut, Lse, Delta, 
 
 @triton.jit
 def keep_mask_kernel(Out, seq_len, dropout, seed, BLOCK: tl.constexpr):
-    """The keep-mask of one query row of one (batch row, head), as the two kernels draw it."""
-    batch_head, row = tl.program_id(0), tl.program_id(1)
+    """The keep-mask of one (batch row, head) on a BLOCK of query rows, as the two kernels draw it: Philox
+    at offset query * T + key of the stream seed + batch row * H + head."""
+    batch_head = tl.program_id(0)
+    rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     for start in range(0, seq_len, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        keep = tl.rand(seed + batch_head, row * seq_len + cols) >= dropout
-        tl.store(Out + (batch_head * seq_len + row) * seq_len + cols, keep.to(tl.int8), mask=cols < seq_len)
+        offsets = rows[:, None] * seq_len + cols[None, :]
+        keep = tl.rand(seed + batch_head, offsets) >= dropout
+        tl.store(Out + batch_head * seq_len * seq_len + offsets, keep.to(tl.int8),
+                 mask=(rows[:, None] < seq_len) & (cols[None, :] < seq_len))

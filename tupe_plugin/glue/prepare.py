@@ -22,6 +22,7 @@ Example::
 """
 
 import argparse
+import json
 import logging
 import os
 import subprocess
@@ -184,16 +185,34 @@ def check_dev_labels(train_labels, dev_path, dev_rows):
             )
 
 
-def binarize(destdir, trainpref, validpref, srcdict=None, workers=1):
-    """Run ``fairseq-preprocess --only-source`` (with ``--srcdict`` when given)."""
-    command = [sys.executable, "-m", "fairseq_cli.preprocess", "--only-source",
-               "--trainpref", trainpref, "--validpref", validpref, "--destdir", destdir,
-               "--workers", str(workers)]
-    if srcdict is not None:
-        command += ["--srcdict", srcdict]
-    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+# fairseq-preprocess's main for each command line in one child process (fairseq's import, seconds, paid once);
+# each run adds a handler of a log file in its --destdir to the module's logger, closed before the next run
+_MARKER = "=== fairseq-preprocess --destdir "
+_PREPROCESS_EACH = f"""
+import json, sys
+from fairseq import options
+from fairseq_cli import preprocess
+for argv in json.loads(sys.argv[1]):
+    print({_MARKER!r} + argv[argv.index("--destdir") + 1], flush=True)
+    preprocess.main(options.get_preprocessing_parser().parse_args(argv))
+    for handler in list(preprocess.logger.handlers):
+        preprocess.logger.removeHandler(handler)
+        handler.close()
+"""
+
+
+def binarize(folders, workers=1):
+    """Run ``fairseq-preprocess --only-source`` for each (destdir, trainpref, validpref, srcdict or None) of
+    ``folders``, one after the other in one child process."""
+    commands = [["--only-source", "--trainpref", trainpref, "--validpref", validpref, "--destdir", destdir,
+                 "--workers", str(workers), *(["--srcdict", srcdict] if srcdict is not None else [])]
+                for destdir, trainpref, validpref, srcdict in folders]
+    proc = subprocess.run([sys.executable, "-c", _PREPROCESS_EACH, json.dumps(commands)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"fairseq-preprocess for {destdir} failed:\n{proc.stdout[-3000:]}")
+        failed = proc.stdout.rpartition(_MARKER)[2]
+        destdir, _, output = failed.partition("\n")
+        raise RuntimeError(f"fairseq-preprocess for {destdir} failed:\n{output[-3000:]}")
 
 
 def write_lines(path, lines):
@@ -267,12 +286,12 @@ def _prepare_into(task, glue_dir, sentencepiece_model, dictionary, out, max_exam
 
     check_pieces_in_dictionary(encoded, dictionary, sentencepiece_model)
     inputs = ["input0"] + (["input1"] if layout.input1 is not None else [])
-    for name in inputs:
-        binarize(os.path.join(out, name), os.path.join(raw, f"train.{name}"),
-                 os.path.join(raw, f"valid.{name}"), srcdict=dictionary, workers=workers)
+    folders = [(os.path.join(out, name), os.path.join(raw, f"train.{name}"),
+                os.path.join(raw, f"valid.{name}"), dictionary) for name in inputs]
     if not layout.regression:
-        binarize(os.path.join(out, "label"), os.path.join(raw, "train.label"),
-                 os.path.join(raw, "valid.label"), workers=workers)
+        folders.append((os.path.join(out, "label"), os.path.join(raw, "train.label"),
+                        os.path.join(raw, "valid.label"), None))
+    binarize(folders, workers=workers)
 
     counts = {split: len(rows) for split, rows in data.items()}
     counts["skipped"] = skipped
