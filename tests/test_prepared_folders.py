@@ -27,12 +27,13 @@ def fast_binarize(monkeypatch, fake_sentencepiece):
     """fairseq-preprocess replaced by a copy of the text (the folder logic is what is tested here)."""
     calls = []
 
-    def binarize(destdir, trainpref, validpref, srcdict=None, workers=1):
-        calls.append(destdir)
-        os.makedirs(destdir)
-        for split, source in (("train", trainpref), ("valid", validpref)):
-            with open(source, encoding="utf-8") as f, open(os.path.join(destdir, f"{split}.bin"), "w") as g:
-                g.write(f.read())
+    def binarize(folders, workers=1):
+        for destdir, trainpref, validpref, _ in folders:
+            calls.append(destdir)
+            os.makedirs(destdir)
+            for split, source in (("train", trainpref), ("valid", validpref)):
+                with open(source, encoding="utf-8") as f, open(os.path.join(destdir, f"{split}.bin"), "w") as g:
+                    g.write(f.read())
     monkeypatch.setattr(prepare_glue, "binarize", binarize)
     return calls
 
@@ -124,10 +125,9 @@ def test_glue_preparation_failing_half_way_leaves_no_output_folder(tmp_path, spm
     out = tmp_path / "SST-2-bin"
     real = prepare_glue.binarize
 
-    def fail_on_labels(destdir, *args, **kwargs):
-        if destdir.endswith("label"):
-            raise RuntimeError("fairseq-preprocess for label failed")
-        real(destdir, *args, **kwargs)
+    def fail_on_labels(folders, workers=1):
+        real([folder for folder in folders if not folder[0].endswith("label")], workers)
+        raise RuntimeError("fairseq-preprocess for label failed")
     monkeypatch.setattr(prepare_glue, "binarize", fail_on_labels)
     with pytest.raises(RuntimeError, match="label failed"):
         prepare(tmp_path, spm_files, out)

@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import sys
+import time
 
 import pytest
 
@@ -18,6 +19,12 @@ from tupe_plugin.study.runner import DONE, FAILED, SKIPPED, run_jobs
 from conftest import test_data
 
 ARCHS = {"bert_a_tiny", "tupe_r_tiny"}
+
+
+def run_local(jobs, stream):
+    """run_jobs on this machine, looking at the running jobs every 0.05 s (the command's 2 s suits real
+    jobs)."""
+    return run_jobs(jobs, LocalLauncher(), stream=stream, sleep=lambda _: time.sleep(0.05))
 
 
 @pytest.fixture
@@ -131,10 +138,10 @@ def test_interrupted_resumable_job_resumes_in_its_folder(tmp_path):
 def test_done_job_whose_output_is_gone_runs_again_and_says_why(tmp_path):
     job = toy_job(tmp_path, "pretrain", "pass", resumable=True)
     job.outputs = [str(tmp_path / "pretrain" / "checkpoint_last.pt")]
-    assert run_jobs([job], LocalLauncher(), stream=io.StringIO())["pretrain"][0] == DONE
+    assert run_local([job], stream=io.StringIO())["pretrain"][0] == DONE
     assert state.action(job, state.read_record(job.folder)) == state.RESUME
     rerun = io.StringIO()
-    run_jobs([job], LocalLauncher(), stream=rerun)
+    run_local([job], stream=rerun)
     assert f"pretrain: resuming again: done before, but {job.outputs[0]} is gone" in rerun.getvalue()
     assert state.read_record(job.folder)["attempts"] == 2
 
@@ -162,7 +169,7 @@ def test_failed_job_skips_its_dependents_and_the_others_still_run(tmp_path):
             toy_job(tmp_path, "after-bad", "pass", deps=["bad"]),
             toy_job(tmp_path, "other", "pass", deps=["base"])]
     progress = io.StringIO()
-    outcome = run_jobs(jobs, LocalLauncher(), stream=progress)
+    outcome = run_local(jobs, stream=progress)
     assert {name: status for name, (status, _) in outcome.items()} == {
         "base": DONE, "bad": FAILED, "after-bad": SKIPPED, "other": DONE}
     log = tmp_path / "bad" / "log.txt"
@@ -175,9 +182,9 @@ def test_rerun_runs_nothing_that_is_done(tmp_path):
     marker = tmp_path / "runs.txt"
     code = f"open({str(marker)!r}, 'a').write('x')"
     jobs = [toy_job(tmp_path, "a", code), toy_job(tmp_path, "b", code, deps=["a"])]
-    run_jobs(jobs, LocalLauncher(), stream=io.StringIO())
+    run_local(jobs, stream=io.StringIO())
     progress = io.StringIO()
-    outcome = run_jobs(jobs, LocalLauncher(), stream=progress)
+    outcome = run_local(jobs, stream=progress)
     assert marker.read_text() == "xx"
     assert all(note == "done before" for _, note in outcome.values())
     assert "[2/2 jobs" in progress.getvalue() and "2 job(s) already done, 0 to run" in progress.getvalue()
