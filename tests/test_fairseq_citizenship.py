@@ -133,20 +133,14 @@ if __name__ == "__main__":
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_fairseq_spawn_trains_a_plugin_architecture_on_two_workers(wikitext_bin, tmp_path):
     script = tmp_path / "spawn_train.py"
     script.write_text(SPAWN)
     save_dir = tmp_path / "save"
     args = [wikitext_bin, "--user-dir", PLUGIN, "--task", "masked_lm", "--criterion", "masked_lm",
             "--arch", "tupe_r_tiny", "--tokens-per-sample", 64, "--batch-size", 8, *COMMON,
-            "--save-dir", save_dir,
-            "--distributed-world-size", 2, "--distributed-init-method", f"tcp://127.0.0.1:{free_port()}",
+            "--save-dir", save_dir,  # the rendezvous is a file: a free port may be taken before it is bound
+            "--distributed-world-size", 2, "--distributed-init-method", f"file://{tmp_path / 'rendezvous'}",
             "--distributed-backend", "gloo"]
     proc = subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -32,8 +32,10 @@ def fast_binarize(monkeypatch, fake_sentencepiece):
             calls.append(destdir)
             os.makedirs(destdir)
             for split, source in (("train", trainpref), ("valid", validpref)):
-                with open(source, encoding="utf-8") as f, open(os.path.join(destdir, f"{split}.bin"), "w") as g:
-                    g.write(f.read())
+                with open(source, encoding="utf-8") as f:
+                    text = f.read()
+                with open(os.path.join(destdir, f"{split}.bin"), "w") as g:
+                    g.write(text)
     monkeypatch.setattr(prepare_glue, "binarize", binarize)
     return calls
 
