@@ -14,7 +14,7 @@ import pytest
 from tupe_plugin.study.job_log import JobLog
 from tupe_plugin.study.jobs import Job, Training
 from tupe_plugin.study.launchers import LocalLauncher
-from tupe_plugin.study.runner import Progress, Running, run_jobs
+from tupe_plugin.study.runner import POLL, Progress, Running, run_jobs
 
 TOKENS = 16 * 64  # batch 16 x 64 tokens
 INNER = "2026 | INFO | train_inner | epoch 001:     {u} / 62 loss=9.1, ups=1.0, num_updates={u}, lr=0.001\n"
@@ -189,10 +189,10 @@ def test_local_job_shows_its_progress_while_it_runs(tmp_path):
     local = Job(name="pretrain/x", kind="pretrain", folder=str(tmp_path / "pretrain" / "x"),
                 commands=[[sys.executable, "-c", code]], training={0: Training(10, TOKENS)},
                 work=10 * TOKENS, fingerprint="fp")
-    stream = io.StringIO()
-    started = time.monotonic()
-    run_jobs([local], LocalLauncher(), stream=stream, sleep=lambda _: time.sleep(0.05), every=0)
-    assert time.monotonic() - started < 30
+    stream, looks = io.StringIO(), []
+    run_jobs([local], LocalLauncher(), stream=stream, sleep=lambda seconds: (looks.append(seconds),
+                                                                               time.sleep(0.05)), every=0)
+    assert len(looks) >= 2 and set(looks) == {POLL}  # it looked at the running job, between its lines
     assert re.search(r"pretrain/x: update [56]/10 \([56]0%\)", stream.getvalue())
 
 
