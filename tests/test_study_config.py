@@ -8,6 +8,7 @@ import yaml
 
 from tupe_plugin.study.cli import known_archs, main
 from tupe_plugin.study.config import StudyConfigError, load_config
+from tupe_plugin.study.yaml_file import read_mapping
 
 from conftest import REPO, test_data
 
@@ -159,6 +160,11 @@ def error_of_text(tmp_path, text, archs):
     return str(caught.value)
 
 
+# Each line nine aliases of the line before: 10 values (the list and its 9), then 91, 820, 7381 and 66430 (line 6).
+NINEFOLD_ALIASES = "archs: [tupe_r_tiny]\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join(['*' + previous] * 9)}]\n" for previous, name in zip("abcd", "bcde"))
+
+
 @pytest.mark.parametrize("text, problem", [
     ("archs: [tupe_r_tiny]\narchs: [bert_a_tiny]\n",
      "line 2: the key 'archs' is given twice in its section (first on line 1): keep one"),
@@ -166,10 +172,28 @@ def error_of_text(tmp_path, text, archs):
      "line 2: the '{' at column 11 is not closed"),
     ("archs: [tupe_r_tiny]\npretrain:\n\tupdates: 5\n",
      "line 3: a tab at column 1; YAML indents with spaces: replace the tab with spaces"),
-], ids=["duplicate-key", "unclosed-brace", "tab-indent"])
+    (NINEFOLD_ALIASES,
+     "line 6: its aliases (*name) expand to more than 10000 values, more than a study config holds: "
+     "write the values out"),
+    ("archs: [tupe_r_tiny]\nx: &x [1, *x]\n",
+     "line 2: an alias (*name) inside the section it names: write the values out"),
+    ("archs: [tupe_r_tiny]\npretrain: !!python/object/apply:os.system [echo]\n",
+     "line 2: the tag '!!python/object/apply:os.system' is not plain data (a study config holds text, "
+     "numbers, lists and mappings): remove it"),
+], ids=["duplicate-key", "unclosed-brace", "tab-indent", "aliases-expanding", "alias-in-itself",
+        "python-tag"])
 def test_a_yaml_error_is_one_line_naming_the_file_and_line(tmp_path, archs, text, problem):
     message = error_of_text(tmp_path, text, archs)
     assert message.startswith(f"{tmp_path / 'study.yaml'}: {problem}") and "\n" not in message
+
+
+def test_aliases_and_merge_keys_within_a_configs_size_are_read_as_their_values(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text("steps: &steps {updates: 5}\nglue: {tasks: &tasks [RTE, MRPC]}\npretrain:\n  <<: *steps\n"
+                    "squad: {tasks: *tasks}\n", encoding="utf-8")
+    assert read_mapping(str(path), "archs: [...]") == {
+        "steps": {"updates": 5}, "glue": {"tasks": ["RTE", "MRPC"]}, "pretrain": {"updates": 5},
+        "squad": {"tasks": ["RTE", "MRPC"]}}
 
 
 def test_a_plain_string_as_the_config_is_named_as_such_not_as_an_unknown_key(tmp_path, archs):

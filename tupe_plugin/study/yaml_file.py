@@ -1,10 +1,16 @@
-"""A YAML mapping read from a file: a syntax error, a key given twice or a file that is not a mapping
-is one line naming the file, the line and the problem (PyYAML's own message spans several)."""
+"""A YAML mapping read from a file: a syntax error, a key given twice, a tag that would build an object,
+aliases that expand past any config's size or a file that is not a mapping is one line naming the file, the
+line and the problem (PyYAML's own message spans several). The file is composed into nodes and checked before
+any value is built: a few hundred bytes of nested aliases expand to billions of values."""
 
 import yaml
 from omegaconf import OmegaConf
 
 BRACKETS = {"{": "}", "[": "]"}
+# The tags of plain data (YAML's safe schema and the merge key <<); a tag such as !!python/object names code.
+DATA_TAGS = frozenset(yaml.SafeLoader.yaml_constructors) | {"tag:yaml.org,2002:merge"}
+# More values than any config holds: its aliases (*name) are refused before they are expanded.
+MAX_VALUES = 10_000
 
 
 class YamlFileError(ValueError):
@@ -20,14 +26,53 @@ def read_mapping(path, example):
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as error:
         raise YamlFileError(f"{path}: {_syntax_problem(error)}") from None
+    except RecursionError:
+        raise YamlFileError(f"{path}: its sections are nested too deep to read: a study config nests a few "
+                            "levels") from None
     if root is not None and not isinstance(root, yaml.MappingNode):
         what = "a list" if isinstance(root, yaml.SequenceNode) else f"the text {root.value!r}"
         raise YamlFileError(f"{path}: line {root.start_mark.line + 1}: the file holds {what}, not a mapping "
                             f"of keys: write KEY: VALUE lines, e.g. {example}")
-    duplicate = _duplicate_key(root)
-    if duplicate:
-        raise YamlFileError(f"{path}: {duplicate}")
+    problem = _node_problem(root) or _duplicate_key(root)
+    if problem:
+        raise YamlFileError(f"{path}: {problem}")
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True) if root is not None else {}
+
+
+def _children(node):
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _node_problem(root):
+    """``line N: ...`` of the first node whose tag is not plain data, of an alias inside the node it names,
+    or of aliases expanding the file past :data:`MAX_VALUES` values; None when there is none. The expanded
+    size is counted on the composed graph (each shared node once), never by expanding it."""
+    sizes, open_nodes, stack = {}, set(), [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in sizes:
+            stack.pop()
+            continue
+        line = node.start_mark.line + 1
+        if node.tag not in DATA_TAGS:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            return (f"line {line}: the tag {tag!r} is not plain data (a study config holds text, numbers, "
+                    "lists and mappings): remove it")
+        pending = [child for child in _children(node) if id(child) not in sizes]
+        if id(node) not in open_nodes:
+            open_nodes.add(id(node))
+            if any(id(child) in open_nodes for child in pending):
+                return f"line {line}: an alias (*name) inside the section it names: write the values out"
+            stack.extend(pending)
+            continue
+        stack.pop()
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _children(node))
+        if sizes[id(node)] > MAX_VALUES:
+            return (f"line {line}: its aliases (*name) expand to more than {MAX_VALUES} values, more than a "
+                    "study config holds: write the values out")
+    return None
 
 
 def _duplicate_key(root):
