@@ -52,8 +52,10 @@ setup(
         # the tests of tupe-convert-hf compare with transformers' BERT and RoBERTa; transformers is also
         # what fairseq's --bpe bert imports to encode text for a converted BERT; the Triton attention
         # kernel's tests run its kernels through Triton's CPU interpreter; the tests of tupe-export-hf
-        # fine-tune an export with transformers' Trainer, which needs accelerate
-        "test": ["pytest", "hypothesis", "transformers>=5,<6", "accelerate", "triton", "tokenizers"],
+        # fine-tune an export with transformers' Trainer, which needs accelerate; make test runs them on every
+        # core with pytest-xdist
+        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers>=5,<6", "accelerate", "triton",
+                 "tokenizers"],
     },
     entry_points={
         "console_scripts": [f"{name} = {module}:main" for name, module in COMMANDS.items()],

@@ -1,10 +1,14 @@
 """The demo's data commands: tupe-build-corpus and tupe-train-spm."""
 
+import re
+
 import pytest
 import sentencepiece as spm
 
 from tupe_plugin.corpus import build as build_corpus
 from tupe_plugin.corpus import train_spm
+
+from conftest import test_data
 
 ANIMALS = ["cat", "dog", "bird", "horse", "fox", "owl", "bear", "wolf"]
 PLACES = ["garden", "forest", "river", "house", "field", "hill"]
@@ -160,6 +164,18 @@ def test_corpus_too_small_to_split_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         build_corpus.main(["--corpus", str(source), "--output-dir", str(tmp_path / "out")])
     assert "need at least 3" in capsys.readouterr().err
+
+
+def test_a_vocab_size_below_the_corpus_characters_is_one_line_naming_the_size_it_needs(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with open(test_data("wikitext-2", "wiki.valid.head.tokens"), encoding="utf-8") as f:
+        (corpus / "train.txt").write_text("".join(f.readlines()[:50]), encoding="utf-8")
+    with pytest.raises(train_spm.VocabularyTooSmallError) as error:
+        train_small_spm(corpus, tmp_path / "spm", "--vocab-size", "20")
+    assert re.fullmatch(rf"--vocab-size 20 is smaller than the (\d+) pieces sentencepiece needs for "
+                        rf"{re.escape(str(corpus / 'train.txt'))}: each of its characters and the special "
+                        r"pieces \(character coverage 1.0\): give --vocab-size \1 or more", str(error.value))
 
 
 def train_small_spm(corpus, output, *flags):

@@ -160,7 +160,7 @@ def error_of_text(tmp_path, text, archs):
     return str(caught.value)
 
 
-# Each line nine aliases of the line before: 10 values (the list and its 9), then 91, 820, 7381 and 66430 (line 6).
+# Each line nine aliases of the line before: 10 values (a list of 9), then 91, 820, 7381, 66430 (line 6).
 NINEFOLD_ALIASES = "archs: [tupe_r_tiny]\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{name}: &{name} [{', '.join(['*' + previous] * 9)}]\n" for previous, name in zip("abcd", "bcde"))
 

@@ -175,7 +175,7 @@ def test_failed_job_skips_its_dependents_and_the_others_still_run(tmp_path):
     log = tmp_path / "bad" / "log.txt"
     assert f"log: {log}" in outcome["bad"][1] and "exit status 3" in outcome["bad"][1]
     assert "boom" in log.read_text()
-    assert f"bad: FAILED (exit status 3; log: {log})" in progress.getvalue()
+    assert f"bad: FAILED (exit status 3: boom; log: {log})" in progress.getvalue()  # the log's last line
 
 
 def test_rerun_runs_nothing_that_is_done(tmp_path):

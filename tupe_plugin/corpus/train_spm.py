@@ -26,6 +26,7 @@ Example::
 
 import argparse
 import logging
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -33,10 +34,16 @@ from pathlib import Path
 import sentencepiece as spm
 
 from ..user_input.path_checks import path_problem
+from ..user_input.user_errors import UserError
 
 logger = logging.getLogger("train_spm")
 
 SPLITS = ("train", "valid", "test")
+
+
+class VocabularyTooSmallError(UserError, ValueError):
+    """--vocab-size below the pieces sentencepiece cannot do without: every character of the corpus and
+    the special pieces."""
 
 
 def train(train_file, model_prefix, vocab_size, model_type, input_sentence_size, seed, threads):
@@ -46,18 +53,27 @@ def train(train_file, model_prefix, vocab_size, model_type, input_sentence_size,
     instead of an error.
     """
     spm.set_random_generator_seed(seed)
-    spm.SentencePieceTrainer.train(
-        input=str(train_file),
-        model_prefix=str(model_prefix),
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=1.0,
-        input_sentence_size=input_sentence_size,
-        shuffle_input_sentence=True,
-        hard_vocab_limit=False,
-        num_threads=threads,
-        minloglevel=2,
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            input=str(train_file),
+            model_prefix=str(model_prefix),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=1.0,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            hard_vocab_limit=False,
+            num_threads=threads,
+            minloglevel=2,
+        )
+    except RuntimeError as error:
+        needed = re.search(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)", str(error))
+        if needed is None:
+            raise
+        raise VocabularyTooSmallError(
+            f"--vocab-size {vocab_size} is smaller than the {needed[1]} pieces sentencepiece needs for "
+            f"{train_file}: each of its characters and the special pieces (character coverage 1.0): give "
+            f"--vocab-size {needed[1]} or more") from None
     return model_prefix.with_suffix(".model")
 
 

@@ -190,6 +190,19 @@ def _start_jobs(waiting, running, outcome, launcher, progress):
         running[job.name] = Running(job, launcher.submit(job), progress.now(), log)
 
 
+def _last_line(log):
+    """The last line a failed job's commands wrote to ``log`` (the launcher's own ``exit status N`` line
+    left out): a command's one-line error, or a traceback's exception; "" when there is none."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.path.getsize(log) - 4096))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    written = [line.strip() for line in lines if line.strip() and not line.startswith("exit status ")]
+    return written[-1] if written else ""
+
+
 def _collect_jobs(waiting, running, outcome, launcher, progress):
     """Record the jobs that ended; whether any did."""
     finished_any = False
@@ -208,7 +221,8 @@ def _collect_jobs(waiting, running, outcome, launcher, progress):
             progress.line(f"{name}: done in {_clock(seconds)}", waiting, running.values())
         else:
             log = os.path.join(run.job.folder, run.job.log)
-            detail = f": {error}" if error else ""
+            reason = error or _last_line(log)
+            detail = f": {reason}" if reason else ""
             outcome[name] = (FAILED, f"exit status {returncode}{detail}; log: {log}")
             progress.line(f"{name}: FAILED ({outcome[name][1]})", waiting, running.values())
     return finished_any
