@@ -5,11 +5,13 @@ batch), its tokenizers, and the refusals."""
 import json
 import logging
 import shutil
+import struct
 
 import pytest
 import torch
 import transformers
 from cli import logged_losses, run_fairseq_steps
+from conftest import test_data
 from fairseq import checkpoint_utils
 from hf_comparison import assert_equal_to_transformers, plugin_ids
 from safetensors.torch import load_file, save_file
@@ -290,6 +292,50 @@ def test_truncated_safetensors_is_named(bert_folder, tmp_path):
     (bert_folder / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(HfCheckpointError, match=r"model.safetensors \(\d+ bytes\) is not a complete "
                                                 "safetensors file .*: download it again"):
+        convert(str(bert_folder), str(tmp_path / "out"))
+
+
+def safetensors_of_header(header):
+    """A .safetensors file's bytes whose JSON header is ``header`` (text) and that holds no tensor data."""
+    return struct.pack("<Q", len(header)) + header.encode()
+
+
+@pytest.mark.parametrize("header, reason", [
+    ("[]", r"its header is a JSON list, not an object of tensors"),
+    ('"weights"', r"its header is a JSON str, not an object of tensors"),
+])
+def test_a_safetensors_header_that_is_no_object_is_named(bert_folder, tmp_path, header, reason):
+    (bert_folder / "model.safetensors").write_bytes(safetensors_of_header(header))
+    with pytest.raises(HfCheckpointError, match=rf"model.safetensors \(\d+ bytes\) is not a complete "
+                                                rf"safetensors file \({reason}\): download it again"):
+        convert(str(bert_folder), str(tmp_path / "out"))
+
+
+def test_a_safetensors_header_nested_past_any_header_is_named(bert_folder, tmp_path):
+    (bert_folder / "model.safetensors").write_bytes(safetensors_of_header("[" * 100_000 + "]" * 100_000))
+    with pytest.raises(HfCheckpointError, match="header nests values too deep to be a safetensors header"):
+        convert(str(bert_folder), str(tmp_path / "out"))
+
+
+def test_a_config_nested_past_any_config_is_named(bert_folder, tmp_path):
+    (bert_folder / "config.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(HfCheckpointError, match=r"config.json nests its values too deep to read"):
+        convert(str(bert_folder), str(tmp_path / "out"))
+
+
+def test_a_fairseq_checkpoint_as_pytorch_model_bin_is_named_as_such(bert_folder, tmp_path):
+    (bert_folder / "model.safetensors").unlink()
+    shutil.copy(test_data("checkpoints", "tupe_r.pt"), bert_folder / "pytorch_model.bin")
+    with pytest.raises(HfCheckpointError, match=r"pytorch_model.bin is a fairseq checkpoint, not a "
+                                                "transformers model's weights"):
+        convert(str(bert_folder), str(tmp_path / "out"))
+
+
+def test_a_pytorch_model_bin_holding_other_values_than_tensors_names_one(bert_folder, tmp_path):
+    (bert_folder / "model.safetensors").unlink()
+    torch.save({"bert.embeddings.word_embeddings.weight": torch.zeros(2), "step": 3},
+               bert_folder / "pytorch_model.bin")
+    with pytest.raises(HfCheckpointError, match="pytorch_model.bin: 'step' holds a value of type int, not a"):
         convert(str(bert_folder), str(tmp_path / "out"))
 
 

@@ -121,6 +121,9 @@ def parse_json(text, path):
         value = json.loads(text)
     except ValueError as error:
         raise HfCheckpointError(f"{path} is not valid JSON ({error}): download the model again") from error
+    except RecursionError:
+        raise HfCheckpointError(f"{path} nests its values too deep to read (a config nests a few levels): "
+                                "download the model again") from None
     if not isinstance(value, dict):
         raise HfCheckpointError(f"{path} is not a JSON object: download the model again")
     return value
@@ -163,6 +166,8 @@ def read_safetensors(path):
     try:
         (header_size,) = struct.unpack("<Q", data[:8])
         header = json.loads(data[8:8 + header_size].decode("utf-8"))
+        if not isinstance(header, dict):
+            raise ValueError(f"its header is a JSON {type(header).__name__}, not an object of tensors")
         start = 8 + header_size
         tensors = {}
         for name, info in header.items():
@@ -184,6 +189,9 @@ def read_safetensors(path):
     except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
         raise HfCheckpointError(f"{path} ({len(data)} bytes) is not a complete safetensors file ({error}): "
                                 "download it again") from error
+    except RecursionError:
+        raise HfCheckpointError(f"{path}: its header nests values too deep to be a safetensors header: "
+                                "download it again") from None
     return tensors
 
 
@@ -206,6 +214,15 @@ def load_weights(hf_dir):
                                     f"({unreadable_reason(path)}): download it again") from error
         if not isinstance(state, dict):
             raise HfCheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
+        if {"model", "cfg"} <= set(state) or {"model", "args"} <= set(state):
+            raise HfCheckpointError(f"{path} is a fairseq checkpoint, not a transformers model's weights: "
+                                    "fairseq's commands read it as it is (tupe-export-hf writes a "
+                                    "transformers folder of it)")
+        other = next((key for key, value in state.items() if not isinstance(value, torch.Tensor)), None)
+        if other is not None:
+            kind = type(state[other]).__name__
+            raise HfCheckpointError(f"{path}: {other!r} holds a value of type {kind}, not a tensor: save the "
+                                    "model with save_pretrained (a state dict of tensors)")
     weights = {}
     for key, value in state.items():
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
