@@ -24,6 +24,7 @@ from tupe_plugin.cli.fairseq_tools import PLUGIN_DIR
 from tupe_plugin.conversion import hf_export
 from tupe_plugin.conversion.hf import convert
 from tupe_plugin.conversion.hf_export import ExportError, export
+from tupe_plugin.conversion.hf_import import ExportFolderError
 from tupe_plugin.conversion.hf_remote import configuration_tupe
 from tupe_plugin.conversion.official_tupe import converted_state
 from tupe_plugin.models import TupeRobertaModel
@@ -351,6 +352,38 @@ def test_convert_hf_on_an_export_gives_the_checkpoint_back(exported, family, tmp
     assert back["model"].keys() == original["model"].keys()
     assert all(torch.equal(back["model"][key], original["model"][key]) for key in original["model"])
     assert back["cfg"]["model"].arch == original["cfg"]["model"].arch
+
+
+def edited_export(folder, tmp_path, edit):
+    """A copy of the export ``folder`` whose config.json ``edit`` (a function of the config) changed."""
+    shutil.copytree(folder, tmp_path / "edited")
+    config = json.loads((tmp_path / "edited" / "config.json").read_text())
+    edit(config)
+    (tmp_path / "edited" / "config.json").write_text(json.dumps(config))
+    return tmp_path / "edited"
+
+
+@pytest.mark.parametrize("field, value, recorded", [
+    ("layer_norm_eps", 0.5, "1e-05"), ("hidden_act", "relu", '"gelu"'), ("num_hidden_layers", 1, "2"),
+    ("hidden_act", "nonexistent_act", '"gelu"')])
+def test_convert_hf_refuses_an_export_whose_transformers_fields_were_edited(exported, tmp_path, field, value,
+                                                                            recorded):
+    root, *_ = exported
+    folder = edited_export(root / "tupe_r", tmp_path, lambda config: config.update({field: value}))
+    with pytest.raises(ExportFolderError, match=re.escape(
+            f"config.json: {field} = {json.dumps(value)}, but the model recorded in its fairseq_model_args, "
+            f"which the checkpoint is rebuilt from, has {recorded}: the folder was edited")):
+        convert(str(folder), str(tmp_path / "back"))
+    assert not (tmp_path / "back").exists()
+
+
+def test_convert_hf_refuses_an_export_whose_recorded_flags_were_edited(exported, tmp_path):
+    root, *_ = exported
+    folder = edited_export(root / "tupe_r", tmp_path,
+                           lambda config: config["fairseq_model_args"].update(activation_fn="relu"))
+    with pytest.raises(ExportFolderError, match=re.escape('config.json: hidden_act = "gelu", but the model '
+                                                          'recorded in its fairseq_model_args')):
+        convert(str(folder), str(tmp_path / "back"))
 
 
 LOAD_AND_TRAIN = r"""

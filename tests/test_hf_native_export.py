@@ -9,6 +9,7 @@ difference; --remote-code asks for it; tupe-convert-hf reads a native export bac
 import json
 import logging
 import pathlib
+import shutil
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from test_hf_pipelines import GLUE_POSITIONS, hub_of, masked_texts, plugin_fill_
 from tupe_plugin.conversion import hf_export
 from tupe_plugin.conversion.hf import convert
 from tupe_plugin.conversion.hf_export import export
+from tupe_plugin.conversion.hf_import import ExportFolderError
 from tupe_plugin.glue import prepare as prepare_glue
 
 CLASSES = dict(roberta={"RobertaForMaskedLM", "RobertaModel", "RobertaForSequenceClassification"},
@@ -280,6 +282,19 @@ def assert_same_tensors(back, original, kind):
     for key in original:
         fresh = key.startswith("encoder.lm_head.") and key != "encoder.lm_head.weight"
         assert (fresh and kind != "pretrained") or torch.equal(back[key], original[key]), key
+
+
+def test_convert_hf_refuses_a_native_export_whose_transformers_fields_were_edited(native, tmp_path):
+    """RoFormer's rotary_value turned on: transformers then rotates the values too, the plugin model not."""
+    family = next(name for name, (_, model_type, _) in NATIVE.items() if model_type == "roformer")
+    _, _, _, exports = native
+    shutil.copytree(exports[family]["pretrained"], tmp_path / "edited")
+    config = json.loads((tmp_path / "edited" / "config.json").read_text())
+    (tmp_path / "edited" / "config.json").write_text(json.dumps(dict(config, rotary_value=True)))
+    with pytest.raises(ExportFolderError, match="config.json: rotary_value = true, but the model recorded "
+                                                "in its fairseq_model_args, which the checkpoint is rebuilt "
+                                                "from, has false"):
+        convert(str(tmp_path / "edited"), str(tmp_path / "back"))
 
 
 @pytest.mark.slow

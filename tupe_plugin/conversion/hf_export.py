@@ -273,12 +273,10 @@ def task_settings(state):
             and not (isinstance(value, str) and os.path.isabs(value))}
 
 
-def hf_config(args, state, tensors, heads, vocabulary, fast):
-    """config.json: the model's sizes and flags, its heads and labels; ``fast``: the tokenizer is
-    tokenizer.json (else transformers' ``auto_map`` names the custom one)."""
-    config = dict(
-        model_type=EXPORT_MODEL_TYPE, architectures=["TupeForMaskedLM"],
-        auto_map=AUTO_MAP if fast else dict(AUTO_MAP, **TOKENIZER_AUTO_MAP),
+def model_fields(args, vocabulary):
+    """config.json's fields of the remote-code model that its flags ``args`` give (sizes, activations,
+    dropouts, normalisation, the position flags): what the exported code builds the model from."""
+    return dict(
         vocab_size=len(vocabulary), hidden_size=args.encoder_embed_dim,
         num_hidden_layers=args.encoder_layers, num_attention_heads=args.encoder_attention_heads,
         intermediate_size=args.encoder_ffn_embed_dim, max_position_embeddings=args.max_positions,
@@ -288,9 +286,19 @@ def hf_config(args, state, tensors, heads, vocabulary, fast):
         layer_norm_eps=value_in_use("layer_norm_eps", args.layer_norm_eps),
         pre_layer_norm=bool(args.encoder_normalize_before),
         embedding_layer_norm=bool(args.layernorm_embedding),
+        **{flag: getattr(args, flag) for flag in POSITION_FLAGS},
+    )
+
+
+def hf_config(args, state, tensors, heads, vocabulary, fast):
+    """config.json: the model's sizes and flags, its heads and labels; ``fast``: the tokenizer is
+    tokenizer.json (else transformers' ``auto_map`` names the custom one)."""
+    config = dict(
+        model_type=EXPORT_MODEL_TYPE, architectures=["TupeForMaskedLM"],
+        auto_map=AUTO_MAP if fast else dict(AUTO_MAP, **TOKENIZER_AUTO_MAP), **model_fields(args, vocabulary),
         pad_token_id=1, bos_token_id=0, eos_token_id=2, tie_word_embeddings=True,
         fairseq_model_args=model_settings(args), fairseq_task_args=task_settings(state),
-        fairseq_head_names=heads, **{flag: getattr(args, flag) for flag in POSITION_FLAGS},
+        fairseq_head_names=heads,
     )
     return dict(config, **head_fields(state, tensors, heads))
 

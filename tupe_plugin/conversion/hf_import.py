@@ -15,6 +15,7 @@ encodes text as before.
 """
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -57,6 +58,34 @@ def read_vocabulary(hf_dir):
 def is_export(config):
     """Whether a folder's ``config`` is one ``tupe-export-hf`` wrote (remote-code or native)."""
     return config.get("model_type") == EXPORT_MODEL_TYPE or "fairseq_model_args" in config
+
+
+def check_recorded_model(config, path, vocabulary_size):
+    """Refuse an export whose transformers fields (those ``tupe-export-hf`` writes from the model's flags)
+    disagree with the flags it records in ``fairseq_model_args``, which the checkpoint is rebuilt from: an
+    edited config.json would give transformers one model and the conversion another."""
+    from tupe_plugin.conversion.hf_export import model_fields
+    from tupe_plugin.encodings.position_config import PositionConfig
+
+    args = argparse.Namespace(**config["fairseq_model_args"])
+    vocabulary = [None] * vocabulary_size
+    try:
+        if config.get("model_type") == EXPORT_MODEL_TYPE:
+            expected = model_fields(args, vocabulary)
+        else:
+            native = hf_native.CLASSES.get(config.get("model_type"))
+            position = PositionConfig.from_args(args)
+            expected = {} if native is None else native.config(args, vocabulary, position)
+    except AttributeError as error:
+        raise ExportFolderError(f"{path}: fairseq_model_args has no {error.name}, which tupe-export-hf "
+                                "records: export the checkpoint again") from None
+    for field, value in expected.items():
+        if field in config and config[field] != value:
+            raise ExportFolderError(
+                f"{path}: {field} = {json.dumps(config[field])}, but the model recorded in its "
+                f"fairseq_model_args, which the checkpoint is rebuilt from, has {json.dumps(value)}: the "
+                "folder was edited after tupe-export-hf wrote it; export the checkpoint again, or restore "
+                "the field")
 
 
 def native_plugin_state(config, weights, heads, path):
@@ -144,6 +173,7 @@ def convert_export(hf_dir, out_dir, config, weights, weights_path, arch=None, fo
                                 "tupe-export-hf")
     check_output_folder(out_dir, force, OUTPUT_NAMES)
     lines = read_vocabulary(hf_dir)
+    check_recorded_model(config, os.path.join(hf_dir, "config.json"), len(lines) + len(SPECIALS) + 1)
     heads = config.get("fairseq_head_names") or {}
     if config.get("model_type") == EXPORT_MODEL_TYPE:
         state = plugin_state(weights, heads, weights_path)
