@@ -165,10 +165,12 @@ def torch_zip_problem(path):
         shown = ", ".join(f"{top}/" for top in tops[:3]) + (", ..." if len(tops) > 3 else "")
         return (f"it is a zip archive whose records are under {len(tops)} top folders ({shown}), "
                 "not under one as torch.save writes them")
-    missing = [record for record in ("version", "data.pkl") if f"{tops[0]}/{record}" not in names
-               and f"{tops[0]}/.data/{record}" not in names] if tops else ["data.pkl"]
+    if not tops:
+        return "it is a zip archive of no records"
+    missing = [record for record in ("version", "data.pkl")
+               if f"{tops[0]}/{record}" not in names and f"{tops[0]}/.data/{record}" not in names]
     if missing:
-        return f"it is a zip archive with no {tops[0] + '/' if tops else ''}{missing[0]} record of torch.save's"
+        return f"it is a zip archive with no {tops[0]}/{missing[0]} record of torch.save's"
     return "it is a zip archive but not one torch.save wrote"
 
 
