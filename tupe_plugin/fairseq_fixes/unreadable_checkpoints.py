@@ -5,7 +5,8 @@ fairseq's ``load_checkpoint_to_cpu`` (behind ``fairseq-train`` resuming or ``--r
 ``fairseq-validate --path``) hands the file straight to ``torch.load``, whose errors ("failed finding
 central directory", "invalid load key", an unpickling error) name neither the file nor what to do.
 When a load fails, the file is examined: damaged bytes (a record that fails its CRC), a truncated or
-foreign file, a torch file that holds no fairseq checkpoint, each get their own message; a file that
+foreign file, a zip archive torch's reader refuses (its records not under one top folder), a torch file
+that holds no fairseq checkpoint, each get their own message; a file that
 holds objects besides a checkpoint's is refused by :func:`.checkpoint_compat.load` before it is examined.
 """
 
