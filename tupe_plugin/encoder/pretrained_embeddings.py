@@ -16,13 +16,8 @@ import numpy
 import torch
 
 from ..user_input.path_checks import path_problem
-from ..user_input.user_errors import UserError
 
 logger = logging.getLogger(__name__)
-
-
-class EmbeddingInitError(UserError, ValueError):
-    """An ``--embed-init-*`` input that cannot initialise the embeddings; the message names the flag."""
 
 STANDARDIZE_CHOICES = ("none", "std", "xavier")
 PROJECT_CHOICES = ("none", "pca", "random")
@@ -98,7 +93,7 @@ def read_text_vectors(path):
     """
     with open(path, "rb") as f:
         if b"\x00" in f.read(1 << 16):
-            raise EmbeddingInitError(
+            raise ValueError(
                 f"--embed-init-path {path}: a binary file, neither word2vec/GloVe text nor a fairseq "
                 "checkpoint (word2vec's binary format is not read: convert it to text, e.g. gensim's "
                 "KeyedVectors.save_word2vec_format(..., binary=False))"
@@ -117,17 +112,17 @@ def read_text_vectors(path):
                         continue
                     dim = len(fields) - 1
                 if dim < 1 or len(fields) < dim + 1 or _is_number(fields[-dim - 1]) and len(fields) > dim + 1:
-                    raise EmbeddingInitError(_ragged_line_message(path, number, fields, dim, header_rows))
+                    raise ValueError(_ragged_line_message(path, number, fields, dim, header_rows))
                 try:
                     with numpy.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
                         row = numpy.asarray(fields[-dim:], dtype=numpy.float32)
                 except ValueError:
-                    raise EmbeddingInitError(
+                    raise ValueError(
                         f"--embed-init-path {path}, line {number}: a value is not a number "
                         "(expected 'token v1 ... vd')"
                     ) from None
                 if not numpy.isfinite(row).all():
-                    raise EmbeddingInitError(
+                    raise ValueError(
                         f"--embed-init-path {path}, line {number}: the vector of "
                         f"{' '.join(fields[:-dim])!r} holds nan or inf values; fix or drop that line "
                         "(a non-finite vector would make every embedding statistic and the training nan)"
@@ -135,14 +130,14 @@ def read_text_vectors(path):
                 rows.append(row)
                 tokens.append(" ".join(fields[:-dim]))
         except UnicodeDecodeError:
-            raise EmbeddingInitError(
+            raise ValueError(
                 f"--embed-init-path {path}: not UTF-8 text after line {number}; expected word2vec/GloVe "
                 "text (token v1 ... vd per line) or a fairseq checkpoint"
             ) from None
     if not rows:
-        raise EmbeddingInitError(f"--embed-init-path {path}: no vectors (expected lines 'token v1 ... vd')")
+        raise ValueError(f"--embed-init-path {path}: no vectors (expected lines 'token v1 ... vd')")
     if header_rows is not None and header_rows != len(rows):
-        raise EmbeddingInitError(
+        raise ValueError(
             f"--embed-init-path {path}: the header announces {header_rows} vectors but the file has "
             f"{len(rows)} (truncated file?)"
         )
@@ -161,6 +156,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
 
     from ..fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load, unreadable_reason
     from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
+    from ..fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
 
     verify_checkpoint(path)
     try:
@@ -168,7 +164,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     except UnsafeCheckpointError:
         raise
     except Exception:  # torch raises many types for a file that is not a checkpoint
-        raise EmbeddingInitError(
+        raise UnreadableCheckpointError(
             f"--embed-init-path {path}: neither word2vec/GloVe text nor a readable fairseq checkpoint "
             f"({unreadable_reason(path)})"
         ) from None
@@ -177,7 +173,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     if key is None:
         key = next((k for k in weights if k.endswith("embed_tokens.weight")), None)
     if key is None:
-        raise EmbeddingInitError(
+        raise ValueError(
             f"--embed-init-path {path}: the checkpoint has no token embedding "
             f"({' / '.join(CHECKPOINT_EMBEDDING_KEYS)} or any '*embed_tokens.weight')"
         )
@@ -185,7 +181,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     dictionary_path = dictionary_path or _checkpoint_dictionary(path, state)
     symbols = list(Dictionary.load(dictionary_path).symbols)
     if len(symbols) > vectors.size(0):
-        raise EmbeddingInitError(
+        raise ValueError(
             f"--embed-init-dict {dictionary_path} has {len(symbols)} symbols but the checkpoint's "
             f"{key} only {vectors.size(0)} rows: it is not the dictionary of {path}"
         )
@@ -193,7 +189,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
         symbols.append("<mask>")
     bad_rows = (~torch.isfinite(vectors[: len(symbols)]).all(dim=1)).nonzero().flatten().tolist()
     if bad_rows:
-        raise EmbeddingInitError(
+        raise ValueError(
             f"--embed-init-path {path}: {len(bad_rows)} rows of {key} hold nan or inf values (first: row "
             f"{bad_rows[0]}, {symbols[bad_rows[0]]!r}); the checkpoint's training diverged: take an earlier "
             "checkpoint of the run"
@@ -268,7 +264,7 @@ def project(vectors, dim, method, seed=1):
     d_in = vectors.size(1)
     if method == "pca":
         if d_in < dim:
-            raise EmbeddingInitError(
+            raise ValueError(
                 f"--embed-init-project pca cannot raise {d_in}-dimensional vectors to {dim}; "
                 "use --embed-init-project random"
             )
@@ -294,11 +290,11 @@ def standardize(rows, method, embedding_shape, init_std=FAIRSEQ_EMBED_INIT_STD):
     if method == "std":
         spread = rows.std(unbiased=False)
         if rows.numel() < 2 or spread == 0:
-            raise EmbeddingInitError("--embed-init-standardize std: the matched vectors are constant")
+            raise ValueError("--embed-init-standardize std: the matched vectors are constant")
         return (rows - rows.mean()) / spread * init_std
     low, high = rows.min(), rows.max()
     if high == low:
-        raise EmbeddingInitError("--embed-init-standardize xavier: the matched vectors are constant")
+        raise ValueError("--embed-init-standardize xavier: the matched vectors are constant")
     vocabulary, dim = embedding_shape
     bound = math.sqrt(6.0 / (dim + vocabulary))
     return (rows - low) / (high - low) * (2 * bound) - bound
@@ -315,7 +311,7 @@ def initialize_embeddings(embedding, dictionary, args):
     method = getattr(args, "embed_init_project", "none")
     if vectors.dim != weight.size(1):
         if method == "none":
-            raise EmbeddingInitError(
+            raise ValueError(
                 f"--embed-init-path {path} has {vectors.dim}-dimensional vectors but the model's "
                 f"embeddings are {weight.size(1)}-dimensional (--encoder-embed-dim); use vectors of "
                 "that size or map them with --embed-init-project pca|random"
@@ -325,7 +321,7 @@ def initialize_embeddings(embedding, dictionary, args):
         dictionary.symbols, vectors.tokens, skip={dictionary.pad()}
     )
     if not dictionary_rows:
-        raise EmbeddingInitError(
+        raise ValueError(
             f"--embed-init-path {path}: none of its {len(vectors.tokens)} tokens matches the "
             f"{len(dictionary)} dictionary symbols, even lower-cased and without '▁': is it the "
             "vocabulary of this data?"
