@@ -5,17 +5,20 @@ code they guard (tests/test_architectures.py, test_padding.py, test_glue_finetun
 test_length_generalisation.py); this file holds the rest.
 """
 
+import os
 import shutil
 
 import pytest
-from cli import run_fairseq, train_args
-from conftest import build_model, make_dictionary, random_tokens
+from cli import run_fairseq, train_args, validate_args
+from conftest import build_model, make_dictionary, random_tokens, test_data
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 
 from tupe_plugin.fairseq_fixes.binarized_data_checks import BinarizedDataError
 from tupe_plugin.encodings.position_config import PositionFlagError
+from tupe_plugin.fairseq_fixes.checkpoint_paths import CheckpointPathError
 from tupe_plugin.fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
+from tupe_plugin.models import TupeRobertaModel
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -116,6 +119,52 @@ def test_unreadable_checkpoint_is_refused_naming_the_file(damage, trained, tmp_p
     with pytest.raises(UnreadableCheckpointError, match=f"^{path} .* cannot be read as a checkpoint: "
                                                         f"{reason}. Resume .*--restore-file"):
         checkpoint_utils.load_model_ensemble_and_task([str(path)])
+
+
+def not_a_file(tmp_path, kind):
+    """(a path of ``kind`` where a checkpoint file is expected, what the refusal calls it)."""
+    path = tmp_path / "given.pt"
+    if kind == "folder":
+        path.mkdir()
+    if kind == "symlink loop":
+        path.symlink_to(tmp_path / "other.pt")
+        (tmp_path / "other.pt").symlink_to(path)
+    return path, {"missing": "no such file", "folder": "a folder, not a file",
+                  "symlink loop": "a symlink loop, not a file"}[kind]
+
+
+def last_line_of_refusal(proc):
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "symlink loop"])
+def test_validating_a_path_that_is_no_file_is_refused_in_one_line(kind, wikitext_bin, tmp_path):
+    path, problem = not_a_file(tmp_path, kind)
+    proc = run_fairseq("validate", *validate_args(wikitext_bin, path), check=False)
+    assert last_line_of_refusal(proc).startswith(f"error: --path {path}: {problem}: give "), \
+        proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder"])
+def test_fine_tuning_from_a_path_that_is_no_file_is_refused_in_one_line(kind, wikitext_bin, tmp_path):
+    path, problem = not_a_file(tmp_path, kind)
+    proc = run_fairseq("train", *train_args(wikitext_bin, tmp_path / "save", "bert_a_tiny", 1,
+                                            "--finetune-from-model", path), check=False)
+    assert last_line_of_refusal(proc).startswith(f"error: --finetune-from-model {path}: {problem}: give "), \
+        proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder"])
+def test_from_pretrained_without_its_checkpoint_file_names_the_one_the_folder_holds(kind, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(test_data("checkpoints", "tupe_r.pt"), folder / "checkpoint_best.pt")
+    path, problem = not_a_file(folder, kind)
+    with pytest.raises(CheckpointPathError, match=f"^from_pretrained checkpoint_file='given.pt': {path}: "
+                                                  f"{problem}: pass checkpoint_file='checkpoint_best.pt'$"):
+        TupeRobertaModel.from_pretrained(str(folder), checkpoint_file=os.path.basename(path),
+                                         data_name_or_path=test_data("checkpoints"), bpe=None)
 
 
 def test_checkpoint_of_another_vocabulary_is_refused_when_validating(trained, tmp_path):

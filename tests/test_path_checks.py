@@ -17,6 +17,14 @@ def test_path_problem_says_what_the_path_is_instead(tmp_path):
     assert path_problem(tmp_path / "file.txt", "folder") == "a file, not a folder"
 
 
+def test_a_symlink_loop_and_a_broken_symlink_are_named_as_such(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "broken").symlink_to(tmp_path / "gone.pt")
+    assert path_problem(tmp_path / "a") == "a symlink loop, not a file"
+    assert path_problem(tmp_path / "broken") == f"a broken symlink (to the missing {tmp_path / 'gone.pt'})"
+
+
 def study_config(folder):
     from tupe_plugin.study.config import load_config
 

@@ -10,6 +10,7 @@ import pickle
 import re
 import shutil
 import subprocess
+import zipfile
 
 import pytest
 import sentencepiece as spm
@@ -134,6 +135,7 @@ def commands(data, path, tmp_path):
         "fairseq-validate --path": [tool("fairseq-validate"), data, "--user-dir", "tupe_plugin", "--task",
                                     "masked_lm", "--path", path, "--batch-size", "4", "--cpu"],
         "fairseq-train --restore-file": train + ["--restore-file", path],
+        "fairseq-train --finetune-from-model": train + ["--finetune-from-model", path],
         "fairseq-train --init-from-checkpoint": train + ["--init-from-checkpoint", path],
         "fairseq-train --embed-init-path": train + ["--embed-init-path", path],
         "tupe-analyze": [tool("tupe-analyze"), "--path", path, "--data", data, "--out",
@@ -154,17 +156,16 @@ def commands(data, path, tmp_path):
     }
 
 
-READERS = ["fairseq-validate --path", "fairseq-train --restore-file", "fairseq-train --init-from-checkpoint",
+READERS = ["fairseq-validate --path", "fairseq-train --restore-file", "fairseq-train --finetune-from-model",
+           "fairseq-train --init-from-checkpoint",
            "fairseq-train --embed-init-path", "tupe-analyze", "tupe-export-hf", "tupe-export-embeddings",
            "tupe-convert-official", "tupe-convert-hf", "tupe-finetune-glue", "tupe-finetune-squad",
            "tupe-evaluate-squad --path"]
 
 
-@pytest.mark.parametrize("reader", READERS)
-def test_a_crafted_checkpoint_is_refused_in_one_line(wikitext_bin, tmp_path, reader):
-    folder = tmp_path / "files"
-    folder.mkdir()
-    path, marker = crafted(folder)
+def run_reader(reader, path, wikitext_bin, tmp_path):
+    """The finished subprocess of ``reader`` (a key of :func:`commands`) on the checkpoint ``path``, with a
+    data folder it can read (dict.txt, a sentencepiece model, a prepared SQuAD folder where it needs one)."""
     data = tmp_path / "data-bin"
     shutil.copytree(wikitext_bin, data)
     shutil.copy(test_data("checkpoints", "dict.txt"), data / "dict.txt")
@@ -180,11 +181,43 @@ def test_a_crafted_checkpoint_is_refused_in_one_line(wikitext_bin, tmp_path, rea
                             "--out", str(tmp_path / "squad-bin"), "--max-seq-length", "512",
                             "--max-query-length", "200"])
     command = commands(data, path, tmp_path)[reader]
-    result = subprocess.run(list(map(str, command)), capture_output=True, text=True, cwd=REPO,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    return subprocess.run(list(map(str, command)), capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_crafted_checkpoint_is_refused_in_one_line(wikitext_bin, tmp_path, reader):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    path, marker = crafted(folder)
+    result = run_reader(reader, path, wikitext_bin, tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     read = "pytorch_model.bin" if reader == "tupe-convert-hf" else path.name
     assert REFUSAL in lines[-1] and f"{read} holds" in lines[-1], result.stderr[-3000:]
     assert "weights_only" not in result.stderr, result.stderr[-3000:]
     assert not marker.exists()
+
+
+def rezipped(folder):
+    """The committed checkpoint in ``folder`` (beside its dict.txt), its records copied into a new zip
+    archive with the pickle moved under a top folder of its own: torch's reader refuses it."""
+    path = folder / "rezipped.pt"
+    with zipfile.ZipFile(test_data("checkpoints", "tupe_r.pt")) as source, zipfile.ZipFile(path, "w") as out:
+        for name in source.namelist():
+            out.writestr("aaa/data.pkl" if name.endswith("/data.pkl") else name, source.read(name))
+    shutil.copy(test_data("checkpoints", "dict.txt"), folder / "dict.txt")
+    return path
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_zip_whose_records_are_not_under_one_folder_is_refused_in_one_line(wikitext_bin, tmp_path, reader):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    path = rezipped(folder)
+    result = run_reader(reader, path, wikitext_bin, tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    read = "pytorch_model.bin" if reader == "tupe-convert-hf" else path.name
+    assert read in lines[-1] and "it is a zip archive whose records are under 2 top folders (aaa/, tupe_r/)" \
+        in lines[-1], result.stderr[-3000:]

@@ -4,6 +4,7 @@ import os
 
 from fairseq import checkpoint_utils, tasks
 
+from ..fairseq_fixes.checkpoint_paths import check_checkpoint_file
 from ..models import TupeRobertaModel
 from ..user_input.path_checks import path_problem
 from ..user_input.user_errors import UserError
@@ -19,8 +20,7 @@ def load_checkpoint(path, data=None):
     ``data`` replaces the data directory stored in the checkpoint (it must hold the task's
     dictionary, e.g. dict.txt of fairseq-preprocess).
     """
-    if problem := path_problem(path):
-        raise CheckpointError(f"--path {path}: {problem}; give a checkpoint file")
+    check_checkpoint_file(path, "--path", CheckpointError)
     overrides = {"data": os.path.abspath(data)} if data else {}
     if data and (problem := path_problem(data, "folder")):
         raise CheckpointError(f"--data {data}: {problem}")

@@ -156,6 +156,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
 
     from ..fairseq_fixes.checkpoint_compat import UnsafeCheckpointError, load, unreadable_reason
     from ..fairseq_fixes.checkpoint_integrity import verify_checkpoint
+    from ..fairseq_fixes.unreadable_checkpoints import UnreadableCheckpointError
 
     verify_checkpoint(path)
     try:
@@ -163,7 +164,7 @@ def read_checkpoint_vectors(path, dictionary_path=None):
     except UnsafeCheckpointError:
         raise
     except Exception:  # torch raises many types for a file that is not a checkpoint
-        raise ValueError(
+        raise UnreadableCheckpointError(
             f"--embed-init-path {path}: neither word2vec/GloVe text nor a readable fairseq checkpoint "
             f"({unreadable_reason(path)})"
         ) from None

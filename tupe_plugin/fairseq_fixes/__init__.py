@@ -8,6 +8,7 @@ from . import atomic_checkpoints  # noqa: F401  (checkpoint_last.pt survives a k
 from . import bf16_on_cuda  # noqa: F401  (--bf16 trains on a CUDA GPU, not on fairseq's TPU path)
 from . import binarized_data_checks  # noqa: F401  (empty or truncated .idx/.bin named clearly)
 from . import checkpoint_compat  # noqa: F401  (weights_only loading of every checkpoint; code refused)
+from . import checkpoint_paths  # noqa: F401  (a --path / --finetune-from-model that is no file named)
 from . import distributed_cpu  # noqa: F401  (--ddp-backend pytorch_ddp on CPU processes)
 from . import known_warnings  # noqa: F401  (fairseq's and torch's known-harmless warnings, one list)
 from . import model_overrides_syntax  # noqa: F401  (--model-overrides that is no dict refused as it is read)

@@ -129,7 +129,7 @@ def unreadable_reason(path):
         head = f.read(len(ZIP_SIGNATURE))
     if head == ZIP_SIGNATURE:
         if zipfile.is_zipfile(path):
-            return "it is a zip archive but not one torch.save wrote, or its records are damaged"
+            return torch_zip_problem(path) or "its records are damaged"
         return "it is truncated: a zip archive that ends before its directory"
     if not head.startswith(PICKLE_PROTOCOL):
         return "it is not a file written by torch.save"
@@ -142,6 +142,36 @@ def unreadable_reason(path):
     if watched.short:
         return "it is truncated: it ends before the data it announces"
     return "its pickled data is damaged or not a checkpoint's"
+
+
+def torch_zip_problem(path):
+    """None when torch's zip reader opens the zip archive ``path`` and finds the pickle of a checkpoint in
+    it; else why not, in a phrase for an error message, from the archive's record names: torch.save writes
+    every record under one top folder (``NAME/data.pkl``, ``NAME/version``, ``NAME/data/0``, ...), and
+    torch reads the folder of the first record only."""
+    try:
+        if torch._C.PyTorchFileReader(os.fspath(path)).has_record("data.pkl"):
+            return None
+    except RuntimeError:
+        pass
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    loose = [name for name in names if "/" not in name]
+    tops = list(dict.fromkeys(name.split("/", 1)[0] for name in names if "/" in name))
+    if loose:
+        return (f"it is a zip archive whose record {loose[0]} is in no folder, not under one top folder as "
+                "torch.save writes them")
+    if len(tops) > 1:
+        shown = ", ".join(f"{top}/" for top in tops[:3]) + (", ..." if len(tops) > 3 else "")
+        return (f"it is a zip archive whose records are under {len(tops)} top folders ({shown}), "
+                "not under one as torch.save writes them")
+    if not tops:
+        return "it is a zip archive of no records"
+    missing = [record for record in ("version", "data.pkl")
+               if f"{tops[0]}/{record}" not in names and f"{tops[0]}/.data/{record}" not in names]
+    if missing:
+        return f"it is a zip archive with no {tops[0]}/{missing[0]} record of torch.save's"
+    return "it is a zip archive but not one torch.save wrote"
 
 
 class _ReadsPastTheEnd(io.RawIOBase):

@@ -5,7 +5,8 @@ fairseq's ``load_checkpoint_to_cpu`` (behind ``fairseq-train`` resuming or ``--r
 ``fairseq-validate --path``) hands the file straight to ``torch.load``, whose errors ("failed finding
 central directory", "invalid load key", an unpickling error) name neither the file nor what to do.
 When a load fails, the file is examined: damaged bytes (a record that fails its CRC), a truncated or
-foreign file, a torch file that holds no fairseq checkpoint, each get their own message; a file that
+foreign file, a zip archive torch's reader refuses (its records not under one top folder), a torch file
+that holds no fairseq checkpoint, each get their own message; a file that
 holds objects besides a checkpoint's is refused by :func:`.checkpoint_compat.load` before it is examined.
 """
 
@@ -14,7 +15,7 @@ import zipfile
 
 from fairseq import checkpoint_utils
 from ..user_input.user_errors import UserError
-from .checkpoint_compat import UnsafeCheckpointError, load, unreadable_reason
+from .checkpoint_compat import UnsafeCheckpointError, load, torch_zip_problem, unreadable_reason
 from .checkpoint_integrity import verify_checkpoint
 
 
@@ -42,10 +43,12 @@ def load_checkpoint_to_cpu(path, *args, **kwargs):
 
 def raise_if_unreadable(path, err):
     """Raise :class:`UnreadableCheckpointError` from ``err`` when ``path`` is a local file that is no
-    complete zip archive (the plugin's other readers of checkpoints call this on a failed load), saying
-    what it is (truncated, damaged, not torch's); a file refused as unsafe (a legacy pickle may be one)
-    is left to that refusal."""
-    if isinstance(err, UnsafeCheckpointError) or not os.path.isfile(path) or zipfile.is_zipfile(path):
+    zip archive torch reads as a checkpoint (the plugin's other readers of checkpoints call this on a
+    failed load), saying what it is (truncated, damaged, not torch's, records not under one top folder);
+    a file refused as unsafe (a legacy pickle may be one) is left to that refusal."""
+    if isinstance(err, UnsafeCheckpointError) or not os.path.isfile(path):
+        return
+    if zipfile.is_zipfile(path) and torch_zip_problem(path) is None:
         return
     raise UnreadableCheckpointError(
         f"{path} ({os.path.getsize(path)} bytes) cannot be read as a checkpoint: {unreadable_reason(path)}. "

@@ -10,6 +10,8 @@ import os
 from fairseq import hub_utils, utils
 from fairseq.models.roberta.hub_interface import RobertaHubInterface
 
+from ..fairseq_fixes.checkpoint_paths import check_checkpoints_in
+
 MASK = "<mask>"
 
 
@@ -53,6 +55,8 @@ def from_pretrained(model_name_or_path, checkpoint_file="model.pt", data_name_or
                     bpe="sentencepiece", archive_map=None, **kwargs):
     """The hub object of a checkpoint, in eval mode (no dropout: the same input gives the same
     features); call ``.train()`` on it to fine-tune."""
+    if isinstance(model_name_or_path, str) and os.path.isdir(model_name_or_path):
+        check_checkpoints_in(model_name_or_path, checkpoint_file)
     if bpe == "sentencepiece" and "sentencepiece_model" not in kwargs:
         kwargs["sentencepiece_model"] = find_sentencepiece_model(model_name_or_path, data_name_or_path)
     loaded = hub_utils.from_pretrained(

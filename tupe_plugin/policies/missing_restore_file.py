@@ -11,13 +11,12 @@ the plugin's checks that run before the model is built.
 import os
 
 from fairseq.file_io import PathManager
-from ..user_input.path_checks import path_problem
-from ..user_input.user_errors import UserError
+from ..fairseq_fixes.checkpoint_paths import (
+    DEFAULT_RESTORE_FILE, CheckpointPathError, check_checkpoint_file, finetune_checkpoint,
+)
 
-DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
 
-
-class MissingRestoreFileError(UserError, FileNotFoundError):
+class MissingRestoreFileError(CheckpointPathError):
     """An explicitly given ``--restore-file`` that does not exist."""
 
 
@@ -25,7 +24,8 @@ def checkpoint_to_restore(cfg, suffix=""):
     """The file fairseq's ``load_checkpoint`` will load for checkpoint config ``cfg``, or None.
 
     Raises :class:`MissingRestoreFileError` for a non-default ``--restore-file`` that does not exist or is a
-    folder.
+    folder, :class:`~tupe_plugin.fairseq_fixes.checkpoint_paths.CheckpointPathError` for a
+    ``--finetune-from-model`` to be read that is no file.
     """
     suffix = suffix or ""
     if cfg.restore_file == DEFAULT_RESTORE_FILE:
@@ -34,17 +34,13 @@ def checkpoint_to_restore(cfg, suffix=""):
             return last
         if getattr(cfg, "continue_once", None) is not None:
             return cfg.continue_once
-        if cfg.finetune_from_model is not None and PathManager.exists(cfg.finetune_from_model):
-            return cfg.finetune_from_model
-        return None  # a new run (fairseq names a missing --finetune-from-model itself)
+        return finetune_checkpoint(cfg, suffix)  # None: a new run
     path = cfg.restore_file.replace(".pt", suffix + ".pt") if suffix else cfg.restore_file
     if not PathManager.exists(path):
         raise MissingRestoreFileError(
             f"--restore-file {path} does not exist (fairseq would train from random initialisation): "
             "correct the path, or drop --restore-file to start a new run"
         )
-    if os.path.isdir(path):
-        raise MissingRestoreFileError(f"--restore-file {path}: {path_problem(path)}: give a checkpoint file "
-                                      f"(e.g. {os.path.join(path, DEFAULT_RESTORE_FILE)})")
+    check_checkpoint_file(path, "--restore-file", MissingRestoreFileError)
     return path
 
