@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import pytest
-from cli import run_fairseq_steps, train_args
+from cli import run_fairseq_steps, train_args, validate_args
 from conftest import REPO
 from fairseq import checkpoint_utils
 
@@ -87,8 +87,7 @@ def probe_checkpoint(package_with_probe, wikitext_bin):
     train, validate = run_fairseq_steps(
         ("train", train_args(wikitext_bin, save_dir, "bert_nope_tiny", 1, "--rel-pos", "probe-distance",
                              "--probe-max-distance", 4)),
-        ("validate", [wikitext_bin, "--user-dir", "tupe_plugin", "--path", checkpoint, "--task", "masked_lm",
-                      "--batch-size", 8, "--cpu"]),
+        ("validate", validate_args(wikitext_bin, checkpoint)),
         cwd=package_with_probe)
     return train, validate, checkpoint
 

@@ -4,7 +4,7 @@ import math
 import os
 
 import pytest
-from cli import logged_losses, run_fairseq, train_args, train_inner_losses
+from cli import logged_losses, run_fairseq, train_args, train_inner_losses, validate_args
 from conftest import PRESETS
 
 
@@ -20,10 +20,7 @@ def test_train_validate_and_resume_tupe_r(wikitext_bin, tmp_path):
     assert (save_dir / "checkpoint_last.pt").is_file()
     assert list(tensorboard.rglob("events.out.tfevents.*"))
 
-    validated = run_fairseq(
-        "validate", wikitext_bin, "--user-dir", "tupe_plugin", "--path",
-        save_dir / "checkpoint_last.pt", "--task", "masked_lm", "--batch-size", 8, "--cpu",
-    )
+    validated = run_fairseq("validate", *validate_args(wikitext_bin, save_dir / "checkpoint_last.pt"))
     (loss,) = logged_losses(validated, "valid")
     assert math.isfinite(loss)
 

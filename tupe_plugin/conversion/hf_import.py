@@ -72,10 +72,10 @@ def check_recorded_model(config, path, vocabulary_size):
     try:
         if config.get("model_type") == EXPORT_MODEL_TYPE:
             expected = model_fields(args, vocabulary)
-        else:
-            native = hf_native.CLASSES.get(config.get("model_type"))
-            position = PositionConfig.from_args(args)
-            expected = {} if native is None else native.config(args, vocabulary, position)
+        elif (native := hf_native.CLASSES.get(config.get("model_type"))) is not None:
+            expected = native.config(args, vocabulary, PositionConfig.from_args(args))
+        else:  # refused by native_plugin_state, naming the model_type
+            expected = {}
     except AttributeError as error:
         raise ExportFolderError(f"{path}: fairseq_model_args has no {error.name}, which tupe-export-hf "
                                 "records: export the checkpoint again") from None
